@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 TRITON_VENV ?= .venv-triton
 BIN := $(VENV)/bin
-CONFIG ?= config/local.yaml
+CONFIG ?= gateway.yaml
 PIP_FLAGS ?= --disable-pip-version-check -q
 
 .PHONY: install browser run test test-unit test-contract proto onnx lint bench clean

@@ -1,32 +1,68 @@
-"""Admin listener: ``GET /health`` (200 once the gateway is up and Triton is ready) and ``/metrics``."""
+"""Admin listener: ``GET /health`` (200 once the gateway is up and Triton is ready), ``/live``, ``/metrics``.
+
+Declared in the catalogue like a dialect, so its listener is configured and started the same way;
+its routes skip admission (a saturated worker still answers its probes and its scrapes).
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from sanic import Sanic, response
 
 from gateway import metrics
 from gateway.context import GatewayContext
-from gateway.http import make_app
+from gateway.core.errors import GRPC_STATUS, HTTP_STATUS, ErrorKind, GatewayError
+from gateway.dialect import Dialect, GrpcStatus, ListenerSpec
+from gateway.edge import Edge
+
+DIALECT = Dialect(
+    name="admin",
+    listeners=(ListenerSpec("admin_http", 9090, "http", "admin HTTP (/health, /live, /metrics)",
+                            "gateway.admin:attach"),),
+    open="gateway.admin:open",
+)
 
 
-def build(ctx: GatewayContext) -> Sanic:
-    app = make_app("admin", ctx.settings)
+class Rendering:
+    def overloaded(self, limit: int) -> GatewayError:
+        return GatewayError(ErrorKind.OVERLOADED, f"too many requests in flight ({limit})")
 
-    @app.get("/health")
+    def http(self, err: GatewayError, status: int | None = None):
+        return response.json({"error": err.message}, status=status or HTTP_STATUS[err.kind])
+
+    def grpc(self, err: GatewayError) -> GrpcStatus:
+        return GrpcStatus(GRPC_STATUS[err.kind], err.message)
+
+
+@dataclass
+class State:
+    ctx: GatewayContext
+    errors: Rendering
+
+
+def open(ctx: GatewayContext, _config) -> State:
+    return State(ctx, Rendering())
+
+
+def attach(app: Sanic, edge: Edge, state: State) -> None:
+    ctx = state.ctx
+
     async def health(_request):
-        ready = ctx.started.is_set() and await ctx.upstream.server_ready()
+        ready = ctx.started.is_set() and not ctx.draining and await ctx.upstream.server_ready()
         metrics.UPSTREAM_READY.set(1 if ready else 0)
-        body = {"status": "ready" if ready else "not ready", "upstream": ctx.settings.upstream.grpc}
+        body = {"status": "ready" if ready else ("draining" if ctx.draining else "not ready"),
+                "upstream": ctx.settings.upstream.grpc}
         return response.json(body, status=200 if ready else 503)
 
-    @app.get("/live")
     async def live(_request):
         return response.json({"status": "live"})
 
-    @app.get("/metrics")
     async def prometheus(_request):
         metrics.UPSTREAM_READY.set(1 if await ctx.upstream.server_ready() else 0)
         body, content_type = metrics.exposition()
         return response.raw(body, content_type=content_type)
 
-    return app
+    edge.route(app, health, "/health", ["GET"], "health", admit=False)
+    edge.route(app, live, "/live", ["GET"], "live", admit=False)
+    edge.route(app, prometheus, "/metrics", ["GET"], "metrics", admit=False)

@@ -1,15 +1,13 @@
-"""Builds every listener from settings and runs one worker. The only module that lists dialects.
+"""Builds every listener of one worker from the catalogue and the settings, and runs them.
 
-A dialect plugs in through one function:
-  HTTP:  build(ctx: GatewayContext) -> sanic.Sanic
-  gRPC:  register(server: grpc.aio.Server, ctx: GatewayContext) -> None
-Each enabled listener gets its own port: its own Sanic app, or its own grpc.aio server.
+For each dialect with an enabled listener: its state is opened once (``Dialect.open``), then each
+of its listeners gets its own port (a Sanic app or a grpc.aio server) and an ``Edge``, and the
+listener's ``attach`` adds its handlers behind that edge.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import socket
 from collections.abc import Callable
@@ -18,27 +16,14 @@ from dataclasses import dataclass, field
 import grpc
 
 from gateway.context import GatewayContext
+from gateway.dialect import Dialect, load
+from gateway.dialects import CATALOGUE
+from gateway.edge import Edge
+from gateway.http import make_app
 from gateway.settings import Listener, Settings
-from gateway.upstream import TritonUpstream
+from gateway.upstream import TritonUpstream, Upstream
 
 log = logging.getLogger("gateway")
-
-HTTP_LISTENERS: dict[str, str] = {
-    "tfserving_rest": "gateway.dialects.tfserving.http:build",
-    "grps_http": "gateway.dialects.grps.http:build",
-    "mindie_http": "gateway.dialects.mindie.http:build",
-    "admin_http": "gateway.admin:build",
-}
-GRPC_LISTENERS: dict[str, str] = {
-    "v2_grpc": "gateway.dialects.v2.passthrough:register",
-    "tfserving_grpc": "gateway.dialects.tfserving.grpc:register",
-    "grps_grpc": "gateway.dialects.grps.grpc:register",
-}
-
-
-def _load(target: str) -> Callable:
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
 
 
 def grpc_server_options(settings: Settings, reuse_port: bool) -> list[tuple[str, int]]:
@@ -69,38 +54,52 @@ class Worker:
 
     settings: Settings
     reuse_port: bool = False
+    upstream_factory: Callable[[Settings], Upstream] | None = None  # tests pass a fake
     ctx: GatewayContext | None = None
     _http: list = field(default_factory=list)
     _grpc: list = field(default_factory=list)
+    _states: list = field(default_factory=list)
+
+    def _upstream(self) -> Upstream:
+        if self.upstream_factory is not None:
+            return self.upstream_factory(self.settings)
+        u = self.settings.upstream
+        return TritonUpstream(u.grpc, default_timeout=u.timeout_s, cache_ttl=u.cache_ttl_s, retries=u.retries,
+                              stream_timeout=self.settings.limits.stream_timeout_s)
 
     async def start(self) -> GatewayContext:
-        s = self.settings
-        upstream = TritonUpstream(
-            s.upstream.grpc,
-            default_timeout=s.upstream.timeout_s,
-            cache_ttl=s.upstream.cache_ttl_s,
-            retries=s.upstream.retries,
-        )
+        upstream = self._upstream()
         await upstream.connect()
-        self.ctx = ctx = GatewayContext(s, upstream)
+        self.ctx = ctx = GatewayContext(self.settings, upstream)
         try:
-            for name, target in GRPC_LISTENERS.items():
-                lst = s.listener(name)
-                if lst.enabled:
-                    await self._start_grpc(lst, _load(target), ctx)
-            for name, target in HTTP_LISTENERS.items():
-                lst = s.listener(name)
-                if lst.enabled:
-                    await self._start_http(lst, _load(target), ctx)
+            for dialect in CATALOGUE:
+                listeners = [self.settings.listener(spec.name) for spec in dialect.listeners]
+                if any(lst.enabled for lst in listeners):
+                    await self._start_dialect(dialect, listeners, ctx)
         except BaseException:
             await self.stop()
             raise
         ctx.started.set()
         return ctx
 
-    async def _start_grpc(self, lst: Listener, register: Callable, ctx: GatewayContext) -> None:
+    async def _start_dialect(self, dialect: Dialect, listeners: list[Listener], ctx: GatewayContext) -> None:
+        state = load(dialect.open)(ctx, self.settings.dialect(dialect.name))
+        self._states.append(state)
+        if hasattr(state, "start"):
+            await state.start()
+        for spec, lst in zip(dialect.listeners, listeners, strict=True):
+            if not lst.enabled:
+                continue
+            edge = Edge(dialect.name, lst.name, state.errors, ctx.admission, lst.timeout_s, lst.stream_timeout_s)
+            attach = load(spec.attach)
+            if lst.transport == "grpc":
+                await self._start_grpc(lst, attach, edge, state)
+            else:
+                await self._start_http(lst, attach, edge, state)
+
+    async def _start_grpc(self, lst: Listener, attach: Callable, edge: Edge, state) -> None:
         server = grpc.aio.server(options=grpc_server_options(self.settings, self.reuse_port))
-        register(server, ctx)
+        attach(server, edge, state)
         host = f"[{lst.host}]" if ":" in lst.host else lst.host
         try:
             bound = server.add_insecure_port(f"{host}:{lst.port}")
@@ -111,8 +110,9 @@ class Worker:
         await server.start()
         self._grpc.append(server)
 
-    async def _start_http(self, lst: Listener, build: Callable, ctx: GatewayContext) -> None:
-        app = build(ctx)
+    async def _start_http(self, lst: Listener, attach: Callable, edge: Edge, state) -> None:
+        app = make_app(lst.name, self.settings, edge)
+        attach(app, edge, state)
         sock = bind_socket(lst, self.reuse_port)
         srv = await app.create_server(sock=sock, return_asyncio_server=True, access_log=False)
         await srv.startup()
@@ -122,6 +122,8 @@ class Worker:
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting, let requests in flight finish (up to ``grace`` s), then close everything."""
+        if self.ctx is not None:
+            self.ctx.draining = True
         grpc_stopped = asyncio.gather(*(s.stop(grace) for s in self._grpc), return_exceptions=True)
         for srv in self._http:
             await _quietly(srv.before_stop())
@@ -135,6 +137,10 @@ class Worker:
         await grpc_stopped
         self._grpc.clear()
         self._http.clear()
+        for state in reversed(self._states):
+            if hasattr(state, "close"):
+                await _quietly(state.close())
+        self._states.clear()
         if self.ctx is not None:
             await self.ctx.upstream.close()
 
@@ -149,7 +155,7 @@ async def _quietly(coro) -> None:
     try:
         await coro
     except Exception:  # noqa: BLE001 - best effort on shutdown
-        log.exception("error while stopping an HTTP listener")
+        log.exception("error while stopping a listener")
 
 
 def listener_lines(settings: Settings) -> list[str]:

@@ -76,7 +76,7 @@ def serve(settings: Settings, config: str | None) -> int:
     metrics_dir = tempfile.mkdtemp(prefix="gateway-metrics-")
     env = {
         "PROMETHEUS_MULTIPROC_DIR": metrics_dir,
-        "GATEWAY_TRITON_GRPC": settings.upstream.grpc,
+        settings_mod.ENV_PREFIX + "UPSTREAM__GRPC": settings.upstream.grpc,
     }
     os.environ.update(env)
     ctx = multiprocessing.get_context("spawn")
@@ -143,8 +143,8 @@ def local(settings: Settings, config: str | None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(f"{'Triton (local, CPU) KServe V2 gRPC / HTTP':<70} {tp.grpc_target} / {tp.http_url}", flush=True)
-    settings = replace(settings, upstream=replace(settings.upstream, grpc=tp.grpc_target))
-    os.environ["GATEWAY_TRITON_GRPC"] = tp.grpc_target
+    settings = replace(settings, upstream=settings.upstream.model_copy(update={"grpc": tp.grpc_target}))
+    os.environ[settings_mod.ENV_PREFIX + "UPSTREAM__GRPC"] = tp.grpc_target
     try:
         return serve(settings, config)
     finally:
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         ("local", "start the bundled Triton on CPU serving model_repository/, then the gateway"),
     ):
         p = sub.add_parser(name, help=help_)
-        p.add_argument("--config", "-c", help="YAML settings file")
+        p.add_argument("--config", "-c", help="YAML settings file (gateway.yaml is the commented reference)")
     args = parser.parse_args(argv)
     try:
         s = settings_mod.load(args.config)

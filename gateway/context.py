@@ -1,16 +1,15 @@
-"""What every listener of a worker shares: settings, the upstream client, admission control.
+"""What every listener of a worker shares: settings, the upstream client, the in-flight bound.
 
-Created once per worker process, inside its running loop (``app.run_worker``). Dialects receive it
-in their ``build``/``register`` functions and keep what they need on their own objects.
+Created once per worker process, inside its running loop (``Worker.start``). Each dialect's
+``open`` receives it and keeps what it needs on its own per-worker state.
 """
 
 from __future__ import annotations
 
 import asyncio
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from gateway.core.errors import ErrorKind, GatewayError
+from gateway.edge import Admission
 from gateway.settings import Settings
 from gateway.upstream import Upstream
 
@@ -19,19 +18,14 @@ from gateway.upstream import Upstream
 class GatewayContext:
     settings: Settings
     upstream: Upstream
-    inflight: int = 0
+    admission: Admission = None  # type: ignore[assignment]  (set from settings in __post_init__)
     started: asyncio.Event = field(default_factory=asyncio.Event)
+    draining: bool = False
 
-    @asynccontextmanager
-    async def admit(self):
-        """Bound the requests in flight in this worker; over the limit is RESOURCE_EXHAUSTED."""
-        if self.inflight >= self.settings.limits.max_inflight:
-            raise GatewayError(
-                ErrorKind.RESOURCE_EXHAUSTED,
-                f"too many requests in flight ({self.settings.limits.max_inflight}); retry later",
-            )
-        self.inflight += 1
-        try:
-            yield
-        finally:
-            self.inflight -= 1
+    def __post_init__(self) -> None:
+        if self.admission is None:
+            self.admission = Admission(self.settings.limits.max_inflight)
+
+    @property
+    def inflight(self) -> int:
+        return self.admission.inflight

@@ -1,7 +1,8 @@
 """The one Sanic factory every HTTP listener uses: limits, timeouts, orjson, no access log.
 
-Each listener is its own Sanic app on its own port, so no two dialects fight over a path, and each
-dialect registers its own exception handler to render errors in its own envelope.
+Each listener is its own Sanic app on its own port, so no two dialects fight over a path. Errors
+sanic raises before any handler runs (no route, wrong method, body too large) go to the listener's
+edge, which renders them in the dialect's envelope like every other error.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import itertools
 import orjson
 from sanic import Sanic
 
+from gateway.edge import Edge
 from gateway.settings import Settings
 
 _names = itertools.count()
@@ -20,7 +22,7 @@ def orjson_dumps(obj, **_kw) -> str:
     return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY).decode()
 
 
-def make_app(name: str, settings: Settings) -> Sanic:
+def make_app(name: str, settings: Settings, edge: Edge | None = None) -> Sanic:
     # Sanic keeps a process-wide registry of app names; tests build many apps in one process.
     app = Sanic(f"{name}_{next(_names)}", dumps=orjson_dumps)
     limits = settings.limits
@@ -38,4 +40,6 @@ def make_app(name: str, settings: Settings) -> Sanic:
             "TOUCHUP": False,  # several apps in one process: touch-up rewrites shared classes twice
         }
     )
+    if edge is not None:
+        app.error_handler.add(Exception, edge.on_framework_error)
     return app

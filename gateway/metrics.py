@@ -1,14 +1,16 @@
-"""Prometheus metrics shared by every dialect.
+"""Prometheus metrics shared by every dialect, observed once per request by the edge.
 
 With several workers, prometheus-client's multiprocess mode is used (PROMETHEUS_MULTIPROC_DIR is
 set by the supervisor before workers start), and the admin listener aggregates all workers.
+
+Labels: ``dialect`` and ``listener`` (from the catalogue), ``route`` (a fixed name per handler),
+``model`` (bounded: unknown names share ``_unknown``, and past MAX_MODEL_LABELS ``_other``) and
+``outcome`` (``ok`` or an ErrorKind value).
 """
 
 from __future__ import annotations
 
 import os
-import time
-from contextlib import contextmanager
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -20,30 +22,26 @@ from prometheus_client import (
     multiprocess,
 )
 
-from gateway.core.errors import ErrorKind, GatewayError
-
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+LABELS = ("dialect", "listener", "route", "model")
 
-REQUESTS = Counter(
-    "gateway_requests_total", "Requests answered, by dialect, model and outcome", ["dialect", "model", "outcome"]
-)
-LATENCY = Histogram(
-    "gateway_request_duration_seconds",
-    "Time from request read to response written (first byte for streams)",
-    ["dialect", "model"],
-    buckets=LATENCY_BUCKETS,
-)
-INFLIGHT = Gauge("gateway_inflight_requests", "Requests in flight", ["dialect"], multiprocess_mode="livesum")
+REQUESTS = Counter("gateway_requests_total", "Requests answered, by outcome (ok or the error kind)",
+                   [*LABELS, "outcome"])
+LATENCY = Histogram("gateway_request_duration_seconds",
+                    "Time from the handler's start to its answer (the whole stream for streamed answers)",
+                    LABELS, buckets=LATENCY_BUCKETS)
+INFLIGHT = Gauge("gateway_inflight_requests", "Requests in flight (admitted, not yet answered)",
+                 multiprocess_mode="livesum")
 UPSTREAM_READY = Gauge("gateway_upstream_ready", "1 when Triton reports ready", multiprocess_mode="max")
-
 
 MAX_MODEL_LABELS = 256  # per process: clients must not be able to grow the label space without bound
 _model_labels: set[str] = set()
+_children: dict[tuple[str, ...], tuple] = {}
 
 
-def _model_label(model: str, error: BaseException | None) -> str:
+def model_label(model: str, outcome: str) -> str:
     """Model names come from clients: unknown ones share one label, and the set is bounded."""
-    if isinstance(error, GatewayError) and error.kind is ErrorKind.NOT_FOUND:
+    if outcome == "not_found":
         return "_unknown"
     if model in _model_labels:
         return model
@@ -53,23 +51,18 @@ def _model_label(model: str, error: BaseException | None) -> str:
     return model
 
 
-@contextmanager
-def track(dialect: str, model: str = ""):
-    """Count and time one request. The outcome is 'ok', or the ErrorKind's value if the block raises."""
-    start = time.perf_counter()
-    INFLIGHT.labels(dialect).inc()
-    error: BaseException | None = None
-    try:
-        yield
-    except BaseException as e:
-        error = e
-        raise
-    finally:
-        INFLIGHT.labels(dialect).dec()
-        outcome = "ok" if error is None else (error.kind.value if isinstance(error, GatewayError) else "error")
-        label = _model_label(model, error)
-        REQUESTS.labels(dialect, label, outcome).inc()
-        LATENCY.labels(dialect, label).observe(time.perf_counter() - start)
+def observe(dialect: str, listener: str, route: str, model: str, outcome: str, seconds: float) -> None:
+    """Count and time one answered request (the label children are looked up once, then cached)."""
+    key = (dialect, listener, route, model, outcome)
+    pair = _children.get(key)
+    if pair is None:
+        label = model_label(model, outcome)
+        pair = _children[key] = (REQUESTS.labels(dialect, listener, route, label, outcome),
+                                 LATENCY.labels(dialect, listener, route, label))
+        if len(_children) > 16 * MAX_MODEL_LABELS:  # bounded, like the label space it caches
+            _children.clear()
+    pair[0].inc()
+    pair[1].observe(seconds)
 
 
 def exposition() -> tuple[bytes, str]:

@@ -1,87 +1,118 @@
-"""One immutable settings tree, read once from YAML plus the environment (never at import time).
+"""One settings tree, declared as a pydantic v2 schema and read once: the YAML file, then the environment.
 
-Environment overrides (applied after the file):
-  GATEWAY_TRITON_GRPC          upstream.grpc (host:port of Triton's gRPC endpoint)
-  GATEWAY_WORKERS              workers
-  GATEWAY_HOST                 host of every listener
-  GATEWAY_<LISTENER>_PORT      e.g. GATEWAY_TFSERVING_REST_PORT=9501
-  GATEWAY_<LISTENER>_ENABLED   true/false
-  GATEWAY_LOG_LEVEL            log_level
+The whole file is checked before any worker starts, dialect sections included (each dialect
+declares its section's model in the catalogue). Every level is strict: unknown keys are refused,
+``"false"`` is not a boolean, ``8501.9`` is not a port, a string is not a list. A failure raises
+SettingsError with one line per problem: the file, the line the YAML loader knows, the dotted
+field and what is wrong; a YAML syntax error is one line too.
 
-Dialect sections (``dialects.<name>``) are passed through as plain mappings; each dialect parses
-its own section, so adding a dialect never touches this module.
+Environment overrides, one rule: ``GATEWAY__<DOTTED__PATH>=<YAML scalar>`` sets the field at that
+path (``__`` separates levels, case-insensitive), after the file and before validation:
+
+    GATEWAY__UPSTREAM__GRPC=triton:8001
+    GATEWAY__WORKERS=4
+    GATEWAY__HOST=0.0.0.0                               every listener's default host
+    GATEWAY__LISTENERS__TFSERVING_REST__PORT=9501
+    GATEWAY__DIALECTS__GRPS__PRETTY_JSON=false
+
+Why pydantic (not msgspec): it is already in the dependency tree (openai, text-generation), its
+errors carry the location of every problem, strict mode and ``extra="forbid"`` give the checks
+the issue asks for at every level, and validators express the few cross-field rules.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Annotated, Literal
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
-# name -> (default port, dialect description printed at start-up)
-LISTENERS: dict[str, tuple[int, str]] = {
-    "v2_grpc": (8001, "KServe V2 gRPC passthrough"),
-    "tfserving_grpc": (8500, "TensorFlow Serving gRPC"),
-    "tfserving_rest": (8501, "TensorFlow Serving REST"),
-    "grps_http": (7080, "GRPS HTTP"),
-    "grps_grpc": (7081, "GRPS gRPC"),
-    "mindie_http": (1025, "MindIE-style LLM HTTP (native, TGI, vLLM, OpenAI, Triton generate)"),
-    "admin_http": (9090, "admin HTTP (/health, /metrics)"),
-}
+ENV_PREFIX = "GATEWAY__"
 
 
 class SettingsError(ValueError):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class Listener:
-    name: str
-    port: int
-    host: str = "0.0.0.0"
+class Strict(BaseModel):
+    """Base of every section: strict types, unknown keys refused, immutable."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+Port = Annotated[int, Field(ge=1, le=65535)]
+Seconds = Annotated[float, Field(gt=0)]
+Names = Annotated[tuple[str, ...], Field(strict=False)]  # a YAML list of strings; a bare string is refused
+
+
+class ListenerSettings(Strict):
+    host: str | None = None  # None: the top-level ``host``
+    port: Port | None = None  # None: the dialect's default port
     enabled: bool = True
-
-    @property
-    def description(self) -> str:
-        return LISTENERS[self.name][1]
+    timeout_s: Seconds | None = None  # deadline of a unary call (None: the listener's default)
+    stream_timeout_s: Seconds | None = None  # deadline of a streamed call (None: limits.stream_timeout_s)
 
 
-@dataclass(frozen=True, slots=True)
-class UpstreamSettings:
+class UpstreamSettings(Strict):
     grpc: str = "127.0.0.1:18001"  # the local Triton of `gateway local`; Triton's own default 8001 is ours
-    timeout_s: float = 60.0  # per-request deadline when the client gives none
-    cache_ttl_s: float = 2.0  # metadata / readiness cache
-    retries: int = 3  # attempts for idempotent calls on UNAVAILABLE
+    timeout_s: Seconds = 60.0  # default deadline of a unary call when the listener declares none
+    cache_ttl_s: Annotated[float, Field(ge=0)] = 2.0  # metadata / readiness cache
+    retries: Annotated[int, Field(ge=1)] = 3  # attempts for idempotent calls on UNAVAILABLE
+
+    @field_validator("grpc")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        host, _, port = value.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"{value!r} is not host:port")
+        return value
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
-    max_request_bytes: int = 1 << 30  # HTTP bodies and gRPC messages
-    max_inflight: int = 1024  # concurrent requests per worker before RESOURCE_EXHAUSTED
-    keep_alive_s: float = 120.0
-    request_read_timeout_s: float = 120.0
-    stream_timeout_s: float = 600.0  # deadline of a streamed (generation) request
+class Limits(Strict):
+    max_request_bytes: Annotated[int, Field(ge=1)] = 1 << 30  # HTTP bodies and gRPC messages
+    max_inflight: Annotated[int, Field(ge=1)] = 1024  # requests in flight per worker before "overloaded"
+    keep_alive_s: Seconds = 120.0
+    request_read_timeout_s: Seconds = 120.0
+    stream_timeout_s: Seconds = 600.0  # default deadline of a streamed (generation) call
 
 
-@dataclass(frozen=True, slots=True)
-class LocalTriton:
+class LocalTriton(Strict):
     """The tritonserver bundled in nvidia-pytriton, for ``gateway local`` and the tests."""
 
     venv: str = ".venv-triton"
     model_repository: str = "model_repository"
     model_config_name: str = "cpu"
     host: str = "127.0.0.1"
-    http_port: int = 18000
-    grpc_port: int = 18001
-    metrics_port: int = 18002
+    http_port: Port = 18000
+    grpc_port: Port = 18001
+    metrics_port: Port = 18002
     workdir: str = ".run/triton"
-    startup_timeout_s: float = 120.0
-    log_verbose: int = 0
+    startup_timeout_s: Seconds = 120.0
+    log_verbose: Annotated[int, Field(ge=0)] = 0
+
+
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """A listener as it will run: its catalogue declaration merged with its settings."""
+
+    name: str
+    dialect: str
+    transport: str
+    description: str
+    host: str
+    port: int
+    enabled: bool
+    timeout_s: float
+    stream_timeout_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,120 +123,180 @@ class Settings:
     local_triton: LocalTriton = field(default_factory=LocalTriton)
     workers: int = 1
     log_level: str = "INFO"
-    dialects: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    source: str = ""  # the file it came from, for metadata answers
+    dialects: Mapping[str, BaseModel] = field(default_factory=dict)
+    source: str = ""  # the file it came from
 
     def listener(self, name: str) -> Listener:
         return self.listeners[name]
 
-    def dialect(self, name: str) -> Mapping[str, Any]:
-        """The raw ``dialects.<name>`` section (empty mapping when absent)."""
-        return self.dialects.get(name, MappingProxyType({}))
+    def dialect(self, name: str) -> BaseModel:
+        """The validated ``dialects.<name>`` section (its defaults when absent)."""
+        hit = self.dialects.get(name)
+        return hit if hit is not None else _dialect_models()[name]()
 
 
-def _build(cls, data: Any, where: str):
-    if data is None:
-        return cls()
-    if not isinstance(data, Mapping):
-        raise SettingsError(f"{where}: expected a mapping")
-    known = {f.name: f for f in fields(cls)}
-    unknown = set(data) - set(known)
-    if unknown:
-        raise SettingsError(f"{where}: unknown keys {sorted(unknown)}")
-    kwargs = {key: _coerce(value, _TYPES[known[key].type], f"{where}.{key}") for key, value in data.items()}
-    try:
-        return cls(**kwargs)
-    except TypeError as e:
-        raise SettingsError(f"{where}: {e}") from None
+# -- the schema, built from the catalogue -----------------------------------------------------
+@cache
+def _dialect_models() -> dict[str, type[BaseModel]]:
+    from gateway.dialects import CATALOGUE
+
+    return {d.name: d.config for d in CATALOGUE}
 
 
-_TYPES = {"str": str, "int": int, "float": float, "bool": bool}
+@cache
+def schema() -> type[BaseModel]:
+    """The pydantic model of the whole file."""
+    from gateway.dialects import CATALOGUE
+
+    listeners = create_model("Listeners", __base__=Strict, **{
+        spec.name: (ListenerSettings, ListenerSettings()) for d in CATALOGUE for spec in d.listeners
+    })
+    dialects = create_model("Dialects", __base__=Strict, **{
+        d.name: (d.config, d.config()) for d in CATALOGUE
+    })
+    return create_model(
+        "GatewayFile", __base__=Strict,
+        host=(str, "0.0.0.0"),
+        upstream=(UpstreamSettings, UpstreamSettings()),
+        listeners=(listeners, listeners()),
+        limits=(Limits, Limits()),
+        local_triton=(LocalTriton, LocalTriton()),
+        workers=(Annotated[int, Field(ge=1)], 1),
+        log_level=(LogLevel, "INFO"),
+        dialects=(dialects, dialects()),
+    )
 
 
-def _coerce(value: Any, typ: type, where: str) -> Any:
-    try:
-        if typ is bool:
-            if isinstance(value, str):
-                if value.lower() in ("1", "true", "yes", "on"):
-                    return True
-                if value.lower() in ("0", "false", "no", "off"):
-                    return False
-                raise ValueError(value)
-            return bool(value)
-        return typ(value)
-    except (TypeError, ValueError):
-        raise SettingsError(f"{where}: {value!r} is not a valid {typ.__name__}") from None
-
-
-def _listeners(data: Any) -> dict[str, Listener]:
-    data = data or {}
-    if not isinstance(data, Mapping):
-        raise SettingsError("listeners: expected a mapping")
-    unknown = set(data) - set(LISTENERS)
-    if unknown:
-        raise SettingsError(f"listeners: unknown listeners {sorted(unknown)}; known: {sorted(LISTENERS)}")
-    out = {}
-    for name, (port, _) in LISTENERS.items():
-        section = dict(data.get(name) or {})
-        section.setdefault("port", port)
-        out[name] = _build(Listener, {"name": name, **section}, f"listeners.{name}")
+# -- reading ------------------------------------------------------------------------------------
+def _key_lines(node: yaml.Node, path: tuple = (), out: dict | None = None) -> dict[tuple, int]:
+    """Dotted path (as a tuple of keys) -> the 1-based line where the YAML file sets it."""
+    out = {} if out is None else out
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            p = (*path, str(key.value))
+            out[p] = key.start_mark.line + 1
+            _key_lines(value, p, out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            out[(*path, str(i))] = item.start_mark.line + 1
+            _key_lines(item, (*path, str(i)), out)
     return out
 
 
-def load(path: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> Settings:
-    """Read settings once: the YAML file (optional), then environment overrides."""
-    env = os.environ if env is None else env
-    raw: dict[str, Any] = {}
-    if path:
+def _read_yaml(path: str) -> tuple[dict, dict[tuple, int]]:
+    try:
         text = Path(path).read_text()
-        raw = yaml.safe_load(text) or {}
-        if not isinstance(raw, dict):
-            raise SettingsError(f"{path}: top level must be a mapping")
-    known = {"upstream", "listeners", "limits", "local_triton", "workers", "log_level", "dialects"}
-    unknown = set(raw) - known
-    if unknown:
-        raise SettingsError(f"unknown top-level keys {sorted(unknown)}")
-    dialects = raw.get("dialects") or {}
-    if not isinstance(dialects, Mapping):
-        raise SettingsError("dialects: expected a mapping")
-    s = Settings(
-        upstream=_build(UpstreamSettings, raw.get("upstream"), "upstream"),
-        listeners=_listeners(raw.get("listeners")),
-        limits=_build(Limits, raw.get("limits"), "limits"),
-        local_triton=_build(LocalTriton, raw.get("local_triton"), "local_triton"),
-        workers=_coerce(raw.get("workers", 1), int, "workers"),
-        log_level=str(raw.get("log_level", "INFO")),
-        dialects=MappingProxyType({k: MappingProxyType(dict(v or {})) for k, v in dialects.items()}),
-        source=str(path or ""),
+    except OSError as e:
+        raise SettingsError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        data = yaml.safe_load(text)
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
+        what = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SettingsError(f"{where}: YAML syntax error: {what}") from None
+    if data is None:
+        return {}, {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"{path}:1: the top level must be a mapping of sections")
+    return data, _key_lines(node)
+
+
+def _apply_env(data: dict, env: Mapping[str, str]) -> dict[tuple, str]:
+    """Set ``GATEWAY__A__B=v`` as data[a][b] = yaml(v); returns path -> variable, for errors."""
+    sources = {}
+    for var in sorted(env):
+        if not var.upper().startswith(ENV_PREFIX) or not env[var]:
+            continue
+        path = tuple(p.lower() for p in var[len(ENV_PREFIX):].split("__"))
+        if not all(path):
+            raise SettingsError(f"{var}: empty level in the variable's name")
+        try:
+            value = yaml.safe_load(env[var])
+        except yaml.YAMLError:
+            value = env[var]
+        node = data
+        for key in path[:-1]:
+            child = node.get(key)
+            if not isinstance(child, dict):
+                child = node[key] = {}
+            node = child
+        node[path[-1]] = value
+        sources[path] = var
+    return sources
+
+
+def _describe(err: dict) -> str:
+    value = err.get("input")
+    if err["type"] in ("missing", "extra_forbidden") or isinstance(value, dict):
+        return err["msg"]
+    shown = repr(value)
+    return f"{err['msg']} (got {shown[:60] + '...' if len(shown) > 60 else shown})"
+
+
+def _report(e: ValidationError, source: str, lines: dict[tuple, int], env: dict[tuple, str]) -> SettingsError:
+    out = []
+    for err in e.errors():
+        loc = tuple(str(p) for p in err["loc"])
+        dotted = ".".join(loc) or "(top level)"
+        where = source or "settings"
+        by_env = [var for path, var in env.items() if path[:len(loc)] == loc or loc[:len(path)] == path]
+        if by_env:
+            where = by_env[0]
+        else:
+            for n in range(len(loc), 0, -1):
+                if loc[:n] in lines:
+                    where = f"{source}:{lines[loc[:n]]}"
+                    break
+        out.append(f"{where}: {dotted}: {_describe(err)}")
+    return SettingsError("\n".join(out))
+
+
+def load(path: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> Settings:
+    """Read, override from the environment, validate everything; SettingsError names every problem."""
+    env = os.environ if env is None else env
+    source = str(path or "")
+    data, lines = _read_yaml(source) if path else ({}, {})
+    from_env = _apply_env(data, env)
+    try:
+        doc = schema().model_validate(data)
+    except ValidationError as e:
+        raise _report(e, source, lines, from_env) from None
+    settings = _resolve(doc, source)
+    _check_ports(settings)
+    _check_no_loop(settings)
+    return settings
+
+
+def _resolve(doc: BaseModel, source: str) -> Settings:
+    from gateway.dialects import CATALOGUE
+
+    listeners = {}
+    for d in CATALOGUE:
+        for spec in d.listeners:
+            s: ListenerSettings = getattr(doc.listeners, spec.name)
+            listeners[spec.name] = Listener(
+                name=spec.name, dialect=d.name, transport=spec.transport, description=spec.description,
+                host=s.host or doc.host, port=s.port or spec.port, enabled=s.enabled,
+                timeout_s=s.timeout_s or spec.timeout_s or doc.upstream.timeout_s,
+                stream_timeout_s=s.stream_timeout_s or doc.limits.stream_timeout_s,
+            )
+    return Settings(
+        upstream=doc.upstream, listeners=MappingProxyType(listeners), limits=doc.limits,
+        local_triton=doc.local_triton, workers=doc.workers, log_level=doc.log_level,
+        dialects=MappingProxyType({d.name: getattr(doc.dialects, d.name) for d in CATALOGUE}), source=source,
     )
-    return _apply_env(s, env)
 
 
-def _apply_env(s: Settings, env: Mapping[str, str]) -> Settings:
-    if env.get("GATEWAY_TRITON_GRPC"):
-        s = replace(s, upstream=replace(s.upstream, grpc=env["GATEWAY_TRITON_GRPC"]))
-    if env.get("GATEWAY_WORKERS"):
-        s = replace(s, workers=_coerce(env["GATEWAY_WORKERS"], int, "GATEWAY_WORKERS"))
-    if env.get("GATEWAY_LOG_LEVEL"):
-        s = replace(s, log_level=env["GATEWAY_LOG_LEVEL"])
-    listeners = dict(s.listeners)
-    for name, lst in listeners.items():
-        upd = {}
-        if env.get("GATEWAY_HOST"):
-            upd["host"] = env["GATEWAY_HOST"]
-        port = env.get(f"GATEWAY_{name.upper()}_PORT")
-        if port:
-            upd["port"] = _coerce(port, int, f"GATEWAY_{name.upper()}_PORT")
-        enabled = env.get(f"GATEWAY_{name.upper()}_ENABLED")
-        if enabled:
-            upd["enabled"] = _coerce(enabled, bool, f"GATEWAY_{name.upper()}_ENABLED")
-        if upd:
-            listeners[name] = replace(lst, **upd)
-    s = replace(s, listeners=MappingProxyType(listeners))
-    if s.workers < 1:
-        raise SettingsError("workers must be >= 1")
-    _check_no_loop(s)
-    return s
+def _check_ports(s: Settings) -> None:
+    seen: dict[int, str] = {}
+    for lst in s.listeners.values():
+        if lst.enabled:
+            if lst.port in seen:
+                raise SettingsError(f"{s.source or 'settings'}: listeners.{lst.name}.port: {lst.port} is "
+                                    f"also the port of listeners.{seen[lst.port]}")
+            seen[lst.port] = lst.name
 
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0"}
@@ -214,12 +305,10 @@ _LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0"}
 def _check_no_loop(s: Settings) -> None:
     """An upstream that is our own listener would proxy every call back to ourselves forever."""
     host, _, port = s.upstream.grpc.rpartition(":")
-    if not host or not port.isdigit():
-        raise SettingsError(f"upstream.grpc: {s.upstream.grpc!r} is not host:port")
     if host in _LOOPBACK:
         for lst in s.listeners.values():
             if lst.enabled and lst.port == int(port) and lst.host in _LOOPBACK | {"::"}:
                 raise SettingsError(
                     f"upstream.grpc {s.upstream.grpc} is this gateway's own {lst.name} listener; "
-                    "point it at Triton (GATEWAY_TRITON_GRPC=host:port)"
+                    f"point it at Triton ({ENV_PREFIX}UPSTREAM__GRPC=host:port)"
                 )

@@ -8,13 +8,12 @@ free loopback port. Unit tests use neither.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 import yaml
 
 from gateway import localtriton
-from gateway.settings import LISTENERS, LocalTriton
+from gateway.dialects import LISTENERS
+from gateway.settings import LocalTriton
 from tests.support import (  # noqa: F401  (re-exported for tests)
     ROOT,
     GatewayProcess,
@@ -30,9 +29,7 @@ from tests.support import (  # noqa: F401  (re-exported for tests)
 def triton(tmp_path_factory) -> localtriton.TritonProcess:
     """A real Triton on CPU serving model_repository/ (once per session)."""
     work = tmp_path_factory.mktemp("triton")
-    cfg = replace(
-        LocalTriton(),
-        venv=str(ROOT / ".venv-triton"),
+    cfg = LocalTriton(venv=str(ROOT / ".venv-triton"),
         model_repository=str(ROOT / "model_repository"),
         workdir=str(ROOT / ".run" / "test-triton"),
         http_port=free_port(),

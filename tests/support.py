@@ -16,10 +16,18 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port, never one this process handed out before (the kernel may repeat them)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def wait_http(url: str, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
@@ -57,6 +65,24 @@ class GatewayProcess:
 
     def log_tail(self, lines: int = 60) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def worker_settings(ports: dict[str, int], upstream: str, **extra: str):
+    """Settings for an in-process Worker: only the listeners in ``ports`` enabled, on 127.0.0.1.
+
+    Built through the environment rule (``GATEWAY__...``), as an operator would override a file;
+    ``extra`` adds more variables, e.g. ``LIMITS__MAX_INFLIGHT="1"``.
+    """
+    from gateway import settings
+    from gateway.dialects import LISTENERS
+
+    env = {"GATEWAY__UPSTREAM__GRPC": upstream, "GATEWAY__HOST": "127.0.0.1"}
+    for name in LISTENERS:
+        env[f"GATEWAY__LISTENERS__{name.upper()}__ENABLED"] = "true" if name in ports else "false"
+        if name in ports:
+            env[f"GATEWAY__LISTENERS__{name.upper()}__PORT"] = str(ports[name])
+    env.update({f"GATEWAY__{k}": v for k, v in extra.items()})
+    return settings.load(None, env=env)
 
 
 def gateway_config(triton_target: str, ports: dict[str, int], extra: dict | None = None) -> dict:

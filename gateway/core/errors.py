@@ -24,7 +24,8 @@ class ErrorKind(enum.Enum):
     NOT_READY = "not_ready"  # model or server exists but is not ready to serve
     UNAVAILABLE = "unavailable"  # upstream unreachable
     DEADLINE_EXCEEDED = "deadline_exceeded"
-    RESOURCE_EXHAUSTED = "resource_exhausted"  # too large, too many in flight
+    RESOURCE_EXHAUSTED = "resource_exhausted"  # a request too large for a limit
+    OVERLOADED = "overloaded"  # the gateway is at its in-flight limit: each dialect answers as its original
     CANCELLED = "cancelled"
     UNIMPLEMENTED = "unimplemented"
     UPSTREAM_FAILED = "upstream_failed"  # Triton answered with an internal error
@@ -93,6 +94,7 @@ GRPC_STATUS: dict[ErrorKind, grpc.StatusCode] = {
     ErrorKind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     ErrorKind.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
     ErrorKind.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ErrorKind.OVERLOADED: grpc.StatusCode.UNAVAILABLE,
     ErrorKind.CANCELLED: grpc.StatusCode.CANCELLED,
     ErrorKind.UNIMPLEMENTED: grpc.StatusCode.UNIMPLEMENTED,
     ErrorKind.UPSTREAM_FAILED: grpc.StatusCode.INTERNAL,
@@ -107,6 +109,7 @@ HTTP_STATUS: dict[ErrorKind, int] = {
     ErrorKind.UNAVAILABLE: 503,
     ErrorKind.DEADLINE_EXCEEDED: 504,
     ErrorKind.RESOURCE_EXHAUSTED: 429,
+    ErrorKind.OVERLOADED: 503,
     ErrorKind.CANCELLED: 499,
     ErrorKind.UNIMPLEMENTED: 501,
     ErrorKind.UPSTREAM_FAILED: 500,

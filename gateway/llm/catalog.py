@@ -7,12 +7,14 @@ extra names (``llama2_7b -> tiny_llm``). ``expose: listed`` hides undeclared mod
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Literal
 
-from gateway.core.errors import ErrorKind, GatewayError, invalid
+from pydantic import Field, field_validator, model_validator
+
+from gateway.core.errors import ErrorKind, GatewayError
 from gateway.core.tensors import ModelMetadata
+from gateway.settings import Strict
 from gateway.upstream import Upstream
 
 from . import profiles, tokenizers
@@ -39,43 +41,61 @@ class Resolved:
     template: ChatTemplate
 
 
-@dataclass(frozen=True, slots=True)
-class CatalogSettings:
-    models: Mapping[str, ModelSpec] = field(default_factory=dict)
-    aliases: Mapping[str, str] = field(default_factory=lambda: {"llama2_7b": "tiny_llm"})
-    expose: str = "all"  # "all": every text LLM in Triton; "listed": only `models`
+class ModelOptions(Strict):
+    """``models.<triton name>``: what a served LLM needs beyond Triton's metadata."""
+
+    profile: str = ""  # "" = guess from the model's inputs
+    tokenizer: str = "words"
+    chat_template: str = DEFAULT_TEMPLATE
+    max_tokens: Annotated[int, Field(ge=1)] = 512
+    max_new_tokens: Annotated[int, Field(ge=1)] = 20
+
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, value: str) -> str:
+        if value:
+            _settings_check(profiles.profile, value)
+        return value
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _known_tokenizer(cls, value: str) -> str:
+        _settings_check(tokenizers.tokenizer, value)
+        return value
+
+    @field_validator("chat_template")
+    @classmethod
+    def _template_compiles(cls, value: str) -> str:
+        _settings_check(ChatTemplate, value)
+        return value
+
+
+def _settings_check(build, value: str) -> None:
+    """Run a runtime constructor at settings time; its GatewayError becomes a settings error."""
+    try:
+        build(value)
+    except GatewayError as e:
+        raise ValueError(e.message) from None
+
+
+class CatalogSettings(Strict):
+    models: dict[str, ModelOptions] = {}
+    aliases: dict[str, str] = {"llama2_7b": "tiny_llm"}
+    expose: Literal["all", "listed"] = "all"  # "all": every text LLM in Triton; "listed": only `models`
     default_model: str = ""  # for routes without a model name; "" = first exposed
 
-    @classmethod
-    def parse(cls, raw: Mapping[str, Any]) -> CatalogSettings:
-        models = {}
-        for name, section in (raw.get("models") or {}).items():
-            section = dict(section or {})
-            unknown = set(section) - {"profile", "tokenizer", "chat_template", "max_tokens", "max_new_tokens"}
-            if unknown:
-                raise invalid(f"models.{name}: unknown keys {sorted(unknown)}")
-            spec = ModelSpec(name=str(name), **section)
-            if spec.profile:
-                profiles.profile(spec.profile)
-            tokenizers.tokenizer(spec.tokenizer)
-            ChatTemplate(spec.chat_template)
-            models[str(name)] = spec
-        aliases = raw.get("aliases")
-        expose = str(raw.get("expose", "all"))
-        if expose not in ("all", "listed"):
-            raise invalid("expose must be 'all' or 'listed'")
-        return cls(
-            models=models,
-            aliases=dict(aliases) if aliases is not None else cls().aliases,
-            expose=expose,
-            default_model=str(raw.get("default_model", "")),
-        )
+    @model_validator(mode="after")
+    def _listed_needs_models(self):
+        if self.expose == "listed" and not self.models:
+            raise ValueError("expose: listed needs at least one entry in models")
+        return self
 
 
 class Catalog:
     def __init__(self, upstream: Upstream, settings: CatalogSettings):
         self.upstream = upstream
         self.settings = settings
+        self._specs = {n: ModelSpec(name=n, **o.model_dump()) for n, o in settings.models.items()}
         self._templates: dict[str, ChatTemplate] = {}
 
     async def served(self) -> list[str]:
@@ -111,7 +131,7 @@ class Catalog:
         name = name or await self.default_name()
         target = self.settings.aliases.get(name, name)
         meta = await self._served_metadata(name, target)
-        spec = self.settings.models.get(target) or ModelSpec(name=target)
+        spec = self._specs.get(target) or ModelSpec(name=target)
         prof = profiles.profile(spec.profile or profiles.guess_profile(meta))
         return Resolved(name, spec, meta, prof, tokenizers.tokenizer(spec.tokenizer), self._template(spec))
 

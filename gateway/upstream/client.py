@@ -21,6 +21,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from gateway.core.errors import ErrorKind, GatewayError, from_grpc_code
 from gateway.core.tensors import InferRequest, InferResponse, ModelIndexEntry, ModelMetadata
+from gateway.edge import current
 
 from . import codec
 
@@ -104,9 +105,15 @@ class _TTLCache:
 
 
 class TritonUpstream:
-    def __init__(self, target: str, *, default_timeout: float = 60.0, cache_ttl: float = 2.0, retries: int = 3):
+    """Deadlines and request ids: a call made while the edge handles a request takes the request's
+    remaining deadline (shortened by an explicit ``timeout``) and, when the request has no id of its
+    own, the edge's request id; outside a request, ``default_timeout`` / ``stream_timeout`` apply."""
+
+    def __init__(self, target: str, *, default_timeout: float = 60.0, cache_ttl: float = 2.0, retries: int = 3,
+                 stream_timeout: float = 600.0):
         self.target = target
         self.default_timeout = default_timeout
+        self.stream_timeout = stream_timeout
         self.retries = retries
         self._cache = _TTLCache(cache_ttl)
         self._pending: dict[tuple, asyncio.Future] = {}
@@ -139,8 +146,20 @@ class TritonUpstream:
             raise GatewayError(ErrorKind.INTERNAL, "upstream used before connect()")
         return self._stub
 
-    def _timeout(self, timeout: float | None) -> float:
-        return self.default_timeout if timeout is None else timeout
+    def _timeout(self, timeout: float | None, stream: bool = False) -> float:
+        call = current()
+        if call is not None:
+            remaining = call.remaining(stream)
+        else:
+            remaining = self.stream_timeout if stream else self.default_timeout
+        return remaining if timeout is None else min(timeout, remaining)
+
+    @staticmethod
+    def _request_id(req: InferRequest) -> None:
+        if not req.id:
+            call = current()
+            if call is not None:
+                req.id = call.request_id
 
     async def _idempotent(self, method: str, request, timeout: float | None = None):
         """A read-only call, retried on UNAVAILABLE."""
@@ -158,6 +177,7 @@ class TritonUpstream:
 
     # -- inference -------------------------------------------------------------------------
     async def infer(self, req: InferRequest, *, timeout: float | None = None) -> InferResponse:
+        self._request_id(req)
         msg = codec.encode_request(req)
         with _translate():
             resp = await self.stub.ModelInfer(msg, timeout=self._timeout(timeout))
@@ -169,10 +189,11 @@ class TritonUpstream:
         Closing the generator early (client gone, task cancelled) cancels the call, which Triton
         passes on to the model (``response_sender.is_cancelled()``).
         """
+        self._request_id(req)
         if not req.id:
             req.id = f"gw-{next(self._ids)}"
         msg = codec.encode_request(req, stream=True)
-        call = self.stub.ModelStreamInfer(timeout=self._timeout(timeout))
+        call = self.stub.ModelStreamInfer(timeout=self._timeout(timeout, stream=True))
         try:
             with _translate():
                 await call.write(msg)

@@ -12,6 +12,7 @@ import urllib.request
 
 import psutil
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import ROOT, free_port, gateway_config, start_gateway, stop_gateway, wait_http
 
@@ -125,9 +126,11 @@ def test_two_workers_share_the_ports_aggregate_metrics_and_stop_together(triton,
             assert client.infer("saved_model_half_plus_three", [x]).as_numpy("y")[0] == 4.0
             client.close()
         _, body = _get(gw.url("admin_http") + "/metrics")
-        line = next(ln for ln in body.decode().splitlines()
-                    if ln.startswith('gateway_requests_total{dialect="v2_grpc",model="ModelInfer",outcome="ok"}'))
-        assert float(line.split()[-1]) == 12.0
+        want = {"dialect": "v2", "listener": "v2_grpc", "route": "ModelInfer",
+                "model": "saved_model_half_plus_three", "outcome": "ok"}
+        values = [s.value for fam in text_string_to_metric_families(body.decode()) for s in fam.samples
+                  if s.name == "gateway_requests_total" and s.labels == want]
+        assert values == [12.0]
     finally:
         stop_gateway(gw)
     assert gw.proc.returncode == 0, gw.log_tail()
@@ -136,7 +139,6 @@ def test_two_workers_share_the_ports_aggregate_metrics_and_stop_together(triton,
 
 
 def test_triton_that_cannot_start_fails_clearly_with_its_log_tail(tmp_path):
-    from dataclasses import replace
 
     import pytest
 
@@ -146,7 +148,7 @@ def test_triton_that_cannot_start_fails_clearly_with_its_log_tail(tmp_path):
     repo = tmp_path / "repo"
     (repo / "broken" / "1").mkdir(parents=True)
     (repo / "broken" / "config.pbtxt").write_text('name: "broken"\nbackend: "python"\ninput [ { name: ')
-    cfg = replace(LocalTriton(), venv=str(ROOT / ".venv-triton"), model_repository=str(repo),
+    cfg = LocalTriton(venv=str(ROOT / ".venv-triton"), model_repository=str(repo),
                   workdir=str(ROOT / ".run" / "test-broken-triton"), http_port=free_port(),
                   grpc_port=free_port(), metrics_port=free_port(), startup_timeout_s=60)
     with pytest.raises(localtriton.TritonStartError) as err:
@@ -157,14 +159,13 @@ def test_triton_that_cannot_start_fails_clearly_with_its_log_tail(tmp_path):
 
 
 def test_missing_triton_environment_is_reported(tmp_path):
-    from dataclasses import replace
 
     import pytest
 
     from gateway import localtriton
     from gateway.settings import LocalTriton
 
-    cfg = replace(LocalTriton(), venv=str(tmp_path / "nowhere"))
+    cfg = LocalTriton(venv=str(tmp_path / "nowhere"))
     with pytest.raises(localtriton.TritonStartError, match="make install"):
         localtriton.start(cfg, ROOT)
 

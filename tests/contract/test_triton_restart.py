@@ -7,7 +7,6 @@ import json
 import time
 import urllib.error
 import urllib.request
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,7 +14,8 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from gateway import localtriton
-from gateway.settings import LISTENERS, LocalTriton
+from gateway.dialects import LISTENERS
+from gateway.settings import LocalTriton
 from tests.support import ROOT, free_port, gateway_config, start_gateway, stop_gateway
 
 
@@ -38,7 +38,7 @@ def _health(gw) -> int:
 
 @pytest.fixture
 def own_triton(tmp_path):
-    cfg = replace(LocalTriton(), venv=str(ROOT / ".venv-triton"), model_repository=str(ROOT / "model_repository"),
+    cfg = LocalTriton(venv=str(ROOT / ".venv-triton"), model_repository=str(ROOT / "model_repository"),
                   workdir=str(ROOT / ".run" / "restart-triton"), http_port=free_port(), grpc_port=free_port(),
                   metrics_port=free_port(), startup_timeout_s=120)
     procs = [localtriton.start(cfg, ROOT, log_path=tmp_path / "triton-1.log")]

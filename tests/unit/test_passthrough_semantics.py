@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from dataclasses import replace
 
 import grpc
 import pytest
+from prometheus_client import REGISTRY
+from tritonclient.grpc import service_pb2
 
-from gateway import settings as settings_mod
 from gateway.app import Worker
-from gateway.dialects.v2.passthrough import forward_metadata
+from gateway.dialects.v2.passthrough import forward_metadata, model_name
+from tests.support import worker_settings
 
 SVC = "/inference.GRPCInferenceService/"
 
@@ -67,12 +68,8 @@ async def proxy():
     upstream.add_generic_rpc_handlers((fake,))
     up_port = upstream.add_insecure_port("127.0.0.1:0")
     await upstream.start()
-    s = settings_mod.load(None, env={})
     port = _port()
-    listeners = {n: replace(lst, enabled=(n == "v2_grpc"), host="127.0.0.1", port=port if n == "v2_grpc" else lst.port)
-                 for n, lst in s.listeners.items()}
-    s = replace(s, listeners=listeners, upstream=replace(s.upstream, grpc=f"127.0.0.1:{up_port}"))
-    worker = Worker(s)
+    worker = Worker(worker_settings({"v2_grpc": port}, f"127.0.0.1:{up_port}"))
     ctx = await worker.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", -1),
                                                                       ("grpc.max_receive_message_length", -1)])
@@ -114,8 +111,46 @@ async def test_client_cancellation_reaches_upstream(proxy):
     fake, channel, _ = proxy
     call = channel.unary_unary(SVC + "ModelInfer")(b"slow", timeout=20)
     await asyncio.sleep(0.3)
+    assert not fake.cancelled.is_set()
     call.cancel()
     await asyncio.wait_for(fake.cancelled.wait(), 5)
+    assert fake.cancelled.is_set() and call.cancelled()
+
+
+async def test_a_call_without_a_deadline_gets_the_listeners_default(proxy):
+    fake, channel, ctx = proxy
+    await channel.unary_unary(SVC + "ServerMetadata")(b"x")  # no client deadline
+    default = ctx.settings.listener("v2_grpc").timeout_s
+    assert fake.seen["time_remaining"] is not None and default - 5 < fake.seen["time_remaining"] <= default + 0.5
+
+
+async def test_request_ids_come_back_in_trailing_metadata(proxy):
+    _, channel, _ = proxy
+    call = channel.unary_unary(SVC + "ServerMetadata")(b"x", metadata=(("x-request-id", "client-id-1"),), timeout=5)
+    await call
+    assert ("x-request-id", "client-id-1") in tuple(await call.trailing_metadata())
+    call = channel.unary_unary(SVC + "ServerMetadata")(b"x", timeout=5)
+    await call
+    generated = dict(tuple(await call.trailing_metadata()))["x-request-id"]
+    assert generated and generated != "client-id-1"
+
+
+def test_the_model_name_is_read_from_the_raw_request():
+    raw = service_pb2.ModelInferRequest(model_name="resnet", id="r1", model_version="3").SerializeToString()
+    assert model_name(raw) == "resnet"
+    raw = service_pb2.ModelInferRequest(id="only-id").SerializeToString()
+    assert model_name(raw) == ""
+    assert model_name(b"\x0a\x05res") == "res"  # truncated: what is there, never an exception
+    assert model_name(b"\xff") == ""
+
+
+async def test_metrics_are_labelled_with_the_model_not_the_rpc(proxy):
+    _, channel, _ = proxy
+    labels = {"dialect": "v2", "listener": "v2_grpc", "route": "ModelInfer", "model": "resnet", "outcome": "ok"}
+    before = REGISTRY.get_sample_value("gateway_requests_total", labels) or 0
+    raw = service_pb2.ModelInferRequest(model_name="resnet").SerializeToString()
+    await channel.unary_unary(SVC + "ModelInfer")(raw, timeout=5)
+    assert REGISTRY.get_sample_value("gateway_requests_total", labels) == before + 1
 
 
 async def test_bidirectional_stream_passes_through(proxy):
@@ -142,14 +177,22 @@ def test_hop_by_hop_metadata_is_not_forwarded():
     assert forward_metadata(md) == (("x-keep", "1"),)
 
 
-async def test_requests_over_the_in_flight_limit_are_resource_exhausted(proxy):
+async def test_requests_over_the_in_flight_limit_get_tritons_queue_full_answer(proxy):
     _, channel, ctx = proxy
-    ctx.inflight = ctx.settings.limits.max_inflight  # as if the worker were full
+    ctx.admission.inflight = ctx.settings.limits.max_inflight  # as if the worker were full
     try:
+        for method in ("ModelInfer", "ServerMetadata"):
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await channel.unary_unary(SVC + method)(b"x", timeout=5)
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert err.value.details() == "Exceeds maximum queue size"
         with pytest.raises(grpc.aio.AioRpcError) as err:
-            await channel.unary_unary(SVC + "ModelInfer")(b"x", timeout=5)
-        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert "too many requests in flight" in err.value.details()
+            [m async for m in channel.stream_stream(SVC + "ModelStreamInfer")(_one(b"a"), timeout=5)]
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
     finally:
-        ctx.inflight = 0
+        ctx.admission.inflight = 0
     assert await channel.unary_unary(SVC + "ModelInfer")(b"x", timeout=5) == b"echo:x"
+
+
+async def _one(item: bytes):
+    yield item

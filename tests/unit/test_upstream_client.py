@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from tritonclient.grpc import model_config_pb2, service_pb2
 
+from gateway import edge
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.core.tensors import InferRequest, Tensor
 from gateway.upstream import TritonUpstream
@@ -47,6 +48,7 @@ class Scripted(grpc.GenericRpcHandler):
         return grpc.unary_unary_rpc_method_handler(fn, req_type.FromString, lambda m: m.SerializeToString())
 
     async def infer(self, req, context):
+        self.last_infer = (req, context.time_remaining())
         if req.model_name == "flaky":
             await context.abort(grpc.StatusCode.UNAVAILABLE, "Socket closed")
         if req.model_name == "missing":
@@ -207,3 +209,40 @@ async def test_a_failed_fetch_is_not_cached(upstream):
     assert err.value.kind is ErrorKind.UNAVAILABLE
     scripted.unavailable_left = 0
     assert (await up.model_metadata("flaky-meta")).name == "flaky-meta"
+
+
+def _infer_request() -> InferRequest:
+    return InferRequest("m", [Tensor("x", np.array([1.0], np.float32), "FP32")])
+
+
+async def test_request_id_and_deadline_come_from_the_edge_call(upstream):
+    up, scripted = upstream
+    call = edge.Call("client-rid-7", "predict", timeout=2.0, stream_timeout=30.0)
+    token = edge._current.set(call)
+    try:
+        await up.infer(_infer_request())
+        await up.infer(_infer_request(), timeout=0.5)  # an explicit, shorter timeout wins
+        short = scripted.last_infer[1]
+        [r async for r in up.stream(_prompt())]
+    finally:
+        edge._current.reset(token)
+    assert scripted.last_infer[0].id == "client-rid-7"
+    assert 0 < short <= 0.6
+    assert scripted.last_stream_request.id == "client-rid-7"
+
+
+async def test_outside_a_request_the_default_deadline_applies(upstream):
+    up, scripted = upstream
+    await up.infer(_infer_request())
+    req, remaining = scripted.last_infer
+    assert req.id == "" and 50 < remaining <= 60.5  # TritonUpstream's default_timeout is 60 s
+
+
+async def test_the_listener_deadline_applies_when_it_is_shorter(upstream):
+    up, scripted = upstream
+    token = edge._current.set(edge.Call("r", "predict", timeout=1.5, stream_timeout=30.0, client_timeout=None))
+    try:
+        await up.infer(_infer_request())
+    finally:
+        edge._current.reset(token)
+    assert 0 < scripted.last_infer[1] <= 1.6

@@ -1,4 +1,4 @@
-"""The ``dialects.grps`` settings section, parsed once into frozen dataclasses.
+"""The ``dialects.grps`` settings section, declared as a strict pydantic model.
 
     dialects:
       grps:
@@ -24,133 +24,49 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from gateway.settings import SettingsError
+from pydantic import BeforeValidator, Field
+
+from gateway.settings import Strict
 
 CTRL_MODES = ("query_param", "header_param", "body_param")
 
 
-def _fail(where: str, what: str) -> SettingsError:
-    return SettingsError(f"dialects.grps{where}: {what}")
+def _version_text(value: Any) -> Any:
+    """``triton_version: 123`` and ``"123"`` mean the same version."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
-@dataclass(frozen=True, slots=True)
-class Streaming:
-    ctrl_mode: str = "query_param"
+class Streaming(Strict):
+    ctrl_mode: Literal["query_param", "header_param", "body_param"] = "query_param"
     ctrl_key: str = "streaming"
     res_content_type: str = "application/octet-stream"
 
 
-@dataclass(frozen=True, slots=True)
-class ModelRule:
+class ModelRule(Strict):
     """How GRPS payloads map onto one Triton model; empty fields are derived from its metadata."""
 
     triton_model: str = ""
-    triton_version: str = ""
+    triton_version: Annotated[str, BeforeValidator(_version_text)] = ""
     str_input: str = ""
     str_output: str = ""
     ndarray_input: str = ""
     ndarray_output: str = ""
-    inputs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    inputs: dict[str, Any] = {}
 
 
-@dataclass(frozen=True, slots=True)
-class GrpsSettings:
+class GrpsSettings(Strict):
     default_model: str = "grps_echo-1"
     start_online: bool = True
     http_error_status: bool = True
     pretty_json: bool = True
-    default_max_tokens: int = 64
-    streaming: Streaming = field(default_factory=Streaming)
-    models: Mapping[str, ModelRule] = field(default_factory=lambda: MappingProxyType({}))
+    default_max_tokens: Annotated[int, Field(ge=1)] = 64
+    streaming: Streaming = Streaming()
+    models: dict[str, ModelRule] = {}
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain data, for the server metadata answer."""
-        return {
-            "default_model": self.default_model,
-            "start_online": self.start_online,
-            "http_error_status": self.http_error_status,
-            "pretty_json": self.pretty_json,
-            "default_max_tokens": self.default_max_tokens,
-            "streaming": {
-                "ctrl_mode": self.streaming.ctrl_mode,
-                "ctrl_key": self.streaming.ctrl_key,
-                "res_content_type": self.streaming.res_content_type,
-            },
-            "models": {k: _rule_dict(r) for k, r in self.models.items()},
-        }
-
-
-def _rule_dict(rule: ModelRule) -> dict[str, Any]:
-    out = {k: getattr(rule, k) for k in ModelRule.__slots__ if k != "inputs" and getattr(rule, k)}
-    if rule.inputs:
-        out["inputs"] = dict(rule.inputs)
-    return out
-
-
-def _section(data: Any, cls, where: str, convert=None):
-    if data is None:
-        return cls()
-    if not isinstance(data, Mapping):
-        raise _fail(where, "expected a mapping")
-    known = set(cls.__slots__)
-    unknown = set(data) - known
-    if unknown:
-        raise _fail(where, f"unknown keys {sorted(unknown)}; known: {sorted(known)}")
-    kwargs = dict(data)
-    if convert:
-        kwargs = convert(kwargs, where)
-    return cls(**kwargs)
-
-
-def _bool(value: Any, where: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    raise _fail(where, f"{value!r} is not a boolean")
-
-
-def _top(kw: dict, where: str) -> dict:
-    for key in ("start_online", "http_error_status", "pretty_json"):
-        if key in kw:
-            kw[key] = _bool(kw[key], f"{where}.{key}")
-    if "default_model" in kw:
-        kw["default_model"] = str(kw["default_model"])
-    if "default_max_tokens" in kw:
-        kw["default_max_tokens"] = int(kw["default_max_tokens"])
-    kw["streaming"] = _section(kw.get("streaming"), Streaming, f"{where}.streaming", _streaming)
-    models = kw.get("models") or {}
-    if not isinstance(models, Mapping):
-        raise _fail(f"{where}.models", "expected a mapping")
-    kw["models"] = MappingProxyType(
-        {str(k): _section(v or {}, ModelRule, f"{where}.models.{k}", _rule) for k, v in models.items()}
-    )
-    return kw
-
-
-def _streaming(kw: dict, where: str) -> dict:
-    if kw.get("ctrl_mode", "query_param") not in CTRL_MODES:
-        raise _fail(f"{where}.ctrl_mode", f"must be one of {list(CTRL_MODES)}")
-    return {k: str(v) for k, v in kw.items()}
-
-
-def _rule(kw: dict, where: str) -> dict:
-    inputs = kw.pop("inputs", None) or {}
-    if not isinstance(inputs, Mapping):
-        raise _fail(f"{where}.inputs", "expected a mapping of input name to value")
-    kw = {k: str(v) for k, v in kw.items()}
-    kw["inputs"] = MappingProxyType(dict(inputs))
-    return kw
-
-
-def parse(section: Mapping[str, Any]) -> GrpsSettings:
-    """``ctx.settings.dialect("grps")`` → GrpsSettings (SettingsError on a bad section)."""
-    try:
-        return _section(section, GrpsSettings, "", _top)
-    except (TypeError, ValueError) as e:
-        raise _fail("", str(e)) from None
+        """Plain data, for the server metadata answer (fields left at their empty default omitted)."""
+        out = self.model_dump(mode="json", exclude={"models"})
+        out["models"] = {k: r.model_dump(mode="json", exclude_defaults=True) for k, r in self.models.items()}
+        return out

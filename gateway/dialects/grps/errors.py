@@ -3,13 +3,25 @@
 GRPS reports every error in ``GrpsMessage.status`` as ``{code, msg, status: FAILURE}`` with an
 HTTP-like code. The HTTP side answers with the same HTTP status (unless configured to answer 200 like
 the C++ server); gRPC always answers grpc OK with the error in the body, as GRPS does.
+
+Overloaded is the exception: GRPS runs on brpc, which refuses a request past the server's
+``max_concurrency`` before GRPS sees it, with ELIMIT "Reached server's max_concurrency=N": HTTP 503
+and gRPC UNAVAILABLE (brpc ErrorCodeToStatusCode / ErrorCodeToGrpcStatus). The gateway writes that
+text in GRPS's envelope on HTTP (so GRPS clients can parse it) and as the gRPC status.
 """
 
 from __future__ import annotations
 
 import logging
 
+import grpc
+from sanic import response
+
 from gateway.core.errors import ErrorKind, GatewayError
+from gateway.dialect import GrpcStatus
+
+from . import codec
+from .config import GrpsSettings
 
 log = logging.getLogger("gateway.grps")
 
@@ -21,6 +33,7 @@ TABLE: dict[ErrorKind, tuple[int, str]] = {
     ErrorKind.NOT_READY: (503, "Service Unavailable: "),
     ErrorKind.UNAVAILABLE: (503, "Service Unavailable: "),
     ErrorKind.RESOURCE_EXHAUSTED: (503, "Service Unavailable: "),
+    ErrorKind.OVERLOADED: (503, ""),
     ErrorKind.DEADLINE_EXCEEDED: (500, "Deadline exceeded: "),
     ErrorKind.CANCELLED: (500, "Cancelled: "),
     ErrorKind.UNIMPLEMENTED: (500, "Not supported: "),
@@ -41,3 +54,30 @@ def from_exception(exc: BaseException) -> GatewayError:
         return exc
     log.exception("grps: unexpected error", exc_info=exc)
     return GatewayError(ErrorKind.INTERNAL, "unexpected error in the gateway (see its log)")
+
+
+class Rendering:
+    """The edge's ErrorRendering for both GRPS listeners (depends on the section's switches)."""
+
+    def __init__(self, cfg: GrpsSettings):
+        self.cfg = cfg
+
+    def overloaded(self, limit: int) -> GatewayError:
+        return GatewayError(ErrorKind.OVERLOADED, f"Reached server's max_concurrency={limit}")
+
+    def message(self, err: GatewayError, status: int | None = None) -> codec.GrpsMessage:
+        code, msg = render(err)
+        return codec.failure(status or code, msg)
+
+    def http(self, err: GatewayError, status: int | None = None):
+        msg = self.message(err, status)
+        code = msg.status.code
+        if not self.cfg.http_error_status and err.kind is not ErrorKind.OVERLOADED:
+            code = 200  # the C++ server answers HTTP 200 with the failure in the body
+        body = codec.message_to_json(msg, self.cfg.pretty_json)
+        return response.raw(body, status=code, content_type="application/json")
+
+    def grpc(self, err: GatewayError) -> GrpcStatus | codec.GrpsMessage:
+        if err.kind is ErrorKind.OVERLOADED:
+            return GrpcStatus(grpc.StatusCode.UNAVAILABLE, err.message)
+        return self.message(err)

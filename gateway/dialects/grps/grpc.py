@@ -7,17 +7,20 @@ stream that fails ends with one FAILURE message.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 
 import grpc
 
 from gateway._proto import grps_pb2_grpc
-from gateway.context import GatewayContext
+from gateway.edge import Edge
 
 from . import codec
-from .service import GrpsService, service_for
+from .service import GrpsService
 
 
-class GrpsServicer(grps_pb2_grpc.GrpsServiceServicer):
+class GrpsServicer:
+    """The eight RPCs over the worker's GrpsService; the edge renders errors (OK + FAILURE body)."""
+
     def __init__(self, svc: GrpsService):
         self.svc = svc
 
@@ -34,10 +37,7 @@ class GrpsServicer(grps_pb2_grpc.GrpsServiceServicer):
         return await self.svc.ready()
 
     async def Predict(self, request, context):  # noqa: N802
-        try:
-            return (await self.svc.predict(request))[0]
-        except Exception as exc:  # noqa: BLE001 - rendered in the body, grpc status stays OK
-            return self.svc.render(exc)
+        return (await self.svc.predict(request))[0]
 
     async def PredictStreaming(self, request, context) -> AsyncIterator[codec.GrpsMessage]:  # noqa: N802
         messages = self.svc.predict_stream(request)
@@ -48,19 +48,17 @@ class GrpsServicer(grps_pb2_grpc.GrpsServiceServicer):
             await messages.aclose()  # client gone: closing cancels the Triton request
 
     async def ServerMetadata(self, request, context):  # noqa: N802
-        try:
-            return await self.svc.server_metadata()
-        except Exception as exc:  # noqa: BLE001
-            return self.svc.render(exc)
+        return await self.svc.server_metadata()
 
     async def ModelMetadata(self, request, context):  # noqa: N802
-        try:
-            return await self.svc.model_metadata(request)
-        except Exception as exc:  # noqa: BLE001
-            return self.svc.render(exc)
+        return await self.svc.model_metadata(request)
 
 
-def register(server: grpc.aio.Server, ctx: GatewayContext) -> None:
-    svc = service_for(ctx)
-    svc.monitor.start()  # Worker.start calls register inside the running loop
-    grps_pb2_grpc.add_GrpsServiceServicer_to_server(GrpsServicer(svc), server)
+UNARY = ("Online", "Offline", "CheckLiveness", "CheckReadiness", "Predict", "ServerMetadata", "ModelMetadata")
+
+
+def attach(server: grpc.aio.Server, edge: Edge, svc: GrpsService) -> None:
+    servicer = GrpsServicer(svc)
+    wrapped = {m: edge.unary(m, getattr(servicer, m)) for m in UNARY}
+    wrapped["PredictStreaming"] = edge.stream("PredictStreaming", servicer.PredictStreaming)
+    grps_pb2_grpc.add_GrpsServiceServicer_to_server(SimpleNamespace(**wrapped), server)

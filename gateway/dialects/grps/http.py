@@ -10,45 +10,28 @@
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 from sanic import Request, Sanic, response
-from sanic.exceptions import SanicException
 
-from gateway.context import GatewayContext
 from gateway.core.errors import invalid
-from gateway.http import make_app
+from gateway.edge import Edge, stream_headers
 
 from . import codec, monitor_page
-from .service import GrpsService, service_for
+from .service import GrpsService
 
-log = logging.getLogger("gateway.grps")
 METHODS = ["GET", "POST", "PUT"]
 JSON = "application/json"
 OCTET = "application/octet-stream"
 
 
-def build(ctx: GatewayContext) -> Sanic:
-    svc = service_for(ctx)
-    app = make_app("grps_http", ctx.settings)
+def attach(app: Sanic, edge: Edge, svc: GrpsService) -> None:
+    """GRPS's routes behind the edge (errors in GRPS's envelope, by the dialect's Rendering)."""
     app.ctx.grps = svc
-
-    @app.before_server_start
-    async def _start_monitor(_app):
-        svc.monitor.start()
-
-    @app.after_server_stop
-    async def _stop_monitor(_app):
-        await svc.monitor.stop()
-
-    app.add_route(_health, "/grps/v1/health/<op:online|offline|live|ready>", methods=METHODS)
-    app.add_route(_predict, "/grps/v1/infer/predict", methods=METHODS)
-    app.add_route(_server_metadata, "/grps/v1/metadata/server", methods=METHODS)
-    app.add_route(_model_metadata, "/grps/v1/metadata/model", methods=METHODS)
-    monitor_page.add_routes(app, svc.monitor)
-    app.error_handler.add(Exception, _on_error)
-    return app
+    edge.route(app, _health, "/grps/v1/health/<op:online|offline|live|ready>", METHODS, "health")
+    edge.route(app, _predict, "/grps/v1/infer/predict", METHODS, "predict")
+    edge.route(app, _server_metadata, "/grps/v1/metadata/server", METHODS, "server_metadata")
+    edge.route(app, _model_metadata, "/grps/v1/metadata/model", METHODS, "model_metadata")
+    monitor_page.add_routes(app, edge, svc.monitor)
 
 
 # -- rendering ------------------------------------------------------------------------------------
@@ -71,22 +54,6 @@ def _http_status(request: Request, code: int) -> int:
     return code if _svc(request).cfg.http_error_status else 200
 
 
-def _error(request: Request, exc: BaseException):
-    return _answer(request, GrpsService.render(exc))
-
-
-async def _on_error(request: Request, exc: Exception):
-    """Errors outside the handlers (unknown route, body too large, bad method) in GRPS's envelope."""
-    if isinstance(exc, SanicException):
-        code = exc.status_code if exc.status_code in (400, 404, 413) else 500
-        msg = codec.failure(code, str(exc) or "error")
-    else:
-        msg = GrpsService.render(exc)
-    cfg = _svc(request).cfg
-    status = msg.status.code if cfg.http_error_status else 200
-    return response.raw(codec.message_to_json(msg, cfg.pretty_json), status=status, content_type=JSON)
-
-
 # -- handlers -------------------------------------------------------------------------------------
 async def _health(request: Request, op: str):
     svc = _svc(request)
@@ -96,33 +63,24 @@ async def _health(request: Request, op: str):
 
 
 async def _server_metadata(request: Request):
-    try:
-        return _answer(request, await _svc(request).server_metadata())
-    except Exception as exc:  # noqa: BLE001 - rendered in GRPS's envelope
-        return _error(request, exc)
+    return _answer(request, await _svc(request).server_metadata())
 
 
 async def _model_metadata(request: Request):
-    try:
-        msg = codec.parse_message(codec.load_json(request.body))
-        return _answer(request, await _svc(request).model_metadata(msg))
-    except Exception as exc:  # noqa: BLE001
-        return _error(request, exc)
+    msg = codec.parse_message(codec.load_json(request.body))
+    return _answer(request, await _svc(request).model_metadata(msg))
 
 
 async def _predict(request: Request):
     svc = _svc(request)
-    try:
-        msg, ndarray, streaming = _decode_predict(request, svc)
-        return_ndarray = request.args.get("return-ndarray", "").lower() == "true"
-        if streaming and return_ndarray:
-            raise invalid("Streaming and ret ndarray are not supported at the same time.")
-        if streaming:
-            return await _stream(request, svc, msg, ndarray)
-        out, arr = await svc.predict(msg, ndarray, return_ndarray)
-        return _answer(request, out, arr)
-    except Exception as exc:  # noqa: BLE001
-        return _error(request, exc)
+    msg, ndarray, streaming = _decode_predict(request, svc)
+    return_ndarray = request.args.get("return-ndarray", "").lower() == "true"
+    if streaming and return_ndarray:
+        raise invalid("Streaming and ret ndarray are not supported at the same time.")
+    if streaming:
+        return await _stream(request, svc, msg, ndarray)
+    out, arr = await svc.predict(msg, ndarray, return_ndarray)
+    return _answer(request, out, arr)
 
 
 def _decode_predict(request: Request, svc: GrpsService):
@@ -161,7 +119,7 @@ async def _stream(request: Request, svc: GrpsService, msg, ndarray):
         first = await anext(messages)
         if first.status.status == codec.FAILURE:
             return _answer(request, first)
-        resp = await request.respond(content_type=svc.cfg.streaming.res_content_type)
+        resp = await request.respond(content_type=svc.cfg.streaming.res_content_type, headers=stream_headers())
         pretty = svc.cfg.pretty_json
         await resp.send(_chunk(first, pretty))
         async for item in messages:

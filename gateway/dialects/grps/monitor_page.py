@@ -12,13 +12,15 @@ from importlib import resources
 import orjson
 from sanic import Request, Sanic, response
 
+from gateway.edge import Edge
+
 from . import codec
 from .monitor import Monitor
 
 PAGE = resources.files(__package__).joinpath("static/monitor.html")
 
 
-def add_routes(app: Sanic, monitor: Monitor) -> None:
+def add_routes(app: Sanic, edge: Edge, monitor: Monitor) -> None:
     html = PAGE.read_bytes()
 
     async def page(_request: Request):
@@ -36,7 +38,7 @@ def add_routes(app: Sanic, monitor: Monitor) -> None:
         monitor.advance()
         return response.raw(orjson.dumps(monitor.names()), content_type="application/json")
 
-    app.add_route(page, "/", methods=["GET"], name="monitor_root")
-    app.add_route(page, "/grps/v1/monitor/metrics", methods=["GET"], name="monitor_metrics")
-    app.add_route(series, "/grps/v1/monitor/series", methods=["GET"], name="monitor_series")
-    app.add_route(names, "/grps/v1/monitor/names", methods=["GET"], name="monitor_names")
+    edge.route(app, page, "/", ["GET"], "monitor_root", admit=False)
+    edge.route(app, page, "/grps/v1/monitor/metrics", ["GET"], "monitor_metrics", admit=False)
+    edge.route(app, series, "/grps/v1/monitor/series", ["GET"], "monitor_series", admit=False)
+    edge.route(app, names, "/grps/v1/monitor/names", ["GET"], "monitor_names", admit=False)

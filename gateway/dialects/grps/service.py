@@ -10,7 +10,6 @@ gRPC (as in the C++ GRPS server).
 from __future__ import annotations
 
 import time
-import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -20,7 +19,7 @@ import yaml
 from gateway.context import GatewayContext
 from gateway.core.errors import ErrorKind, GatewayError, invalid, not_found
 from gateway.core.tensors import InferResponse, ModelMetadata
-from gateway.metrics import track
+from gateway.edge import current
 
 from . import codec, config, errors, mapping
 from .monitor import Monitor
@@ -34,6 +33,13 @@ class GrpsService:
         self.cfg = cfg
         self.online = cfg.start_online
         self.monitor = Monitor()
+        self.errors = errors.Rendering(cfg)
+
+    async def start(self) -> None:
+        self.monitor.start()
+
+    async def close(self) -> None:
+        await self.monitor.stop()
 
     # -- health ---------------------------------------------------------------------------------
     def set_online(self, online: bool) -> codec.GrpsMessage:
@@ -63,17 +69,16 @@ class GrpsService:
     ) -> AsyncIterator[codec.GrpsMessage]:
         """Each model response as one message; an error (first or midway) ends with one FAILURE."""
         target = mapping.resolve(msg.model, self.cfg)
+        _name_model(target.name)
         start, ok, known = time.perf_counter(), False, ""
         try:
-            with track("grps", target.name):
-                meta = await self._metadata(target)
-                known = target.name
-                kind = "ndarray" if ndarray is not None else msg.WhichOneof("data_oneof")
-                req = mapping.to_request(msg, ndarray, meta, target, self.cfg, streaming=True)
-                async with self.ctx.admit():
-                    async for resp in self.ctx.upstream.stream(req, timeout=self.ctx.settings.limits.stream_timeout_s):
-                        if resp.outputs:
-                            yield mapping.from_response(resp, kind, meta, target.rule)[0]
+            meta = await self._metadata(target)
+            known = target.name
+            kind = "ndarray" if ndarray is not None else msg.WhichOneof("data_oneof")
+            req = mapping.to_request(msg, ndarray, meta, target, self.cfg, streaming=True)
+            async for resp in self.ctx.upstream.stream(req):
+                if resp.outputs:
+                    yield mapping.from_response(resp, kind, meta, target.rule)[0]
             ok = True
         except Exception as exc:  # noqa: BLE001 - rendered in-band, as GRPS does
             yield self.render(exc)
@@ -102,6 +107,7 @@ class GrpsService:
         if not msg.HasField("str_data") or not msg.str_data:
             raise invalid("No model name: send it in str_data.")
         target = mapping.resolve(msg.str_data, self.cfg)
+        _name_model(target.name)
         meta = await self._metadata(target)
         doc = {
             "name": target.name,
@@ -137,13 +143,12 @@ class GrpsService:
 
     @asynccontextmanager
     async def _measured(self, target: mapping.Target):
-        """Count and time one request; the block appends the model name once the model is known
-        (unknown names are counted in the total only, so clients cannot grow the monitor)."""
+        """Record one request in GRPS's monitor; the block appends the model name once the model is
+        known (unknown names are counted in the total only, so clients cannot grow the monitor)."""
+        _name_model(target.name)
         start, ok, known = time.perf_counter(), False, []
         try:
-            with track("grps", target.name):
-                async with self.ctx.admit():
-                    yield known
+            yield known
             ok = True
         finally:
             self.monitor.record(known[0] if known else "", time.perf_counter() - start, ok)
@@ -169,17 +174,12 @@ def _has(resp: InferResponse, name: str) -> bool:
     return any(t.name == name for t in resp.outputs)
 
 
-_SERVICES: dict[int, tuple[weakref.ref, GrpsService]] = {}
+def _name_model(name: str) -> None:
+    call = current()
+    if call is not None:
+        call.model = name
 
 
-def service_for(ctx: GatewayContext) -> GrpsService:
-    """The one GrpsService of this worker (HTTP and gRPC share its online switch and monitor).
-
-    Keyed by the context's identity (GatewayContext is an unhashable dataclass).
-    """
-    hit = _SERVICES.get(id(ctx))
-    if hit is not None and hit[0]() is ctx:
-        return hit[1]
-    svc = GrpsService(ctx, config.parse(ctx.settings.dialect("grps")))
-    _SERVICES[id(ctx)] = (weakref.ref(ctx), svc)
-    return svc
+def open(ctx: GatewayContext, cfg: config.GrpsSettings) -> GrpsService:
+    """The dialect's per-worker state: HTTP and gRPC share its online switch and its monitor."""
+    return GrpsService(ctx, cfg)

@@ -3,13 +3,20 @@
 Body: ``{"error": "<message>", "error_type": "<type>"}`` for every family (OpenAI included, as
 MindIE does). After a stream has started, an error goes in-band in the family's framing
 (``data: <envelope>`` for SSE families, ``<envelope>\\0`` for vLLM).
+
+Overloaded: 429, as MindIE-MS's coordinator answers past ``max_requests`` (its text, "Too many
+requests"), in the server's JSON envelope with the ``overloaded`` error_type MindIE uses for its
+own 429s (memory-pressure interception), which the TGI client maps to OverloadedError and the
+openai SDK to a retried RateLimitError.
 """
 
 from __future__ import annotations
 
 import orjson
+from sanic import response
 
-from gateway.core.errors import ErrorKind, GatewayError
+from gateway.core.errors import GRPC_STATUS, ErrorKind, GatewayError
+from gateway.dialect import GrpcStatus
 
 VALIDATION = "Input Validation Error"
 
@@ -21,6 +28,7 @@ TABLE: dict[ErrorKind, tuple[int, str]] = {
     ErrorKind.UNAVAILABLE: (503, "Service Unavailable"),
     ErrorKind.DEADLINE_EXCEEDED: (500, "Incomplete Generation"),
     ErrorKind.RESOURCE_EXHAUSTED: (429, "Too Many Requests"),
+    ErrorKind.OVERLOADED: (429, "overloaded"),
     ErrorKind.CANCELLED: (500, "Incomplete Generation"),
     ErrorKind.UNIMPLEMENTED: (501, "Not Implemented"),
     ErrorKind.UPSTREAM_FAILED: (424, "Generation Error"),
@@ -41,3 +49,17 @@ def envelope(err: GatewayError) -> tuple[int, dict]:
 
 def envelope_bytes(err: GatewayError) -> bytes:
     return orjson.dumps(envelope(err)[1])
+
+
+class Rendering:
+    """The edge's ErrorRendering for the MindIE listener."""
+
+    def overloaded(self, limit: int) -> GatewayError:
+        return GatewayError(ErrorKind.OVERLOADED, "Too many requests")
+
+    def http(self, err: GatewayError, status: int | None = None):
+        code, body = envelope(err)
+        return response.raw(orjson.dumps(body), status=status or code, content_type="application/json")
+
+    def grpc(self, err: GatewayError) -> GrpcStatus:  # no gRPC listener; kept for completeness
+        return GrpcStatus(GRPC_STATUS[err.kind], message(err))

@@ -1,31 +1,26 @@
 """MindIE-style HTTP listener: one Sanic app serving every family on one port (default 1025).
 
 Handlers read, call, write: the family module builds a Plan (neutral GenerateRequest + encoder),
-``streaming`` runs it through the generation core, ``errors`` renders failures.
+``streaming`` runs it through the generation core; the edge renders failures (``errors.Rendering``).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import time
 import uuid
 
 import orjson
 from sanic import Request, Sanic, response
-from sanic.exceptions import SanicException
 
-from gateway import metrics as gw_metrics
 from gateway.context import GatewayContext
-from gateway.core.errors import ErrorKind, GatewayError, invalid
-from gateway.http import make_app
+from gateway.core.errors import invalid
+from gateway.edge import Edge, current
 from gateway.llm.catalog import Catalog
 from gateway.llm.service import GenerationService
 
 from . import errors, metrics, native, openai, streaming, tgi, triton_generate, vllm
 from .config import MindieConfig
-
-log = logging.getLogger("gateway.mindie")
 
 
 def new_request_id() -> str:
@@ -47,24 +42,27 @@ class Handlers:
     def __init__(self, ctx: GatewayContext, cfg: MindieConfig):
         self.ctx = ctx
         self.cfg = cfg
-        self.catalog = Catalog(ctx.upstream, cfg.catalog)
+        self.catalog = Catalog(ctx.upstream, cfg)
         self.service = GenerationService(ctx.upstream)
+        self.errors = errors.Rendering()
 
     async def run(self, request: Request, planner, body: dict | None = None, **kw):
         body = json_body(request) if body is None else body
         plan = await planner(body, self.catalog, new_request_id(), **kw)
         req = plan.req
-        req.timeout = min(req.timeout or self.cfg.request_timeout_s, self.cfg.request_timeout_s)
         name = plan.model.spec.name
+        call = current()
+        call.model = name
+        if req.timeout:
+            call.shorten(req.timeout)  # the request's own `timeout` (seconds), when it is shorter
         metrics.RECEIVED.labels(name).inc()
         ok = False
         try:
-            async with self.ctx.admit():
-                with gw_metrics.track("mindie", name), metrics.RUNNING.labels(name).track_inprogress():
-                    if req.stream:
-                        result = await streaming.stream(self.service, plan, request)
-                    else:
-                        result = await streaming.whole(self.service, plan)
+            with metrics.RUNNING.labels(name).track_inprogress():
+                if req.stream:
+                    result = await streaming.stream(self.service, plan, request)
+                else:
+                    result = await streaming.whole(self.service, plan)
             ok = True
             return result
         finally:
@@ -121,25 +119,11 @@ def _model_row(name: str, root: str) -> dict:
             "parent": None if name == root else root}
 
 
-def render_error(_request: Request, exc: Exception):
-    if isinstance(exc, GatewayError):
-        err = exc
-    elif isinstance(exc, SanicException):
-        kind = ErrorKind.NOT_FOUND if exc.status_code == 404 else ErrorKind.INVALID_ARGUMENT
-        status, body = errors.envelope(GatewayError(kind, str(exc)))
-        return response.json(body, status=exc.status_code or status)
-    else:
-        log.exception("mindie: unexpected error", exc_info=exc)
-        err = GatewayError(ErrorKind.INTERNAL, "internal error")
-    status, body = errors.envelope(err)
-    return response.json(body, status=status)
+def open(ctx: GatewayContext, cfg: MindieConfig) -> Handlers:
+    return Handlers(ctx, cfg)
 
 
-def build(ctx: GatewayContext) -> Sanic:
-    h = Handlers(ctx, MindieConfig.parse(ctx.settings.dialect("mindie")))
-    app = make_app("mindie_http", ctx.settings)
-    app.error_handler.add(Exception, render_error)
-
+def attach(app: Sanic, edge: Edge, h: Handlers) -> None:
     async def native_route(r):
         return await h.run(r, native.plan)
 
@@ -161,20 +145,19 @@ def build(ctx: GatewayContext) -> Sanic:
     async def triton_gen_stream(r, model):
         return await h.run(r, triton_generate.plan, path_model=model, stream=True)
 
-    app.add_route(native_route, "/infer", methods=["POST"], name="infer")
-    app.add_route(native_route, "/infer_token", methods=["POST"], name="infer_token")
-    app.add_route(h.generate, "/generate", methods=["POST"], name="generate")
-    app.add_route(tgi_stream, "/generate_stream", methods=["POST"], name="generate_stream")
-    app.add_route(tgi_compat, "/", methods=["POST"], name="compat")
-    app.add_route(h.info, "/info", methods=["GET"], name="info")
-    app.add_route(chat, "/v1/chat/completions", methods=["POST"], name="chat")
-    app.add_route(completions, "/v1/completions", methods=["POST"], name="completions")
-    app.add_route(h.models, "/v1/models", methods=["GET"], name="models")
-    app.add_route(h.model, "/v1/models/<model:str>", methods=["GET"], name="model")
-    app.add_route(triton_gen, r"/v2/models/<model:[\w\-.]+>/generate", methods=["POST"], name="tgen")
-    app.add_route(triton_gen_stream, r"/v2/models/<model:[\w\-.]+>/generate_stream", methods=["POST"],
-                  name="tgen_stream")
+    post, get = ["POST"], ["GET"]
+    edge.route(app, native_route, "/infer", post, "infer")
+    edge.route(app, native_route, "/infer_token", post, "infer_token")
+    edge.route(app, h.generate, "/generate", post, "generate")
+    edge.route(app, tgi_stream, "/generate_stream", post, "generate_stream")
+    edge.route(app, tgi_compat, "/", post, "compat")
+    edge.route(app, h.info, "/info", get, "info")
+    edge.route(app, chat, "/v1/chat/completions", post, "chat")
+    edge.route(app, completions, "/v1/completions", post, "completions")
+    edge.route(app, h.models, "/v1/models", get, "models")
+    edge.route(app, h.model, "/v1/models/<model:str>", get, "model")
+    edge.route(app, triton_gen, r"/v2/models/<model:[\w\-.]+>/generate", post, "tgen")
+    edge.route(app, triton_gen_stream, r"/v2/models/<model:[\w\-.]+>/generate_stream", post, "tgen_stream")
     for path, name in (("/health", "health"), ("/v2/health/live", "live"), ("/v2/health/ready", "ready")):
-        app.add_route(h.health, path, methods=["GET"], name=name)
-    app.add_route(h.health, r"/v2/models/<model:[\w\-.]+>/ready", methods=["GET"], name="model_ready")
-    return app
+        edge.route(app, h.health, path, get, name)
+    edge.route(app, h.health, r"/v2/models/<model:[\w\-.]+>/ready", get, "model_ready")

@@ -15,6 +15,7 @@ from contextlib import aclosing
 from sanic import Request, response
 
 from gateway.core.errors import ErrorKind, GatewayError
+from gateway.edge import stream_headers
 from gateway.llm.service import GenerationService
 from gateway.llm.types import Done, Token
 
@@ -49,7 +50,7 @@ async def stream(service: GenerationService, plan: Plan, request: Request) -> No
     async with aclosing(service.generate(plan.req, plan.model)) as events:
         try:
             first = await anext(events)  # errors before this point keep their HTTP status
-            resp = await request.respond(content_type=plan.encoder.content_type, headers=STREAM_HEADERS)
+            resp = await request.respond(content_type=plan.encoder.content_type, headers=stream_headers(STREAM_HEADERS))
             await resp.send(plan.encoder.head() + _encode(plan, first))
             async for ev in events:
                 await resp.send(_encode(plan, ev))

@@ -1,4 +1,4 @@
-"""The ``dialects.tfserving`` YAML section, parsed once into frozen dataclasses.
+"""The ``dialects.tfserving`` YAML section, declared as a strict pydantic model.
 
     dialects:
       tfserving:
@@ -21,12 +21,11 @@ A signature may name another Triton model (``triton:``). Omitted ``inputs``/``ou
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any
+from typing import Literal
 
-from gateway.settings import SettingsError
+from pydantic import model_validator
+
+from gateway.settings import Names, Strict
 
 METHODS = {"predict": "tensorflow/serving/predict", "classify": "tensorflow/serving/classify",
            "regress": "tensorflow/serving/regress"}
@@ -35,113 +34,42 @@ REGRESS_SIGNATURE = "tensorflow/serving/regress"
 CLASSIFY_SIGNATURE = "tensorflow/serving/classify"
 
 
-@dataclass(frozen=True, slots=True)
-class SignatureConf:
-    method: str = "predict"  # predict | classify | regress
+class SignatureConf(Strict):
+    method: Literal["predict", "classify", "regress"] = "predict"
     triton: str = ""  # "" = the model's Triton model
-    inputs: Mapping[str, str] | None = None  # predict: alias -> Triton input
-    outputs: Mapping[str, str] | None = None  # predict: alias -> Triton output
-    features: Mapping[str, str] | None = None  # classify/regress: feature -> Triton input
+    inputs: dict[str, str] | None = None  # predict: alias -> Triton input
+    outputs: dict[str, str] | None = None  # predict: alias -> Triton output
+    features: dict[str, str] | None = None  # classify/regress: feature -> Triton input
     output: str = ""  # regress: the Triton output holding one value per example
     scores: str = ""  # classify: the Triton output holding scores [N] or [N, C]
     classes: str = ""  # classify: optional BYTES Triton output holding labels [N, C]
-    labels: tuple[str, ...] = ()  # classify: fixed labels for the C score columns
+    labels: Names = ()  # classify: fixed labels for the C score columns
+
+    @model_validator(mode="after")
+    def _needs(self):
+        if self.method == "classify" and not self.scores:
+            raise ValueError("a classify signature needs 'scores'")
+        if self.method == "regress" and not self.output:
+            raise ValueError("a regress signature needs 'output'")
+        return self
 
 
-@dataclass(frozen=True, slots=True)
-class ModelConf:
-    name: str
-    triton: str
-    version_labels: Mapping[str, int] = field(default_factory=dict)
-    signatures: Mapping[str, SignatureConf] = field(default_factory=dict)
+class ModelConf(Strict):
+    triton: str = ""  # "" = the TF name (filled in by TFServingConfig)
+    version_labels: dict[str, int] = {}
+    signatures: dict[str, SignatureConf] = {}
     derived: bool = True  # add serving_default (and the derived example signatures) from metadata
 
 
-@dataclass(frozen=True, slots=True)
-class TFServingConfig:
+class TFServingConfig(Strict):
     expose_all_models: bool = True
     derive_example_signatures: bool = True
     tensor_content_outputs: bool = False
-    models: Mapping[str, ModelConf] = field(default_factory=dict)
+    models: dict[str, ModelConf] = {}
 
-
-def _mapping(value: Any, where: str) -> Mapping:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise SettingsError(f"{where}: expected a mapping")
-    return value
-
-
-def _names(value: Any, where: str) -> Mapping[str, str] | None:
-    if value is None:
-        return None
-    return MappingProxyType({str(k): str(v) for k, v in _mapping(value, where).items()})
-
-
-def _signature(raw: Any, where: str) -> SignatureConf:
-    raw = dict(_mapping(raw, where))
-    known = set(SignatureConf.__slots__)
-    unknown = set(raw) - known
-    if unknown:
-        raise SettingsError(f"{where}: unknown keys {sorted(unknown)}")
-    method = str(raw.get("method", "predict"))
-    if method not in METHODS:
-        raise SettingsError(f"{where}.method: {method!r} is not one of {sorted(METHODS)}")
-    if method == "classify" and not raw.get("scores"):
-        raise SettingsError(f"{where}: a classify signature needs 'scores'")
-    if method == "regress" and not raw.get("output"):
-        raise SettingsError(f"{where}: a regress signature needs 'output'")
-    return SignatureConf(
-        method=method,
-        triton=str(raw.get("triton", "")),
-        inputs=_names(raw.get("inputs"), f"{where}.inputs"),
-        outputs=_names(raw.get("outputs"), f"{where}.outputs"),
-        features=_names(raw.get("features"), f"{where}.features"),
-        output=str(raw.get("output", "")),
-        scores=str(raw.get("scores", "")),
-        classes=str(raw.get("classes", "")),
-        labels=tuple(str(x) for x in raw.get("labels") or ()),
-    )
-
-
-def _model(name: str, raw: Any, where: str) -> ModelConf:
-    raw = dict(_mapping(raw, where))
-    unknown = set(raw) - {"triton", "version_labels", "signatures", "derived"}
-    if unknown:
-        raise SettingsError(f"{where}: unknown keys {sorted(unknown)}")
-    labels = {}
-    for label, version in _mapping(raw.get("version_labels"), f"{where}.version_labels").items():
-        if isinstance(version, bool) or not isinstance(version, int):
-            raise SettingsError(f"{where}.version_labels.{label}: version must be an integer")
-        labels[str(label)] = version
-    sigs = {
-        str(k): _signature(v, f"{where}.signatures.{k}")
-        for k, v in _mapping(raw.get("signatures"), f"{where}.signatures").items()
-    }
-    return ModelConf(
-        name=name,
-        triton=str(raw.get("triton") or name),
-        version_labels=MappingProxyType(labels),
-        signatures=MappingProxyType(sigs),
-        derived=bool(raw.get("derived", True)),
-    )
-
-
-def parse(section: Mapping[str, Any]) -> TFServingConfig:
-    """Validate ``dialects.tfserving``; SettingsError names the offending key."""
-    section = dict(section or {})
-    known = {"expose_all_models", "derive_example_signatures", "tensor_content_outputs", "models"}
-    unknown = set(section) - known
-    if unknown:
-        raise SettingsError(f"dialects.tfserving: unknown keys {sorted(unknown)}")
-    models = {
-        str(k): _model(str(k), v, f"dialects.tfserving.models.{k}")
-        for k, v in _mapping(section.get("models"), "dialects.tfserving.models").items()
-    }
-    return TFServingConfig(
-        expose_all_models=bool(section.get("expose_all_models", True)),
-        derive_example_signatures=bool(section.get("derive_example_signatures", True)),
-        tensor_content_outputs=bool(section.get("tensor_content_outputs", False)),
-        models=MappingProxyType(models),
-    )
+    @model_validator(mode="after")
+    def _triton_names(self):
+        for name, conf in self.models.items():
+            if not conf.triton:
+                self.models[name] = conf.model_copy(update={"triton": name})
+        return self

@@ -2,15 +2,19 @@
 
 TF Serving passes its absl status code straight through as the gRPC code and maps it to HTTP with
 ``ToHTTPStatusCode`` (http_server.cc). The canonical message texts TF Serving uses are built by the
-helpers below, so every caller writes them the same way.
+helpers below, so every caller writes them the same way. Overloaded: TF Serving's batch scheduler
+refuses a task with UNAVAILABLE "The batch scheduling queue to which this task was submitted is
+full" (shared_batch_scheduler.h), so REST answers 503 and gRPC UNAVAILABLE.
 """
 
 from __future__ import annotations
 
 import grpc
 import orjson
+from sanic import response
 
 from gateway.core.errors import ErrorKind, GatewayError, invalid, not_found
+from gateway.dialect import GrpcStatus
 
 # ErrorKind -> (TF status name, HTTP status, gRPC status code)
 TABLE: dict[ErrorKind, tuple[str, int, grpc.StatusCode]] = {
@@ -21,6 +25,7 @@ TABLE: dict[ErrorKind, tuple[str, int, grpc.StatusCode]] = {
     ErrorKind.UNAVAILABLE: ("UNAVAILABLE", 503, grpc.StatusCode.UNAVAILABLE),
     ErrorKind.DEADLINE_EXCEEDED: ("DEADLINE_EXCEEDED", 504, grpc.StatusCode.DEADLINE_EXCEEDED),
     ErrorKind.RESOURCE_EXHAUSTED: ("RESOURCE_EXHAUSTED", 429, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    ErrorKind.OVERLOADED: ("UNAVAILABLE", 503, grpc.StatusCode.UNAVAILABLE),
     ErrorKind.CANCELLED: ("CANCELLED", 499, grpc.StatusCode.CANCELLED),
     ErrorKind.UNIMPLEMENTED: ("UNIMPLEMENTED", 501, grpc.StatusCode.UNIMPLEMENTED),
     ErrorKind.UPSTREAM_FAILED: ("INTERNAL", 500, grpc.StatusCode.INTERNAL),
@@ -28,6 +33,7 @@ TABLE: dict[ErrorKind, tuple[str, int, grpc.StatusCode]] = {
 }
 
 GRPC_MESSAGE_LIMIT = 1024  # grpc_status_util.cc truncates longer messages
+OVERLOADED = "The batch scheduling queue to which this task was submitted is full"
 
 
 def http_error(err: GatewayError) -> tuple[int, bytes]:
@@ -40,6 +46,20 @@ def grpc_error(err: GatewayError) -> tuple[grpc.StatusCode, str]:
     if len(msg) > GRPC_MESSAGE_LIMIT:
         msg = msg[:GRPC_MESSAGE_LIMIT] + "...TRUNCATED"
     return TABLE[err.kind][2], msg
+
+
+class Rendering:
+    """The edge's ErrorRendering for both TF Serving listeners."""
+
+    def overloaded(self, limit: int) -> GatewayError:
+        return GatewayError(ErrorKind.OVERLOADED, OVERLOADED)
+
+    def http(self, err: GatewayError, status: int | None = None):
+        code, body = http_error(err)
+        return response.raw(body, status=status or code, content_type="application/json")
+
+    def grpc(self, err: GatewayError) -> GrpcStatus:
+        return GrpcStatus(*grpc_error(err))
 
 
 # -- TF Serving's canonical texts --------------------------------------------------------------

@@ -1,14 +1,14 @@
 """TensorFlow Serving gRPC listener (8500): PredictionService and ModelService.
 
 Thin: each RPC decodes its protobuf (``protocodec``), calls the shared ``Service`` and encodes the
-answer. GatewayError becomes TF Serving's status code and message; anything unexpected is logged
-and answered INTERNAL. The client's deadline is forwarded to Triton.
+answer. The edge wraps every RPC: GatewayError becomes TF Serving's status code and message,
+anything unexpected is logged and answered INTERNAL, and the client's deadline (when shorter than
+the listener's) is forwarded to Triton.
 """
 
 from __future__ import annotations
 
-import functools
-import logging
+from types import SimpleNamespace
 
 import grpc
 
@@ -21,44 +21,18 @@ from gateway._proto.tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
     regression_pb2,
 )
-from gateway.context import GatewayContext
-from gateway.core.errors import ErrorKind, GatewayError, invalid, unimplemented
-from gateway.metrics import track
+from gateway.core.errors import invalid, unimplemented
+from gateway.edge import Edge
 
-from . import config, errors, protocodec
+from . import protocodec
 from .codec import tf_type
 from .mapping import Spec, Target
 from .service import Service
-
-log = logging.getLogger("gateway.tfserving")
-
-
-def _edge(method):
-    """Render GatewayError / unexpected exceptions as TF Serving's gRPC status."""
-
-    @functools.wraps(method)
-    async def wrapper(self, request, context: grpc.aio.ServicerContext):
-        try:
-            with track("tfserving_grpc", _model_name(request)):
-                return await method(self, request, context)
-        except GatewayError as e:
-            code, msg = errors.grpc_error(e)
-        except Exception:  # noqa: BLE001 - the edge
-            log.exception("tfserving gRPC: unexpected error in %s", method.__name__)
-            code, msg = errors.grpc_error(GatewayError(ErrorKind.INTERNAL, "Internal error"))
-        await context.abort(code, msg)
-
-    return wrapper
 
 
 def _model_name(request) -> str:
     spec = getattr(request, "model_spec", None)
     return spec.name if spec is not None else ""
-
-
-def _timeout(context) -> float | None:
-    remaining = context.time_remaining()
-    return remaining if remaining is not None and remaining < 1e6 else None
 
 
 def _spec(request) -> Spec:
@@ -75,7 +49,6 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     def _resolved_spec(self, target: Target, version: str):
         return protocodec.model_spec(target.model, version or target.version, target.signature.name)
 
-    @_edge
     async def Predict(self, request: predict_pb2.PredictRequest, context):
         target = await self.service.resolve(_spec(request), grpc=True)
         specs = dict(target.signature.inputs)
@@ -86,7 +59,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
             if want is not None and want.datatype != v2:
                 raise invalid(f"Expects arg[{i}] to be {tf_type(want.datatype)} but {tf_type(v2)} is provided")
             inputs[alias] = arr
-        version, outs = await self.service.predict(target, inputs, list(request.output_filter), _timeout(context))
+        version, outs = await self.service.predict(target, inputs, list(request.output_filter))
         resp = predict_pb2.PredictResponse(model_spec=self._resolved_spec(target, version))
         for alias, (arr, v2) in outs.items():
             resp.outputs[alias].CopyFrom(protocodec.tensor_to_proto(arr, v2, self.content))
@@ -95,20 +68,17 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     async def _examples(self, request, method: str, context):
         target = await self.service.resolve(_spec(request), grpc=True)
         exs, ctx = protocodec.examples_from_input(request.input)
-        version, result = await self.service.run_examples(target, method, exs, ctx, _timeout(context))
+        version, result = await self.service.run_examples(target, method, exs, ctx)
         return self._resolved_spec(target, version), result
 
-    @_edge
     async def Classify(self, request: classification_pb2.ClassificationRequest, context):
         spec, result = await self._examples(request, "classify", context)
         return classification_pb2.ClassificationResponse(model_spec=spec, result=_classification(result))
 
-    @_edge
     async def Regress(self, request: regression_pb2.RegressionRequest, context):
         spec, values = await self._examples(request, "regress", context)
         return regression_pb2.RegressionResponse(model_spec=spec, result=_regression(values))
 
-    @_edge
     async def MultiInference(self, request: inference_pb2.MultiInferenceRequest, context):
         if not request.tasks:
             raise invalid("Expected at least one task")
@@ -126,7 +96,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
             if target.signature.name in seen:
                 raise invalid(f"Duplicate evaluation of signature: {target.signature.name}")
             seen.add(target.signature.name)
-            version, result = await self.service.run_examples(target, method, exs, ctx, _timeout(context))
+            version, result = await self.service.run_examples(target, method, exs, ctx)
             item = resp.results.add(model_spec=self._resolved_spec(target, version))
             if method == "classify":
                 item.classification_result.CopyFrom(_classification(result))
@@ -134,7 +104,6 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
                 item.regression_result.CopyFrom(_regression(result))
         return resp
 
-    @_edge
     async def GetModelMetadata(self, request: get_model_metadata_pb2.GetModelMetadataRequest, context):
         spec = _spec(request)
         if not request.metadata_field:
@@ -169,20 +138,25 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
     def __init__(self, service: Service):
         self.service = service
 
-    @_edge
     async def GetModelStatus(self, request, context):
         rows = await self.service.status(_spec(request))
         return protocodec.status_response(rows)
 
-    @_edge
     async def HandleReloadConfigRequest(self, request, context):
         raise unimplemented("HandleReloadConfigRequest is not supported: models are managed by Triton")
 
 
-def register(server: grpc.aio.Server, ctx: GatewayContext) -> None:
-    service = Service(ctx, config.parse(ctx.settings.dialect("tfserving")))
-    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionServicer(service), server)
-    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(service), server)
+def _behind(edge: Edge, servicer, methods: tuple[str, ...]) -> SimpleNamespace:
+    """The servicer's RPCs wrapped by the edge (route = the RPC name, model from model_spec)."""
+    return SimpleNamespace(**{m: edge.unary(m, getattr(servicer, m), _model_name) for m in methods})
 
 
-__all__ = ["register"]
+def attach(server: grpc.aio.Server, edge: Edge, service: Service) -> None:
+    prediction = _behind(edge, PredictionServicer(service),
+                         ("Predict", "Classify", "Regress", "MultiInference", "GetModelMetadata"))
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(prediction, server)
+    models = _behind(edge, ModelServicer(service), ("GetModelStatus", "HandleReloadConfigRequest"))
+    model_service_pb2_grpc.add_ModelServiceServicer_to_server(models, server)
+
+
+__all__ = ["attach"]

@@ -2,28 +2,24 @@
 
 Sanic cannot route ``<model>:predict`` inside one segment, so every path comes here and is matched
 with TF Serving's regular expressions (case-insensitive). The request Content-Type is never
-checked; every answer, errors included, is ``application/json``.
+checked; every answer, errors included, is ``application/json``. Request ids, admission, the
+deadline (30 s by default, TF Serving's REST timeout), metrics and error rendering are the edge's.
 """
 
 from __future__ import annotations
 
-import logging
 import re
 from urllib.parse import unquote
 
 from google.protobuf import json_format
 from sanic import Request, Sanic, response
 
-from gateway.context import GatewayContext
-from gateway.core.errors import GatewayError, invalid, not_found
-from gateway.http import make_app
-from gateway.metrics import track
+from gateway.core.errors import invalid, not_found
+from gateway.edge import Edge, current
 
-from . import codec, config, errors, jsonio, protocodec
+from . import codec, jsonio, protocodec
 from .mapping import Spec
 from .service import Service
-
-log = logging.getLogger("gateway.tfserving")
 
 _PREDICT = re.compile(r"/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)",
                       re.I)
@@ -31,29 +27,14 @@ _STATUS = re.compile(r"/v1/models(?:/([^/:]+))?(?:(?:/versions/(\d+))|(?:/labels
                      re.I)
 _V1 = re.compile(r"/v1/.*", re.I)
 _ORIGIN = re.compile(r"https?://.*", re.I)
-REST_TIMEOUT_S = 30.0  # TF Serving's http_timeout_in_ms default
+JSON = "application/json"
 
 
-def build(ctx: GatewayContext) -> Sanic:
-    service = Service(ctx, config.parse(ctx.settings.dialect("tfserving")))
-    app = make_app("tfserving_rest", ctx.settings)
-
-    @app.route("/<path:path>", methods=["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
+def attach(app: Sanic, edge: Edge, service: Service) -> None:
     async def tfserving(request: Request, path: str):
-        return await handle(service, request)
+        return response.raw(await dispatch(service, request), content_type=JSON)
 
-    return app
-
-
-async def handle(service: Service, request: Request):
-    try:
-        status, body = 200, await dispatch(service, request)
-    except GatewayError as e:
-        status, body = errors.http_error(e)
-    except Exception:  # noqa: BLE001 - the edge: log it, answer INTERNAL in the envelope
-        log.exception("tfserving REST: unexpected error on %s %s", request.method, request.path)
-        status, body = errors.http_error(GatewayError(errors.ErrorKind.INTERNAL, "Internal error"))
-    return response.raw(body, status=status, content_type="application/json")
+    edge.route(app, tfserving, "/<path:path>", ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"], "rest")
 
 
 def _version(text: str | None) -> int | None:
@@ -74,13 +55,16 @@ async def dispatch(service: Service, request: Request) -> bytes:
     m = _PREDICT.fullmatch(path)
     if m and method == "POST":
         spec = Spec(unquote(m[1]), _version(m[2]), unquote(m[3]) if m[3] else None)
-        with track("tfserving_rest", spec.name):
-            return await _infer(service, spec, m[4].lower(), request.body)
+        call = current()
+        call.model, call.route = spec.name, m[4].lower()
+        return await _infer(service, spec, call.route, request.body)
     m = _STATUS.fullmatch(path)
     if m and method == "GET":
         if not m[1]:
             raise invalid("Missing model name in request.")
         spec = Spec(unquote(m[1]), _version(m[2]), unquote(m[3]) if m[3] else None)
+        call = current()
+        call.model, call.route = spec.name, "metadata" if m[4] else "status"
         return await (_metadata(service, spec) if m[4] else _status(service, spec))
     if _V1.fullmatch(path):
         raise invalid(f"Malformed request: {method} {path}")
@@ -98,10 +82,10 @@ async def _infer(service: Service, spec: Spec, verb: str, body: bytes) -> bytes:
     target = await service.resolve(Spec(spec.name, spec.version, spec.label, sig))
     if verb == "predict":
         inputs, row = codec.parse_predict(doc, target.signature)
-        _, outs = await service.predict(target, inputs, timeout=REST_TIMEOUT_S)
+        _, outs = await service.predict(target, inputs)
         return codec.write_predict(outs, row)
     exs, context = codec.parse_examples(doc, verb)
-    _, result = await service.run_examples(target, verb, exs, context, timeout=REST_TIMEOUT_S)
+    _, result = await service.run_examples(target, verb, exs, context)
     return codec.write_regress(result) if verb == "regress" else codec.write_classify(*result)
 
 

@@ -131,7 +131,7 @@ class Catalog:
         if conf is not None:
             return conf
         if self.conf.expose_all_models and await self._versions(name):
-            return ModelConf(name=name, triton=name)
+            return ModelConf(triton=name)
         return None
 
     async def _versions(self, triton: str, ready_only: bool = True) -> list[int]:

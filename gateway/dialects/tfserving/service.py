@@ -39,13 +39,13 @@ class Service:
         self.ctx = ctx
         self.conf = conf
         self.catalog = Catalog(conf, ctx.upstream)
+        self.errors = errors.Rendering()
 
     async def resolve(self, spec: Spec, *, grpc: bool = False) -> Target:
         return await self.catalog.resolve(spec, grpc=grpc)
 
     async def _infer(self, req: InferRequest, timeout: float | None) -> InferResponse:
-        async with self.ctx.admit():
-            return await self.ctx.upstream.infer(req, timeout=timeout)
+        return await self.ctx.upstream.infer(req, timeout=timeout)
 
     async def predict(self, target: Target, inputs: dict[str, np.ndarray], output_filter=(),
                       timeout: float | None = None) -> tuple[str, Outputs]:
@@ -111,6 +111,11 @@ class Service:
             if not rows:
                 raise errors.no_version(spec.name, spec.version)
         return sorted(rows, key=lambda r: r.version)
+
+
+def open(ctx: GatewayContext, conf: TFServingConfig) -> Service:
+    """The dialect's per-worker state: one Service for the REST and the gRPC listener."""
+    return Service(ctx, conf)
 
 
 def _noun(method: str) -> str:

@@ -1,23 +1,35 @@
 """KServe V2 gRPC passthrough: every ``inference.GRPCInferenceService`` RPC forwarded as raw bytes.
 
 Nothing is decoded. One generic handler catches the whole service (registered handlers of other
-services take precedence, so dialects on other ports are unaffected). For each call we forward the
-caller's metadata (minus hop-by-hop keys), its remaining deadline, and cancellation (the upstream
-call is cancelled in ``finally``); status codes and details come back exactly as Triton sent them.
+services take precedence, so dialects on other ports are unaffected); the edge wraps each call
+(request id, admission, deadline, metrics). For each call we forward the caller's metadata (minus
+hop-by-hop keys), the deadline (the client's, or the listener's default when the client gives
+none or a longer one), and cancellation (the upstream call is cancelled in ``finally``); status
+codes, details and trailing metadata come back exactly as Triton sent them. The message is never
+rewritten: a V2 client's own ``id`` field is Triton's request id.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
 import grpc
+from sanic import response
 
 from gateway.context import GatewayContext
-from gateway.core.errors import GRPC_STATUS, GatewayError
-from gateway.metrics import track
+from gateway.core.errors import GRPC_STATUS, HTTP_STATUS, ErrorKind, GatewayError, from_grpc_code
+from gateway.dialect import GrpcStatus
+from gateway.edge import Edge, current
 
 SERVICE = "inference.GRPCInferenceService"
 PREFIX = f"/{SERVICE}/"
 STREAMING = frozenset({"ModelStreamInfer"})
+# RPCs whose request message has the model name in field 1 (the metrics' model label)
+PER_MODEL = frozenset({"ModelInfer", "ModelStreamInfer", "ModelMetadata", "ModelReady", "ModelConfig",
+                       "ModelStatistics"})
 _HOP_KEYS = frozenset({"user-agent", "te", "content-type", "host", "connection"})
+MAX_NAME = 256
 
 
 def forward_metadata(md) -> tuple[tuple[str, str | bytes], ...]:
@@ -26,15 +38,87 @@ def forward_metadata(md) -> tuple[tuple[str, str | bytes], ...]:
     )
 
 
-async def _abort(context: grpc.aio.ServicerContext, err: grpc.aio.AioRpcError) -> None:
-    # aio abort() needs a tuple, not grpc.aio.Metadata, or every error turns into UNKNOWN.
-    trailing = tuple(err.trailing_metadata() or ())
-    await context.abort(err.code(), err.details() or "", trailing)
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while shift < 64:
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i
+        shift += 7
+    raise ValueError("varint longer than 10 bytes")
+
+
+def model_name(raw: bytes, max_fields: int = 16) -> str:
+    """Field 1 (a string) of a serialized request, read without decoding the rest.
+
+    Serializers write fields in number order, so it is the first; the scan gives up after a few
+    fields or at anything malformed (Triton will say what is wrong with the request).
+    """
+    i, n = 0, len(raw)
+    try:
+        for _ in range(max_fields):
+            if i >= n:
+                break
+            key, i = _varint(raw, i)
+            wire = key & 7
+            if wire == 2:
+                length, i = _varint(raw, i)
+                if key >> 3 == 1:
+                    return raw[i:i + min(length, MAX_NAME)].decode("utf-8", "replace")
+                i += length
+            elif wire == 0:
+                _, i = _varint(raw, i)
+            elif wire in (1, 5):
+                i += 8 if wire == 1 else 4
+            else:
+                return ""
+    except (IndexError, ValueError):
+        return ""
+    return ""
+
+
+class UpstreamStatus(GatewayError):
+    """Triton's own non-OK status, kept exactly (code, details, trailing metadata)."""
+
+    __slots__ = ("status",)
+
+    def __init__(self, err: grpc.aio.AioRpcError):
+        details = err.details() or ""
+        super().__init__(from_grpc_code(err.code(), details).kind, details)
+        self.status = GrpcStatus(err.code(), details, tuple(err.trailing_metadata() or ()))
+
+
+class Rendering:
+    """Overloaded is Triton's own queue-full answer: UNAVAILABLE "Exceeds maximum queue size"."""
+
+    def overloaded(self, limit: int) -> GatewayError:
+        return GatewayError(ErrorKind.OVERLOADED, "Exceeds maximum queue size")
+
+    def http(self, err: GatewayError, status: int | None = None):  # no HTTP listener; for completeness
+        return response.json({"error": err.message}, status=status or HTTP_STATUS[err.kind])
+
+    def grpc(self, err: GatewayError) -> GrpcStatus:
+        if isinstance(err, UpstreamStatus):
+            return err.status
+        return GrpcStatus(GRPC_STATUS[err.kind], err.message)
+
+
+@dataclass
+class State:
+    ctx: GatewayContext
+    errors: Rendering
+
+
+def open(ctx: GatewayContext, _config) -> State:
+    return State(ctx, Rendering())
 
 
 class Passthrough(grpc.GenericRpcHandler):
-    def __init__(self, ctx: GatewayContext):
-        self._ctx = ctx
+    def __init__(self, edge: Edge, state: State):
+        self._edge = edge
+        self._channel = state.ctx.upstream.channel  # type: ignore[attr-defined]
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
 
     def service(self, handler_call_details):
@@ -48,58 +132,50 @@ class Passthrough(grpc.GenericRpcHandler):
 
     def _make(self, method: str) -> grpc.RpcMethodHandler:
         name = method[len(PREFIX):]
-        channel = self._ctx.upstream.channel  # type: ignore[attr-defined]
-        if name in STREAMING:
-            return self._stream_handler(name, channel.stream_stream(method))  # no serializers: bytes
-        return self._unary_handler(name, channel.unary_unary(method))
-
-    def _stream_handler(self, name: str, upstream) -> grpc.RpcMethodHandler:
-        admit = self._ctx.admit
-
-        async def stream(request_iterator, context):
-            try:
-                async with admit():
-                    call = upstream(
-                        request_iterator,
-                        timeout=context.time_remaining(),
-                        metadata=forward_metadata(context.invocation_metadata()),
-                    )
-                    try:
-                        with track("v2_grpc", name):
-                            async for item in call:
-                                yield item
-                    finally:
-                        call.cancel()  # the caller went away or failed: stop Triton's work
-            except grpc.aio.AioRpcError as err:
-                await _abort(context, err)
-            except GatewayError as err:  # over the in-flight limit
-                await context.abort(GRPC_STATUS[err.kind], err.message)
-
-        return grpc.stream_stream_rpc_method_handler(stream)
-
-    def _unary_handler(self, name: str, upstream) -> grpc.RpcMethodHandler:
-        admit = self._ctx.admit
-
-        async def unary(request: bytes, context):
-            try:
-                async with admit():
-                    call = upstream(
-                        request,
-                        timeout=context.time_remaining(),
-                        metadata=forward_metadata(context.invocation_metadata()),
-                    )
-                    try:
-                        with track("v2_grpc", name):
-                            return await call
-                    finally:
-                        call.cancel()  # no-op once done; cancels Triton's work if the caller went away
-            except grpc.aio.AioRpcError as err:
-                await _abort(context, err)
-            except GatewayError as err:  # over the in-flight limit
-                await context.abort(GRPC_STATUS[err.kind], err.message)
-
-        return grpc.unary_unary_rpc_method_handler(unary)
+        model_of = model_name if name in PER_MODEL else None
+        if name in STREAMING:  # no serializers on either side: bytes
+            fn = _stream(self._channel.stream_stream(method))
+            return grpc.stream_stream_rpc_method_handler(self._edge.stream(name, fn))
+        fn = _unary(self._channel.unary_unary(method))
+        return grpc.unary_unary_rpc_method_handler(self._edge.unary(name, fn, model_of))
 
 
-def register(server: grpc.aio.Server, ctx: GatewayContext) -> None:
-    server.add_generic_rpc_handlers((Passthrough(ctx),))
+def _unary(upstream):
+    async def unary(request: bytes, context):
+        call = upstream(request, timeout=current().remaining(),
+                        metadata=forward_metadata(context.invocation_metadata()))
+        try:
+            return await call
+        except grpc.aio.AioRpcError as err:
+            raise UpstreamStatus(err) from None
+        finally:
+            call.cancel()  # no-op once done; cancels Triton's work if the caller went away
+
+    return unary
+
+
+def _stream(upstream):
+    async def stream(request_iterator, context) -> AsyncIterator[bytes]:
+        edge_call = current()
+
+        async def requests():
+            async for item in request_iterator:
+                if not edge_call.model:
+                    edge_call.model = model_name(item)
+                yield item
+
+        call = upstream(requests(), timeout=edge_call.remaining(stream=True),
+                        metadata=forward_metadata(context.invocation_metadata()))
+        try:
+            async for item in call:
+                yield item
+        except grpc.aio.AioRpcError as err:
+            raise UpstreamStatus(err) from None
+        finally:
+            call.cancel()  # the caller went away or failed: stop Triton's work
+
+    return stream
+
+
+def attach(server: grpc.aio.Server, edge: Edge, state: State) -> None:
+    server.add_generic_rpc_handlers((Passthrough(edge, state),))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from gateway.core.errors import ErrorKind, GatewayError, check_table
 from gateway.core.tensors import InferResponse, ModelMetadata, Tensor, TensorSpec
 from gateway.dialects.grps import codec, config, errors, mapping
-from gateway.settings import SettingsError
 
 ECHO = ModelMetadata("grps_echo", ("1",), "python",
                      (TensorSpec("text", "BYTES", (-1,), True), TensorSpec("in1", "INT32", (-1, -1), True)),
@@ -17,7 +17,7 @@ LLM = ModelMetadata("tiny_llm", ("1",), "python",
                     (TensorSpec("text_input", "BYTES", (-1, 1)), TensorSpec("max_tokens", "INT32", (-1, 1)),
                      TensorSpec("stream", "BOOL", (-1, 1), True)),
                     (TensorSpec("text_output", "BYTES", (-1, -1)),), max_batch_size=8, decoupled=True)
-CFG = config.parse({})
+CFG = config.GrpsSettings()
 
 
 def test_error_table_renders_every_kind():
@@ -79,7 +79,7 @@ def test_model_names_resolve_to_triton_models():
         t = mapping.resolve(name, cfg)
         return t.model, t.version
 
-    cfg = config.parse({"models": {"your_model-1.0.0": {"triton_model": "m", "triton_version": "3"}}})
+    cfg = config.GrpsSettings.model_validate({"models": {"your_model-1.0.0": {"triton_model": "m", "triton_version": 3}}})
     assert triton("") == ("grps_echo", "1")
     assert triton("tiny_llm-1") == ("tiny_llm", "1")
     assert triton("my-model") == ("my-model", "")
@@ -116,8 +116,10 @@ def test_responses_map_back_by_request_kind():
 
 
 def test_settings_are_validated():
-    with pytest.raises(SettingsError, match="unknown keys"):
-        config.parse({"nope": 1})
-    with pytest.raises(SettingsError, match="ctrl_mode"):
-        config.parse({"streaming": {"ctrl_mode": "smoke"}})
-    assert config.parse({"start_online": "false"}).start_online is False
+    with pytest.raises(ValidationError, match="nope"):
+        config.GrpsSettings.model_validate({"nope": 1})
+    with pytest.raises(ValidationError, match="ctrl_mode"):
+        config.GrpsSettings.model_validate({"streaming": {"ctrl_mode": "smoke"}})
+    with pytest.raises(ValidationError, match="start_online"):  # a string is not a boolean
+        config.GrpsSettings.model_validate({"start_online": "false"})
+    assert config.GrpsSettings.model_validate({"start_online": False}).start_online is False

@@ -7,11 +7,10 @@ import orjson
 import pytest
 
 from gateway.core.errors import ErrorKind, GatewayError
-from gateway.llm.catalog import Catalog, CatalogSettings, ModelSpec
+from gateway.llm.catalog import Catalog, CatalogSettings, ModelOptions
 from gateway.llm.service import GenerationService
 from gateway.llm.types import EOS, LENGTH, STOP_SEQUENCE, Done, GenerateRequest, Sampling, Token
-
-from .fakes import FakeUpstream, text_response, trtllm_meta, vllm_meta
+from tests.fakes import FakeUpstream, text_response, trtllm_meta, vllm_meta
 
 
 async def run(upstream, req, **catalog):
@@ -105,7 +104,7 @@ async def test_closing_the_generation_closes_the_upstream_stream():
 
 async def test_catalog_aliases_profiles_and_unknown_models():
     up = FakeUpstream(metas=[trtllm_meta("tiny_llm"), vllm_meta("v")])
-    cat = Catalog(up, CatalogSettings(models={"tiny_llm": ModelSpec("tiny_llm", max_tokens=9)}))
+    cat = Catalog(up, CatalogSettings(models={"tiny_llm": ModelOptions(max_tokens=9)}))
     assert await cat.served() == ["tiny_llm", "v"]
     alias = await cat.resolve("llama2_7b")
     assert alias.spec.name == "tiny_llm" and alias.spec.max_tokens == 9 and alias.profile.name == "trtllm"

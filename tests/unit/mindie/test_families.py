@@ -10,8 +10,7 @@ from gateway.dialects.mindie import errors, native, openai, tgi, triton_generate
 from gateway.dialects.mindie import validate as v
 from gateway.llm.catalog import Catalog, CatalogSettings
 from gateway.llm.types import Done, Token
-
-from ..llm.fakes import FakeUpstream, trtllm_meta
+from tests.fakes import FakeUpstream, trtllm_meta
 
 
 @pytest.fixture

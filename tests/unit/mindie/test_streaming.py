@@ -10,8 +10,7 @@ from gateway.dialects.mindie.common import Plan
 from gateway.llm.catalog import Catalog, CatalogSettings
 from gateway.llm.service import GenerationService
 from gateway.llm.types import GenerateRequest
-
-from ..llm.fakes import FakeUpstream, text_response
+from tests.fakes import FakeUpstream, text_response
 
 
 class FakeResponse:

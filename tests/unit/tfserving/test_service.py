@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from gateway.context import GatewayContext
 from gateway.core.errors import GatewayError
@@ -11,31 +12,24 @@ from gateway.core.tensors import InferResponse, ModelIndexEntry, ModelMetadata, 
 from gateway.dialects.tfserving import config
 from gateway.dialects.tfserving.mapping import Spec
 from gateway.dialects.tfserving.service import Service
-from gateway.settings import Settings, SettingsError
+from gateway.settings import Settings
+from tests.fakes import FakeUpstream
 
 META = ModelMetadata("hp3", ("123",), "python", (TensorSpec("x", "FP32", (-1,)),),
                      (TensorSpec("y", "FP32", (-1,)),))
 
 
-class FakeUpstream:
-    def __init__(self):
-        self.requests = []
+def _infer(req):
+    x = req.inputs[0].data
+    return InferResponse(req.model, "123", [Tensor("y", (0.5 * x + 3).astype(np.float32), "FP32")])
 
-    async def repository_index(self):
-        return [ModelIndexEntry("hp3", "123", "READY"), ModelIndexEntry("hp3", "7", "UNAVAILABLE", "load failed")]
 
-    async def model_metadata(self, model, version=""):
-        return META
-
-    async def infer(self, req, *, timeout=None):
-        self.requests.append(req)
-        x = req.inputs[0].data
-        return InferResponse(req.model, "123", [Tensor("y", (0.5 * x + 3).astype(np.float32), "FP32")])
+INDEX = [ModelIndexEntry("hp3", "123", "READY"), ModelIndexEntry("hp3", "7", "UNAVAILABLE", "load failed")]
 
 
 def service(section=None):
-    up = FakeUpstream()
-    return Service(GatewayContext(Settings(), up), config.parse(section or {})), up
+    up = FakeUpstream(metas=[META], infer=_infer, index=INDEX)
+    return Service(GatewayContext(Settings(), up), config.TFServingConfig.model_validate(section or {})), up
 
 
 async def test_predict_with_no_config():
@@ -43,7 +37,7 @@ async def test_predict_with_no_config():
     target = await svc.resolve(Spec("hp3"))
     version, outs = await svc.predict(target, {"x": np.array([1.0], np.float32)})
     assert version == "123" and outs["y"][0].tolist() == [3.5]
-    assert up.requests[0].version == ""
+    assert up.requests[0][0].version == ""
 
 
 async def test_derived_regress_signature_drops_the_feature_dim():
@@ -51,7 +45,7 @@ async def test_derived_regress_signature_drops_the_feature_dim():
     target = await svc.resolve(Spec("hp3", signature="tensorflow/serving/regress"))
     from gateway.dialects.tfserving.examples import Feature
     _, values = await svc.run_examples(target, "regress", [{"x": Feature("float", [1.0])}] * 2, {})
-    assert values.tolist() == [3.5, 3.5] and up.requests[0].inputs[0].shape == (2,)
+    assert values.tolist() == [3.5, 3.5] and up.requests[0][0].inputs[0].shape == (2,)
 
 
 async def test_labels_and_versions():
@@ -71,7 +65,15 @@ async def test_status_lists_failed_versions_as_end():
 
 
 def test_config_is_validated():
-    with pytest.raises(SettingsError, match="unknown keys"):
-        config.parse({"modelz": {}})
-    with pytest.raises(SettingsError, match="needs 'output'"):
-        config.parse({"models": {"m": {"signatures": {"r": {"method": "regress"}}}}})
+    with pytest.raises(ValidationError, match="modelz"):
+        config.TFServingConfig.model_validate({"modelz": {}})
+    with pytest.raises(ValidationError, match="needs 'output'"):
+        config.TFServingConfig.model_validate({"models": {"m": {"signatures": {"r": {"method": "regress"}}}}})
+    with pytest.raises(ValidationError, match="labels"):  # a string is not a list of labels
+        config.TFServingConfig.model_validate({"models": {"m": {"signatures": {
+            "c": {"method": "classify", "scores": "y", "labels": "abc"}}}}})
+    with pytest.raises(ValidationError, match="expose_all_models"):  # "false" is not a boolean
+        config.TFServingConfig.model_validate({"expose_all_models": "false"})
+    conf = config.TFServingConfig.model_validate({"models": {"m": {"signatures": {
+        "c": {"method": "classify", "scores": "y", "labels": ["a", "b"]}}}}})
+    assert conf.models["m"].triton == "m" and conf.models["m"].signatures["c"].labels == ("a", "b")

@@ -1,0 +1,286 @@
+"""The edge: the one short path every request on every listener takes around its handler.
+
+    request id   from ``X-Request-Id`` / ``x-request-id`` metadata, else generated; Triton gets it
+                 as the request id (upstream), the client gets it back (response header, or gRPC
+                 trailing metadata)
+    admission    at most ``limits.max_inflight`` requests in flight per worker; over it, the
+                 dialect's own overloaded answer (``errors.overloaded``)
+    deadline     the listener's default (``timeout_s`` / ``stream_timeout_s``), or the client's
+                 when shorter (gRPC deadline, or a dialect's own field via ``Call.shorten``)
+    handler      the dialect's code; it may name the model (``current().model = ...``)
+    errors       GatewayError (or anything unexpected, logged, as INTERNAL) rendered by the
+                 dialect's ErrorRendering, on HTTP and gRPC alike
+    metrics      one observation per request: dialect, listener, route, model, outcome
+
+The request's ``Call`` lives in a context variable for the duration of the handler, so the upstream
+client takes the deadline and the request id from it without every dialect passing them along.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextvars import ContextVar
+from typing import Any
+
+import grpc
+
+from gateway import metrics
+from gateway.core.errors import ErrorKind, GatewayError
+from gateway.dialect import ErrorRendering, GrpcStatus
+
+log = logging.getLogger("gateway.edge")
+
+REQUEST_ID = "x-request-id"
+MAX_REQUEST_ID = 128  # longer client ids are cut (they travel in logs, headers and Triton's trace)
+_ids = itertools.count(1)
+_ID_PREFIX = os.urandom(4).hex()
+_current: ContextVar[Call | None] = ContextVar("gateway_call", default=None)
+
+
+def current() -> Call | None:
+    """The request being handled in this task (None outside a request)."""
+    return _current.get()
+
+
+def new_request_id() -> str:
+    return f"{_ID_PREFIX}-{next(_ids):x}"
+
+
+def _request_id(given: str | None) -> str:
+    if not given:
+        return new_request_id()
+    return given if len(given) <= MAX_REQUEST_ID and given.isprintable() else given[:MAX_REQUEST_ID]
+
+
+class Call:
+    """One request as the edge sees it."""
+
+    __slots__ = ("request_id", "route", "model", "start", "deadline", "stream_deadline")
+
+    def __init__(self, request_id: str, route: str, timeout: float, stream_timeout: float,
+                 client_timeout: float | None = None):
+        self.request_id = request_id
+        self.route = route
+        self.model = ""
+        self.start = now = time.monotonic()
+        if client_timeout is not None:
+            timeout, stream_timeout = min(timeout, client_timeout), min(stream_timeout, client_timeout)
+        self.deadline = now + timeout
+        self.stream_deadline = now + stream_timeout
+
+    def shorten(self, seconds: float) -> None:
+        """The client asked for less time than the listener's default (e.g. MindIE's ``timeout``)."""
+        end = self.start + seconds
+        self.deadline = min(self.deadline, end)
+        self.stream_deadline = min(self.stream_deadline, end)
+
+    def remaining(self, stream: bool = False) -> float:
+        return max((self.stream_deadline if stream else self.deadline) - time.monotonic(), 0.0)
+
+
+class Admission:
+    """The in-flight bound of one worker, shared by all its listeners."""
+
+    __slots__ = ("limit", "inflight")
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.inflight = 0
+
+    def acquire(self) -> bool:
+        if self.inflight >= self.limit:
+            return False
+        self.inflight += 1
+        metrics.INFLIGHT.inc()
+        return True
+
+    def release(self) -> None:
+        self.inflight -= 1
+        metrics.INFLIGHT.dec()
+
+
+def _metadata_value(md, key: str) -> str | None:
+    for k, v in md or ():
+        if k == key:
+            return v if isinstance(v, str) else None
+    return None
+
+
+def _grpc_timeout(context: grpc.aio.ServicerContext) -> float | None:
+    remaining = context.time_remaining()
+    return remaining if remaining is not None and remaining < 1e8 else None
+
+
+class Edge:
+    """The edge of one listener: wraps its handlers (HTTP routes, gRPC methods)."""
+
+    def __init__(self, dialect: str, listener: str, errors: ErrorRendering, admission: Admission,
+                 timeout_s: float, stream_timeout_s: float):
+        self.dialect = dialect
+        self.listener = listener
+        self.errors = errors
+        self.admission = admission
+        self.timeout_s = timeout_s
+        self.stream_timeout_s = stream_timeout_s
+
+    # -- shared steps ------------------------------------------------------------------------
+    def begin(self, route: str, request_id: str | None, client_timeout: float | None = None) -> Call:
+        return Call(_request_id(request_id), route, self.timeout_s, self.stream_timeout_s, client_timeout)
+
+    def finish(self, call: Call, outcome: str) -> None:
+        metrics.observe(self.dialect, self.listener, call.route, call.model, outcome,
+                        time.monotonic() - call.start)
+
+    def _admit(self) -> None:
+        if not self.admission.acquire():
+            raise self.errors.overloaded(self.admission.limit)
+
+    def _internal(self, exc: BaseException) -> GatewayError:
+        log.error("%s %s: unexpected error", self.listener, current().route if current() else "", exc_info=exc)
+        return GatewayError(ErrorKind.INTERNAL, "Internal error")
+
+    # -- HTTP ----------------------------------------------------------------------------------
+    def route(self, app, handler: Callable[..., Awaitable[Any]], uri: str, methods: list[str], name: str,
+              admit: bool = True) -> None:
+        """Add ``handler(request, **path_params)`` to a sanic app behind the edge, as route ``name``."""
+        app.add_route(self.http(name, handler, admit), uri, methods=methods, name=name)
+
+    def http(self, route: str, handler: Callable[..., Awaitable[Any]], admit: bool = True):
+        errors, admission = self.errors, self.admission
+
+        async def endpoint(request, **params):
+            call = self.begin(route, request.headers.get(REQUEST_ID))
+            token = _current.set(call)
+            outcome, resp = "internal", None
+            try:
+                if admit:
+                    self._admit()
+                    try:
+                        resp = await handler(request, **params)
+                    finally:
+                        admission.release()
+                else:
+                    resp = await handler(request, **params)
+                outcome = "ok"
+            except GatewayError as err:
+                outcome, resp = err.kind.value, errors.http(err)
+            except asyncio.CancelledError:
+                outcome = "cancelled"
+                raise
+            except Exception as exc:  # noqa: BLE001 - the edge: logged, answered INTERNAL
+                resp = errors.http(self._internal(exc))
+            finally:
+                _current.reset(token)
+                self.finish(call, outcome)
+            if resp is not None:  # None: the handler streamed its answer (see stream_headers)
+                resp.headers[REQUEST_ID] = call.request_id
+            return resp
+
+        endpoint.__name__ = f"{self.listener}_{route}"
+        return endpoint
+
+    def on_framework_error(self, request, exc: Exception):
+        """Errors sanic raises before a handler runs (no route, bad method, body too large...)."""
+        status = getattr(exc, "status_code", 500) or 500
+        kind = {404: ErrorKind.NOT_FOUND, 405: ErrorKind.NOT_FOUND, 408: ErrorKind.DEADLINE_EXCEEDED,
+                413: ErrorKind.RESOURCE_EXHAUSTED}.get(status, ErrorKind.INVALID_ARGUMENT)
+        if status >= 500:
+            err = self._internal(exc)
+        else:
+            err = GatewayError(kind, str(exc) or "error")
+        call = self.begin("_unrouted", request.headers.get(REQUEST_ID))
+        self.finish(call, err.kind.value)
+        resp = self.errors.http(err, status=None if status >= 500 else status)
+        resp.headers[REQUEST_ID] = call.request_id
+        return resp
+
+    # -- gRPC ----------------------------------------------------------------------------------
+    def unary(self, route: str, fn: Callable[[Any, Any], Awaitable[Any]],
+              model_of: Callable[[Any], str] | None = None):
+        """A unary gRPC behaviour ``fn(request, context)`` behind the edge."""
+        errors, admission = self.errors, self.admission
+
+        async def handler(request, context):
+            call = self.begin(route, _metadata_value(context.invocation_metadata(), REQUEST_ID),
+                              _grpc_timeout(context))
+            if model_of is not None:
+                call.model = model_of(request)
+            token = _current.set(call)
+            trailing = ((REQUEST_ID, call.request_id),)
+            outcome, answer = "internal", None
+            try:
+                self._admit()
+                try:
+                    answer = await fn(request, context)
+                finally:
+                    admission.release()
+                outcome = "ok"
+            except GatewayError as err:
+                outcome, answer = err.kind.value, errors.grpc(err)
+            except asyncio.CancelledError:
+                outcome = "cancelled"
+                raise
+            except Exception as exc:  # noqa: BLE001
+                answer = errors.grpc(self._internal(exc))
+            finally:
+                _current.reset(token)
+                self.finish(call, outcome)
+            if isinstance(answer, GrpcStatus):
+                await context.abort(answer.code, answer.message, answer.trailing + trailing)
+            context.set_trailing_metadata(trailing)
+            return answer
+
+        return handler
+
+    def stream(self, route: str, fn: Callable[[Any, Any], AsyncIterator[Any]],
+               model_of: Callable[[Any], str] | None = None):
+        """A server- or bidi-streaming gRPC behaviour ``fn(request_or_iterator, context)``."""
+        errors, admission = self.errors, self.admission
+
+        async def handler(request, context):
+            call = self.begin(route, _metadata_value(context.invocation_metadata(), REQUEST_ID),
+                              _grpc_timeout(context))
+            if model_of is not None:
+                call.model = model_of(request)
+            token = _current.set(call)
+            trailing = ((REQUEST_ID, call.request_id),)
+            outcome, failure = "internal", None
+            try:
+                self._admit()
+                try:
+                    async for item in fn(request, context):
+                        yield item
+                finally:
+                    admission.release()
+                outcome = "ok"
+            except GatewayError as err:
+                outcome, failure = err.kind.value, errors.grpc(err)
+            except asyncio.CancelledError:
+                outcome = "cancelled"
+                raise
+            except Exception as exc:  # noqa: BLE001
+                failure = errors.grpc(self._internal(exc))
+            finally:
+                _current.reset(token)
+                self.finish(call, outcome)
+            if isinstance(failure, GrpcStatus):
+                await context.abort(failure.code, failure.message, failure.trailing + trailing)
+            if failure is not None:
+                yield failure  # a dialect that answers errors in-band (GRPS)
+            context.set_trailing_metadata(trailing)
+
+        return handler
+
+
+def stream_headers(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Headers for an answer a handler streams itself (``request.respond``): the request id."""
+    call = current()
+    headers = dict(extra or {})
+    if call is not None:
+        headers[REQUEST_ID] = call.request_id
+    return headers

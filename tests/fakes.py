@@ -1,0 +1,122 @@
+"""The one scripted Upstream of the unit tests (it implements gateway.upstream.Upstream).
+
+    FakeUpstream(
+        metas=[ModelMetadata...],   what model_metadata / model_ready / repository_index serve
+        script=[...],               what stream() yields: InferResponse items, a GatewayError raises
+        infer=fn(req) -> resp,      what infer() answers (default: UNAVAILABLE, i.e. not scripted)
+        index=[ModelIndexEntry...], the repository index (default: one READY version per meta)
+        ready=True,                 server readiness
+        hold=asyncio.Event(),       infer() and stream() wait for it first (requests kept in flight)
+    )
+
+Every request is recorded in ``requests`` as ``(request, timeout)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import numpy as np
+
+from gateway.core.errors import ErrorKind, GatewayError, not_found
+from gateway.core.tensors import (
+    InferRequest,
+    InferResponse,
+    ModelIndexEntry,
+    ModelMetadata,
+    Tensor,
+    TensorSpec,
+)
+
+TRTLLM_INPUTS = ("text_input", "max_tokens", "stream", "temperature", "top_p", "top_k", "seed",
+                 "repetition_penalty", "stop_words", "exclude_input_in_output")
+
+
+def trtllm_meta(name: str = "llm", extra: tuple[str, ...] = ()) -> ModelMetadata:
+    ins = tuple(TensorSpec(n, "BYTES", (-1, 1)) for n in TRTLLM_INPUTS + extra)
+    outs = (TensorSpec("text_output", "BYTES", (-1, -1)),)
+    return ModelMetadata(name, ("1",), "python", ins, outs, max_batch_size=8, decoupled=True)
+
+
+def vllm_meta(name: str = "vllm_model") -> ModelMetadata:
+    ins = tuple(TensorSpec(n, "BYTES", (1,)) for n in
+                ("text_input", "stream", "sampling_parameters", "exclude_input_in_output", "return_finish_reason"))
+    outs = (TensorSpec("text_output", "BYTES", (-1,)), TensorSpec("finish_reason", "BYTES", (-1,)))
+    return ModelMetadata(name, ("1",), "vllm", ins, outs, decoupled=True)
+
+
+def text_response(text: str, final: bool = False, name: str = "text_output", **extra) -> InferResponse:
+    outs = [Tensor(name, np.array([[text.encode()]], dtype=object), "BYTES")]
+    for key, value in extra.items():
+        if isinstance(value, str):
+            outs.append(Tensor(key, np.array([value.encode()], dtype=object), "BYTES"))
+        else:
+            outs.append(Tensor(key, np.array([value], dtype=np.uint32)))
+    return InferResponse("llm", "1", outs, final=final)
+
+
+class FakeUpstream:
+    def __init__(self, script=None, metas=None, *, infer: Callable[[InferRequest], InferResponse] | None = None,
+                 index: list[ModelIndexEntry] | None = None, ready: bool = True, hold: asyncio.Event | None = None):
+        self.script = list(script or [])
+        self.metas = {m.name: m for m in (metas if metas is not None else [trtllm_meta()])}
+        self._infer = infer
+        self.index = index
+        self.ready = ready
+        self.hold = hold
+        self.requests: list[tuple[InferRequest, float | None]] = []
+        self.closed = 0
+        self.consumed = 0
+
+    async def connect(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def infer(self, req, *, timeout=None):
+        self.requests.append((req, timeout))
+        if self.hold is not None:
+            await self.hold.wait()
+        if self._infer is None:
+            raise GatewayError(ErrorKind.UNAVAILABLE, "no infer scripted")
+        return self._infer(req)
+
+    async def stream(self, req, *, timeout=None):
+        self.requests.append((req, timeout))
+        try:
+            if self.hold is not None:
+                await self.hold.wait()
+            for item in self.script:
+                if isinstance(item, GatewayError):
+                    raise item
+                self.consumed += 1
+                yield item
+            yield InferResponse(req.model, "1", [], final=True)
+        finally:
+            self.closed += 1
+
+    async def model_metadata(self, model, version=""):
+        try:
+            return self.metas[model]
+        except KeyError:
+            raise not_found(f"Request for unknown model: '{model}' is not found") from None
+
+    async def model_config(self, model, version=""):
+        await self.model_metadata(model, version)
+        return {"name": model}
+
+    async def repository_index(self):
+        if self.index is not None:
+            return list(self.index)
+        return [ModelIndexEntry(n, "1", "READY") for n in self.metas]
+
+    async def server_ready(self):
+        return self.ready
+
+    async def server_metadata(self):
+        return {"name": "fake", "version": "0", "extensions": []}
+
+    async def model_ready(self, model, version=""):
+        return model in self.metas

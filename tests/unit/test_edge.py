@@ -1,0 +1,206 @@
+"""The edge every request takes: error rendering per dialect (a table, restated from each original
+server's sources), the over-limit answer on every listener, request ids, and metrics.
+
+The live tests run a real Worker in-process with every listener on loopback; its upstream is a
+gRPC server with no methods (nothing here needs Triton: refused requests never reach it).
+"""
+
+from __future__ import annotations
+
+import aiohttp
+import grpc
+import orjson
+import pytest
+from prometheus_client import REGISTRY
+
+from gateway._proto import grps_pb2, grps_pb2_grpc
+from gateway._proto.tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+from gateway.app import Worker
+from gateway.core.errors import ErrorKind, GatewayError
+from gateway.dialect import GrpcStatus, load
+from gateway.dialects import CATALOGUE, LISTENERS
+from gateway.settings import Settings
+from tests.fakes import FakeUpstream
+from tests.support import free_port, worker_settings
+
+K = ErrorKind
+# HTTP status of every kind, per dialect: TF Serving's ToHTTPStatusCode (http_server.cc); GRPS's codes
+# (brpc ELIMIT -> 503 when overloaded); MindIE's catalogue (422 validation, 424 generation, 429 overloaded)
+HTTP = {
+    "tfserving": {K.INVALID_ARGUMENT: 400, K.NOT_FOUND: 404, K.FAILED_PRECONDITION: 400, K.NOT_READY: 503,
+                  K.UNAVAILABLE: 503, K.DEADLINE_EXCEEDED: 504, K.RESOURCE_EXHAUSTED: 429, K.OVERLOADED: 503,
+                  K.CANCELLED: 499, K.UNIMPLEMENTED: 501, K.UPSTREAM_FAILED: 500, K.INTERNAL: 500},
+    "grps": {K.INVALID_ARGUMENT: 400, K.NOT_FOUND: 404, K.FAILED_PRECONDITION: 400, K.NOT_READY: 503,
+             K.UNAVAILABLE: 503, K.DEADLINE_EXCEEDED: 500, K.RESOURCE_EXHAUSTED: 503, K.OVERLOADED: 503,
+             K.CANCELLED: 500, K.UNIMPLEMENTED: 500, K.UPSTREAM_FAILED: 500, K.INTERNAL: 500},
+    "mindie": {K.INVALID_ARGUMENT: 422, K.NOT_FOUND: 404, K.FAILED_PRECONDITION: 424, K.NOT_READY: 503,
+               K.UNAVAILABLE: 503, K.DEADLINE_EXCEEDED: 500, K.RESOURCE_EXHAUSTED: 429, K.OVERLOADED: 429,
+               K.CANCELLED: 500, K.UNIMPLEMENTED: 501, K.UPSTREAM_FAILED: 424, K.INTERNAL: 500},
+}
+# gRPC status of the over-limit answer: TF Serving's batch queue (UNAVAILABLE), brpc ELIMIT
+# (UNAVAILABLE), Triton's queue (UNAVAILABLE)
+OVERLOADED = {
+    "tfserving": (503, grpc.StatusCode.UNAVAILABLE,
+                  "The batch scheduling queue to which this task was submitted is full"),
+    "grps": (503, grpc.StatusCode.UNAVAILABLE, "Reached server's max_concurrency=7"),
+    "mindie": (429, None, "Too many requests"),
+    "v2": (None, grpc.StatusCode.UNAVAILABLE, "Exceeds maximum queue size"),
+}
+
+
+def _state(dialect):
+    return load(dialect.open)(_Ctx(), dialect.config())
+
+
+class _Ctx:
+    settings = Settings()
+    upstream = FakeUpstream()
+
+
+@pytest.mark.parametrize("dialect", CATALOGUE, ids=lambda d: d.name)
+def test_every_dialect_renders_every_error_kind(dialect):
+    errors = _state(dialect).errors
+    for kind in ErrorKind:
+        err = GatewayError(kind, "what happened")
+        resp = errors.http(err)
+        if dialect.name in HTTP:
+            assert resp.status == HTTP[dialect.name][kind], (dialect.name, kind)
+        else:
+            assert 400 <= resp.status < 600
+        answer = errors.grpc(err)
+        assert isinstance(answer, GrpcStatus) or dialect.name == "grps", (dialect.name, kind)
+        if isinstance(answer, GrpcStatus):
+            assert answer.code is not grpc.StatusCode.OK
+
+
+@pytest.mark.parametrize("name", sorted(OVERLOADED))
+def test_the_over_limit_answer_is_the_original_servers(name):
+    dialect = next(d for d in CATALOGUE if d.name == name)
+    errors = _state(dialect).errors
+    status, code, message = OVERLOADED[name]
+    err = errors.overloaded(7)
+    assert err.kind is ErrorKind.OVERLOADED and err.message == message
+    if status is not None:
+        assert errors.http(err).status == status
+    if code is not None:
+        assert errors.grpc(err).code == code and errors.grpc(err).message == message
+
+
+def test_grps_answers_errors_over_grpc_as_ok_with_a_failure_body():
+    errors = _state(next(d for d in CATALOGUE if d.name == "grps")).errors
+    msg = errors.grpc(GatewayError(ErrorKind.NOT_FOUND, "Not found model: x"))
+    assert isinstance(msg, grps_pb2.GrpsMessage)
+    assert (msg.status.code, msg.status.msg, msg.status.status) == (404, "Not found model: x", grps_pb2.Status.FAILURE)
+
+
+# -- a live worker ----------------------------------------------------------------------------------
+@pytest.fixture
+async def worker():
+    empty = grpc.aio.server()
+    up_port = empty.add_insecure_port("127.0.0.1:0")
+    await empty.start()
+    ports = {name: free_port() for name in LISTENERS}
+    w = Worker(worker_settings(ports, f"127.0.0.1:{up_port}", LIMITS__MAX_INFLIGHT="7"))
+    ctx = await w.start()
+    async with aiohttp.ClientSession() as http:
+        yield ctx, ports, http
+    await w.stop(grace=0.1)
+    await empty.stop(None)
+
+
+def _count(listener: str, outcome: str) -> float:
+    total = 0.0
+    for metric in REGISTRY.collect():
+        if metric.name == "gateway_requests":
+            for s in metric.samples:
+                if s.name.endswith("_total") and s.labels["listener"] == listener and s.labels["outcome"] == outcome:
+                    total += s.value
+    return total
+
+
+async def test_every_listener_answers_overloaded_as_its_original_server(worker):
+    ctx, ports, http = worker
+    before = {name: _count(name, "overloaded") for name in LISTENERS}
+    ctx.admission.inflight = ctx.admission.limit  # as if 7 requests were in flight
+    try:
+        url = f"http://127.0.0.1:{ports['tfserving_rest']}/v1/models/m:predict"
+        async with http.post(url, data=b'{"instances": [1.0]}') as r:
+            assert r.status == 503 and r.headers["x-request-id"]
+            assert orjson.loads(await r.read()) == {"error": OVERLOADED["tfserving"][2]}
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{ports['tfserving_grpc']}") as ch:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await prediction_service_pb2_grpc.PredictionServiceStub(ch).Predict(predict_pb2.PredictRequest())
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert err.value.details() == OVERLOADED["tfserving"][2]
+
+        url = f"http://127.0.0.1:{ports['grps_http']}/grps/v1/infer/predict"
+        async with http.post(url, json={"str_data": "x"}) as r:
+            body = orjson.loads(await r.read())
+            assert r.status == 503
+            assert body["status"] == {"code": 503, "msg": "Reached server's max_concurrency=7", "status": "FAILURE"}
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{ports['grps_grpc']}") as ch:
+            stub = grps_pb2_grpc.GrpsServiceStub(ch)
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub.Predict(grps_pb2.GrpsMessage(str_data="x"))
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                [m async for m in stub.PredictStreaming(grps_pb2.GrpsMessage(str_data="x"))]
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+
+        url = f"http://127.0.0.1:{ports['mindie_http']}/v1/chat/completions"
+        async with http.post(url, json={"messages": [{"role": "user", "content": "hi"}]}) as r:
+            assert r.status == 429
+            assert orjson.loads(await r.read()) == {"error": "Too many requests", "error_type": "overloaded"}
+
+        async with http.get(f"http://127.0.0.1:{ports['admin_http']}/metrics") as r:
+            assert r.status == 200  # the admin listener is never refused for load
+    finally:
+        ctx.admission.inflight = 0
+    for name in ("tfserving_rest", "tfserving_grpc", "grps_http", "mindie_http"):
+        assert _count(name, "overloaded") == before[name] + 1, name
+    assert _count("grps_grpc", "overloaded") == before["grps_grpc"] + 2
+
+
+async def test_request_ids_are_echoed_or_generated_on_every_http_answer(worker):
+    _, ports, http = worker
+    url = f"http://127.0.0.1:{ports['tfserving_rest']}/v1/models"
+    async with http.get(url, headers={"X-Request-Id": "abc-123"}) as r:
+        assert r.status == 400 and r.headers["x-request-id"] == "abc-123"
+        assert orjson.loads(await r.read()) == {"error": "Missing model name in request."}
+    async with http.get(url) as r1, http.get(url) as r2:
+        assert r1.headers["x-request-id"] != r2.headers["x-request-id"]
+    # an error sanic raises before any handler (no such route) is in the dialect's envelope too
+    async with http.get(f"http://127.0.0.1:{ports['grps_http']}/no/such/path",
+                        headers={"X-Request-Id": "r-404"}) as r:
+        body = orjson.loads(await r.read())
+        assert r.status == 404 and r.headers["x-request-id"] == "r-404"
+        assert body["status"]["code"] == 404 and body["status"]["status"] == "FAILURE"
+    async with http.get(f"http://127.0.0.1:{ports['mindie_http']}/no/such/path") as r:
+        assert r.status == 404 and orjson.loads(await r.read())["error_type"] == "NotFoundError"
+
+
+async def test_grpc_answers_carry_the_request_id(worker):
+    _, ports, _ = worker
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{ports['grps_grpc']}") as ch:
+        call = grps_pb2_grpc.GrpsServiceStub(ch).CheckLiveness(grps_pb2.GrpsMessage(),
+                                                               metadata=(("x-request-id", "g-1"),))
+        assert (await call).status.code == 200
+        assert ("x-request-id", "g-1") in tuple(await call.trailing_metadata())
+
+
+async def test_an_unexpected_exception_is_internal_in_the_envelope_and_the_worker_keeps_serving(worker,
+                                                                                                monkeypatch):
+    ctx, ports, http = worker
+    from gateway.dialects.tfserving import http as tf_http
+
+    async def boom(*_a, **_k):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(tf_http, "dispatch", boom)
+    url = f"http://127.0.0.1:{ports['tfserving_rest']}/v1/models/m"
+    async with http.get(url) as r:
+        assert r.status == 500 and orjson.loads(await r.read()) == {"error": "Internal error"}
+    monkeypatch.undo()
+    async with http.get(f"http://127.0.0.1:{ports['tfserving_rest']}/v1/models") as r:
+        assert r.status == 400
+    assert ctx.admission.inflight == 0
