@@ -30,6 +30,7 @@ import asyncio
 import os
 import shutil
 import signal
+import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
@@ -214,6 +215,7 @@ def run_case(runner: Runner, case: cases_mod.Case, s: Settings, budget: Budget) 
         print(f"  skipped: {out['skipped']}", flush=True)
         return out
     sides = (("direct", case.direct), ("gateway", case.gateway))
+    runner.stack.assert_running()
     for label, side in sides:
         try:
             runner.check(side)
@@ -353,4 +355,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:  # everything is stopped and removed by now (Stack.close in finally)
+        print("\nbench: interrupted; Triton and the gateway are stopped", file=sys.stderr)
+        raise SystemExit(130) from None

@@ -109,6 +109,13 @@ class Stack:
             return False
         return b"resource_tracker" not in cmd
 
+    def assert_running(self) -> None:
+        """Stop the benchmark, rather than measure error pages, when Triton or the gateway died."""
+        if self.triton is not None and self.triton.proc.poll() is not None:
+            raise RuntimeError(f"Triton exited with {self.triton.proc.returncode}:\n{self.triton.log_tail()}")
+        if self.gateway is not None and self.gateway.proc.poll() is not None:
+            raise RuntimeError(f"the gateway exited with {self.gateway.proc.returncode}:\n{self.gateway.log_tail()}")
+
     def worker_pids(self) -> list[int]:
         """The processes that serve requests: the only process, or every child of the supervisor."""
         if len(self.gateway_pids) <= 1:
