@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 CONFIG ?= gateway.yaml
 PIP_FLAGS ?= --disable-pip-version-check -q
 
-.PHONY: install browser run test test-unit test-contract proto onnx lint bench clean
+.PHONY: install browser run test test-unit test-contract proto onnx lint bench bench-wrk clean
 
 install: $(VENV)/.installed $(TRITON_VENV)/.installed .run/legacy-clients/.installed browser
 
@@ -58,8 +58,20 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff check gateway tests bench
 	$(BIN)/python -m gateway.tools.genproto --check
 
-bench: install
+# Its own Triton and gateway on free 127.0.0.1 ports, stopped at the end (also on Ctrl-C): about 7 minutes,
+# BENCH_QUICK=1 about 2. Writes bench/results/ (results.md, results.png, results.json); settings: bench/run.py.
+bench: $(VENV)/.installed $(TRITON_VENV)/.installed $(VENV)/.bench-installed bench-wrk
 	$(BIN)/python -m bench.run
+
+# matplotlib for the chart, pinned in requirements/bench.txt, into the gateway's venv.
+$(VENV)/.bench-installed: requirements/bench.txt $(VENV)/.installed
+	$(BIN)/pip install $(PIP_FLAGS) -c requirements/constraints.txt -r requirements/bench.txt
+	@touch $@
+
+# wrk, the HTTP load generator (Debian package).
+bench-wrk:
+	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; } \
+		|| { echo "error: wrk is missing and could not be installed: apt-get install -y wrk"; exit 1; }
 
 clean:
 	rm -rf $(VENV) $(TRITON_VENV) .venv-onnx .run

@@ -1,17 +1,362 @@
-"""`make bench`: every benchmark, one after the other (loopback only, bounded in calls)."""
+"""`make bench`: every path through the gateway and directly to Triton, on a stack of its own.
 
-from bench import dialects, llm_latency, passthrough
+Starts the local CPU Triton (gateway.localtriton) and the gateway (`python -m gateway serve`,
+tests/support.py) on free 127.0.0.1 ports, measures every case in bench/cases.py, then the
+scaling of the small TF Serving REST predict with 1, 2 and nproc workers and the workers' memory;
+writes bench/results/{results.json,results.md,results.png} and stops everything (also on Ctrl-C
+and SIGTERM). Bounded: each run lasts its duration, and a case that would not fit in the
+remaining budget is skipped (and listed as such).
+
+Environment (defaults: full / BENCH_QUICK=1):
+  BENCH_QUICK=1            short runs for development (about 2 minutes instead of about 7)
+  BENCH_DURATION           seconds per run (5 / 2)
+  BENCH_LLM_DURATION       seconds per LLM run (4 / 2)
+  BENCH_REPEATS            repeats of every run (3 / 2)
+  BENCH_WARMUP             seconds of warm-up per side and case (1 / 0.5)
+  BENCH_IDLE               seconds of idle CPU measured after each gateway start (3 / 1)
+  BENCH_CONCURRENCY        connections / callers for the small payloads (8)
+  BENCH_BIG_CONCURRENCY    for the image-sized and 16 MiB payloads (2)
+  BENCH_SCALING_CONCURRENCY  connections of the scaling runs (16)
+  BENCH_WORKERS            gateway workers of the main runs (1)
+  BENCH_BUDGET_S           wall-clock budget of the whole run (570 / 300)
+  BENCH_ONLY               comma-separated case keys (v2_unary, v2_stream, tf_rest_small, tf_rest_image,
+                           tf_grpc, grps_gtensors, grps_bin, llm_mindie, llm_openai, scaling)
+  BENCH_RESULTS            output folder (bench/results)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench import cases as cases_mod
+from bench import grpcload, llmload, procstat, report, stats, wrk
+from bench.stack import Stack, http
+from tests.support import ROOT
+
+MIB = 1024 * 1024
 
 
+@dataclass(frozen=True)
+class Settings:
+    quick: bool
+    duration_s: float
+    llm_duration_s: float
+    repeats: int
+    warmup_s: float
+    idle_s: float
+    concurrency: int
+    big_concurrency: int
+    scaling_concurrency: int
+    workers: int
+    scaling_workers: tuple[int, ...]
+    budget_s: float
+    only: tuple[str, ...]
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        quick = env.get("BENCH_QUICK", "") not in ("", "0", "false", "no")
+
+        def get(name: str, full, fast, typ=float):
+            return typ(env.get(name) or (fast if quick else full))
+
+        nproc = os.cpu_count() or 1
+        return cls(
+            quick=quick,
+            duration_s=get("BENCH_DURATION", 5, 2),
+            llm_duration_s=get("BENCH_LLM_DURATION", 4, 2),
+            repeats=get("BENCH_REPEATS", 3, 2, int),
+            warmup_s=get("BENCH_WARMUP", 1, 0.5),
+            idle_s=get("BENCH_IDLE", 3, 1),
+            concurrency=get("BENCH_CONCURRENCY", 8, 8, int),
+            big_concurrency=get("BENCH_BIG_CONCURRENCY", 2, 2, int),
+            scaling_concurrency=get("BENCH_SCALING_CONCURRENCY", 16, 16, int),
+            workers=get("BENCH_WORKERS", 1, 1, int),
+            scaling_workers=tuple(sorted({1, 2, nproc})),
+            budget_s=get("BENCH_BUDGET_S", 570, 300),
+            only=tuple(k.strip() for k in env.get("BENCH_ONLY", "").split(",") if k.strip()),
+        )
+
+    def wants(self, key: str) -> bool:
+        return not self.only or key in self.only
+
+
+class Budget:
+    def __init__(self, seconds: float):
+        self.deadline = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+
+def _raise_exit(signum, _frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+# -- one run of one side ------------------------------------------------------------------------
+class Runner:
+    def __init__(self, stack: Stack, settings: Settings):
+        self.stack, self.s = stack, settings
+        self._scripts: dict[int, Path] = {}
+
+    def _script(self, side: cases_mod.Side) -> Path:
+        key = id(side)
+        if key not in self._scripts:
+            n = len(self._scripts)
+            body = self.stack.tmp / f"body-{n}.bin"
+            body.write_bytes(side.body)
+            script = self.stack.tmp / f"post-{n}.lua"
+            script.write_text(wrk.lua_script(body, side.headers))
+            self._scripts[key] = script
+        return self._scripts[key]
+
+    def check(self, side: cases_mod.Side) -> None:
+        """One request, its answer checked: raises BadAnswer (or the transport's error)."""
+        if side.kind in ("http", "llm"):
+            status, _, body = http("POST", side.address, side.body, side.headers)
+            cases_mod.expect(status == 200, f"HTTP {status}: {body[:200]!r}")
+            side.check(body)
+        elif side.kind == "grpc_unary":
+            side.check(asyncio.run(grpcload.call_once(side.address, side.method, side.body)))
+        elif side.kind == "grpc_stream":
+            side.check(asyncio.run(grpcload.stream_once(side.address, side.method, side.body)))
+        else:
+            raise ValueError(side.kind)
+
+    def load(self, side: cases_mod.Side, concurrency: int, duration: float) -> dict:
+        """Load ``side`` for ``duration`` seconds: the run's numbers, without CPU."""
+        if side.kind == "http":
+            r = wrk.run(side.address, self._script(side), concurrency, duration)
+            out = {"requests": r.requests, "duration_s": r.duration_s, "req_per_s": r.requests_per_s,
+                   "p50_ms": r.latency_s["50"] * 1e3 if r.requests else None,
+                   "p99_ms": r.latency_s["99"] * 1e3 if r.requests else None, "errors": r.errors}
+            if r.errors:
+                out["error"] = f"{r.non_2xx} non-2xx, socket errors {r.socket_errors}"
+            return out
+        if side.kind in ("grpc_unary", "grpc_stream"):
+            fn = grpcload.unary if side.kind == "grpc_unary" else grpcload.stream
+            r = asyncio.run(fn(side.address, side.method, side.body, concurrency, duration))
+            out = {"requests": r.requests, "duration_s": r.duration_s, "req_per_s": r.requests_per_s,
+                   "p50_ms": stats.percentile(r.latencies_s, 50) * 1e3 if r.latencies_s else None,
+                   "p99_ms": stats.percentile(r.latencies_s, 99) * 1e3 if r.latencies_s else None,
+                   "errors": r.errors}
+            if r.errors:
+                out["error"] = r.first_error
+            return out
+        if side.kind == "llm":
+            r = asyncio.run(llmload.run(side.address, side.body, side.is_token, duration))
+            pct = lambda xs, q: stats.percentile(xs, q) * 1e3 if xs else None  # noqa: E731
+            out = {"requests": r.requests, "tokens": r.tokens, "duration_s": r.duration_s,
+                   "req_per_s": r.requests_per_s, "tokens_per_s": r.tokens_per_s,
+                   "ttft_p50_ms": pct(r.ttft_s, 50), "ttft_p99_ms": pct(r.ttft_s, 99),
+                   "itl_p50_ms": pct(r.itl_s, 50), "itl_p99_ms": pct(r.itl_s, 99),
+                   "ttft_samples": len(r.ttft_s), "itl_samples": len(r.itl_s), "errors": r.errors}
+            if r.errors:
+                out["error"] = r.first_error
+            return out
+        raise ValueError(side.kind)
+
+    def measure(self, side: cases_mod.Side, concurrency: int, duration: float) -> dict:
+        """A load run with the CPU time the gateway and Triton spent on it."""
+        gw_pids, tr_pids = self.stack.gateway_pids, self.stack.triton_pids()
+        g0, t0 = procstat.ticks(gw_pids), procstat.ticks(tr_pids)
+        out = self.load(side, concurrency, duration)
+        g1, t1 = procstat.ticks(gw_pids), procstat.ticks(tr_pids)
+        out["gateway_cpu_us"] = procstat.us_per_request(g0, g1, out["requests"])
+        if "tokens" in out:
+            out["gateway_cpu_us_token"] = procstat.us_per_request(g0, g1, out["tokens"])
+        out["triton_cpu_us"] = procstat.us_per_request(t0, t1, out["requests"])
+        out["gateway_ticks"], out["triton_ticks"] = g1 - g0, t1 - t0
+        return out
+
+
+METRICS = ("req_per_s", "p50_ms", "p99_ms", "gateway_cpu_us", "gateway_cpu_us_token", "triton_cpu_us", "tokens_per_s",
+           "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")
+
+
+def summarise(runs: list[dict]) -> dict:
+    out = {}
+    for metric in METRICS:
+        s = stats.spread([r.get(metric) for r in runs])
+        if s is not None:
+            out[metric] = s.as_dict()
+    return out
+
+
+def ratios(gateway: dict, direct: dict) -> dict:
+    out = {}
+    for metric in METRICS:
+        if metric in ("gateway_cpu_us", "gateway_cpu_us_token"):
+            continue
+        g, d = gateway.get(metric), direct.get(metric)
+        r = stats.ratio(stats.Spread(**g) if g else None, stats.Spread(**d) if d else None)
+        if r is not None:
+            out[metric] = r
+    return out
+
+
+def run_case(runner: Runner, case: cases_mod.Case, s: Settings, budget: Budget) -> dict:
+    duration = s.llm_duration_s if case.direct.kind == "llm" else s.duration_s
+    out = {"key": case.key, "kind": case.direct.kind, "title": case.title, "payload": case.payload,
+           "concurrency": case.concurrency,
+           "direct": {"how": case.direct.how, "runs": []}, "gateway": {"how": case.gateway.how, "runs": []},
+           "ratio": {}, "errors": []}
+    need = 2 * s.warmup_s + 2 * s.repeats * (duration + 0.5) + 2
+    if budget.left() < need:
+        out["skipped"] = f"needed about {need:.0f} s, {budget.left():.0f} s of the budget left"
+        print(f"  skipped: {out['skipped']}", flush=True)
+        return out
+    sides = (("direct", case.direct), ("gateway", case.gateway))
+    runner.stack.assert_running()
+    for label, side in sides:
+        try:
+            runner.check(side)
+        except Exception as e:  # noqa: BLE001 - reported, and the case is skipped
+            out["skipped"] = f"{label} answer check failed: {type(e).__name__}: {e}"
+            print(f"  skipped: {out['skipped']}", flush=True)
+            return out
+    for _, side in sides:
+        runner.load(side, case.concurrency, s.warmup_s)
+    for rep in range(s.repeats):
+        for label, side in sides if rep % 2 == 0 else sides[::-1]:  # interleaved, alternating order
+            run = runner.measure(side, case.concurrency, duration)
+            if label == "direct":
+                run.pop("gateway_cpu_us", None)  # the gateway is idle meanwhile
+                run.pop("gateway_cpu_us_token", None)
+            out[label]["runs"].append(run)
+            if run.get("error"):
+                out["errors"].append(f"{label} repeat {rep + 1}: {run['errors']} errors ({run['error']})")
+            print(f"  {label:<8} {_line(run)}", flush=True)
+    for label, _ in sides:
+        out[label]["summary"] = summarise(out[label]["runs"])
+    out["ratio"] = ratios(out["gateway"]["summary"], out["direct"]["summary"])
+    if case.direct.kind == "llm":
+        out["samples"] = {}
+        for label, _ in sides:
+            n = [r["ttft_samples"] for r in out[label]["runs"]]
+            out["samples"][label] = f"{min(n)}–{max(n)}" if min(n) != max(n) else str(n[0])
+    return out
+
+
+def _line(run: dict) -> str:
+    keys = ("req_per_s", "p50_ms", "p99_ms", "ttft_p50_ms", "itl_p50_ms", "gateway_cpu_us", "triton_cpu_us", "errors")
+    return "  ".join(f"{k}={report.num(run[k])}" for k in keys if k in run and run[k] is not None)
+
+
+# -- memory and scaling -------------------------------------------------------------------------
+def idle_snapshot(stack: Stack, seconds: float) -> dict[int, dict]:
+    """Memory right after start-up, and the CPU each process burns with no request at all."""
+    before = {pid: procstat.ticks([pid]) for pid in stack.gateway_pids}
+    time.sleep(seconds)
+    out = memory_snapshot(stack)
+    for pid, t0 in before.items():
+        out[pid]["idle_cpu_pct"] = (procstat.ticks([pid]) - t0) / procstat.CLK_TCK / seconds * 100
+    return out
+
+
+def memory_snapshot(stack: Stack) -> dict[int, dict]:
+    return {pid: procstat.memory_kib(pid) for pid in stack.gateway_pids}
+
+
+def memory_rows(workers: int, stack: Stack, idle: dict[int, dict], loaded: dict[int, dict]) -> list[dict]:
+    rows = []
+    workers_pids = set(stack.worker_pids())
+    for pid in stack.gateway_pids:
+        i, ld = idle.get(pid, {}), loaded.get(pid, {})
+        mib = lambda kib: kib / 1024 if kib is not None else None  # noqa: E731
+        rows.append({"workers": workers, "pid": pid, "role": "worker" if pid in workers_pids else "supervisor",
+                     "idle_mib": mib(i.get("rss_kib")), "loaded_mib": mib(ld.get("rss_kib")),
+                     "peak_mib": mib(ld.get("hwm_kib")), "idle_cpu_pct": i.get("idle_cpu_pct")})
+    return rows
+
+
+def scaling(runner: Runner, stack: Stack, s: Settings, budget: Budget, memory: list[dict],
+            case: cases_mod.Case) -> dict:
+    out = {"title": case.title, "concurrency": s.scaling_concurrency, "runs": [], "skipped": []}
+    for workers in s.scaling_workers:
+        need = s.warmup_s + s.repeats * (s.duration_s + 0.5) + 15
+        if budget.left() < need:
+            out["skipped"].append(f"{workers} workers: needed about {need:.0f} s, {budget.left():.0f} s left")
+            continue
+        stack.start_gateway(workers)
+        idle = idle_snapshot(stack, s.idle_s)
+        side = replace(case.gateway, address=stack.gateway.url("tfserving_rest") + cases_mod.TF_PREDICT_PATH)
+        runner.check(side)
+        runner.load(side, s.scaling_concurrency, s.warmup_s)
+        runs = []
+        for rep in range(s.repeats):
+            run = runner.measure(side, s.scaling_concurrency, s.duration_s)
+            runs.append(run)
+            print(f"  workers={workers} repeat {rep + 1}: {_line(run)}", flush=True)
+        memory.extend(r for r in memory_rows(workers, stack, idle, memory_snapshot(stack)) if workers != s.workers)
+        out["runs"].append({"workers": workers, "pids": list(stack.gateway_pids), "runs": runs,
+                            "summary": summarise(runs)})
+    return out
+
+
+# -- main ---------------------------------------------------------------------------------------
 def main() -> int:
-    print("== KServe V2 gRPC passthrough: direct vs gateway ==", flush=True)
-    passthrough.main([])
-    print("\n== LLM streaming (tiny_llm): time to first token and inter-token latency ==", flush=True)
-    llm_latency.main([])
-    print("\n== Translated dialects: GRPS bin_data 16 MiB, TF Serving predict ==", flush=True)
-    dialects.main([])
+    s = Settings.from_env()
+    results_dir = Path(os.environ.get("BENCH_RESULTS") or ROOT / "bench" / "results")
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_exit)
+    wrk.binary()  # fail early, before starting anything
+    budget = Budget(s.budget_s)
+    started = datetime.now(UTC)
+    t_start = time.monotonic()
+    load_before = report.loadavg()
+    res: dict = {"cases": [], "scaling": None, "memory": []}
+    print(f"bench: {'quick' if s.quick else 'full'} mode, {s.repeats} × {s.duration_s:g} s per side, "
+          f"budget {s.budget_s:.0f} s; results in {results_dir}", flush=True)
+    shutil.rmtree(results_dir / "logs", ignore_errors=True)  # this run's logs only
+    with Stack(log_dir=results_dir / "logs") as stack:
+        tp = stack.start_triton()
+        stack.start_gateway(s.workers)
+        idle = idle_snapshot(stack, s.idle_s)
+        print(f"Triton {stack.triton_version()} at {tp.grpc_target} (pids {stack.triton_pids()}), "
+              f"gateway pids {stack.gateway_pids}", flush=True)
+        all_cases = cases_mod.build(
+            tp.http_url, tp.grpc_target, stack.gateway.url, stack.gateway.target,
+            s.concurrency, s.big_concurrency, latency_concurrency=1 if s.concurrency != 1 else None)
+        runner = Runner(stack, s)
+        for case in all_cases:
+            if not s.wants(case.key):
+                continue
+            print(f"{case.title}, concurrency {case.concurrency}:", flush=True)
+            res["cases"].append(run_case(runner, case, s, budget))
+        res["memory"] = memory_rows(s.workers, stack, idle, memory_snapshot(stack))
+        if s.wants("scaling"):
+            print("Scaling, TF Serving REST small predict:", flush=True)
+            small = next(c for c in all_cases if c.key == "tf_rest_small")
+            res["scaling"] = scaling(runner, stack, s, budget, res["memory"], small)
+        triton_version = stack.triton_version()
+    res["meta"] = {
+        "started": started.strftime("%Y-%m-%d %H:%M UTC"),
+        "wall_s": time.monotonic() - t_start,
+        "machine": report.machine(),
+        "loadavg_before": load_before,
+        "loadavg_after": report.loadavg(),
+        "versions": report.versions(triton_version, report.wrk_version()),
+        "git": report.git(ROOT),
+        "settings": {**asdict(s), "scaling_workers": list(s.scaling_workers), "only": list(s.only),
+                     "clk_tck": procstat.CLK_TCK},
+    }
+    for path in report.write(res, results_dir):
+        print(f"wrote {path}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:  # everything is stopped and removed by now (Stack.close in finally)
+        print("\nbench: interrupted; Triton and the gateway are stopped", file=sys.stderr)
+        raise SystemExit(130) from None

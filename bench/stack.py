@@ -1,0 +1,169 @@
+"""The benchmark's own stack: the local CPU Triton and the gateway, on free loopback ports.
+
+Everything it starts lives in one temporary folder (Triton's prepared tree, logs, the gateway's
+YAML) that ``close()`` removes after stopping both processes; ``close()`` runs from ``finally``, on
+SIGTERM/SIGHUP (turned into SystemExit by bench.run) and from atexit, whichever comes first.
+The gateway is started exactly as the tests start it (tests/support.py), so any YAML schema
+change the gateway makes reaches the benchmark through ``gateway_config``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from bench import procstat
+from gateway import localtriton
+from gateway.dialects import LISTENERS
+from gateway.settings import LocalTriton
+from tests.support import ROOT, GatewayProcess, free_port, gateway_config, start_gateway, stop_gateway
+
+# urllib would honour http_proxy from the environment: the benchmark only talks to loopback.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def http(method: str, url: str, body: bytes | None = None, headers: dict | None = None,
+         timeout: float = 60) -> tuple[int, dict, bytes]:
+    if not url.startswith("http://127.0.0.1:"):
+        raise ValueError(f"refusing to send anything but to 127.0.0.1: {url}")
+    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with _OPENER.open(req, timeout=timeout) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+class Stack:
+    """Triton once; the gateway (re)started with a given number of workers."""
+
+    def __init__(self, log_dir: Path | None = None):
+        self.tmp = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
+        self.log_dir = log_dir
+        self.triton: localtriton.TritonProcess | None = None
+        self.gateway: GatewayProcess | None = None
+        self.gateway_pids: list[int] = []
+        self._gateway_runs = 0
+        self._closed = False
+        atexit.register(self.close)
+
+    # -- Triton ---------------------------------------------------------------------------------
+    def start_triton(self) -> localtriton.TritonProcess:
+        cfg = LocalTriton(
+            venv=str(ROOT / ".venv-triton"),
+            model_repository=str(ROOT / "model_repository"),
+            workdir=str(self.tmp / "triton"),
+            http_port=free_port(),
+            grpc_port=free_port(),
+            metrics_port=free_port(),
+            startup_timeout_s=180,
+        )
+        self.triton = localtriton.start(cfg, ROOT, log_path=self.tmp / "triton.log")
+        return self.triton
+
+    def triton_pids(self) -> list[int]:
+        """tritonserver and its python-backend stubs: its own process group (localtriton starts a session)."""
+        return procstat.process_group(self.triton.proc.pid) if self.triton else []
+
+    def triton_version(self) -> str:
+        status, _, body = http("GET", f"{self.triton.http_url}/v2")
+        return json.loads(body).get("version", "?") if status == 200 else "?"
+
+    # -- gateway --------------------------------------------------------------------------------
+    def start_gateway(self, workers: int) -> GatewayProcess:
+        self.stop_gateway()
+        self._gateway_runs += 1
+        folder = self.tmp / f"gateway-{self._gateway_runs}-w{workers}"
+        folder.mkdir()
+        ports = {name: free_port() for name in LISTENERS}
+        conf = gateway_config(self.triton.grpc_target, ports, {"workers": workers, "log_level": "WARNING"})
+        self.gateway = start_gateway(conf, folder)
+        self.gateway_pids = self._wait_workers(workers)
+        return self.gateway
+
+    def _wait_workers(self, workers: int, timeout: float = 60) -> list[int]:
+        """The gateway's process tree once every worker answers (with several workers /health is
+        answered by whichever worker the kernel picks, so wait for the processes too)."""
+        want = 1 if workers == 1 else workers + 1
+        deadline = time.monotonic() + timeout
+        while True:
+            pids = [p for p in procstat.process_tree(self.gateway.proc.pid) if self._is_gateway(p)]
+            if len(pids) >= want or time.monotonic() > deadline:
+                return pids
+            time.sleep(0.2)
+
+    @staticmethod
+    def _is_gateway(pid: int) -> bool:
+        """Workers, not multiprocessing's helper processes (resource tracker)."""
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+        return b"resource_tracker" not in cmd
+
+    def assert_running(self) -> None:
+        """Stop the benchmark, rather than measure error pages, when Triton or the gateway died."""
+        if self.triton is not None and self.triton.proc.poll() is not None:
+            raise RuntimeError(f"Triton exited with {self.triton.proc.returncode}:\n{self.triton.log_tail()}")
+        if self.gateway is not None and self.gateway.proc.poll() is not None:
+            raise RuntimeError(f"the gateway exited with {self.gateway.proc.returncode}:\n{self.gateway.log_tail()}")
+
+    def worker_pids(self) -> list[int]:
+        """The processes that serve requests: the only process, or every child of the supervisor."""
+        if len(self.gateway_pids) <= 1:
+            return list(self.gateway_pids)
+        return self.gateway_pids[1:]
+
+    def stop_gateway(self) -> None:
+        if self.gateway is None:
+            return
+        gw = self.gateway
+        tree = [procstat.read_stat(pid) for pid in procstat.process_tree(gw.proc.pid)]
+        self.gateway = None
+        try:
+            stop_gateway(gw)
+        finally:
+            self._keep_log(gw.log_path, f"{gw.log_path.parent.name}.log")
+            for before in filter(None, tree):  # a worker that outlived its supervisor is still ours
+                now = procstat.read_stat(before.pid)
+                if now is not None and now.start == before.start and before.pid != os.getpid():
+                    try:
+                        os.kill(before.pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+
+    # -- teardown -------------------------------------------------------------------------------
+    def _keep_log(self, path: Path, name: str) -> None:
+        if self.log_dir is None or not path.exists():
+            return
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, self.log_dir / name)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.stop_gateway()
+        finally:
+            try:
+                if self.triton is not None:
+                    self.triton.stop()
+                    self._keep_log(self.triton.log_path, "triton.log")
+                    self.triton = None
+            finally:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+                atexit.unregister(self.close)
+
+    def __enter__(self) -> Stack:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,251 @@
+"""The benchmark's pure parts: wrk output, /proc arithmetic, percentiles and spreads, the report."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from bench import procstat, report, stats, wrk
+from bench.run import Settings, ratios, summarise
+
+WRK_OUTPUT = """\
+Running 5s test @ http://127.0.0.1:8501/v1/models/saved_model_half_plus_three:predict
+  1 threads and 8 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     4.41ms    2.20ms  41.01ms   90.00%
+    Req/Sec     1.82k   123.45     2.50k    80.00%
+  Latency Distribution
+     50%  812.00us
+     75%    4.80ms
+     90%    6.50ms
+     99%    1.20s
+  9112 requests in 5.01s, 1.60MB read
+  Socket errors: connect 0, read 2, write 0, timeout 5
+  Non-2xx or 3xx responses: 3
+Requests/sec:   1818.76
+Transfer/sec:    327.00KB
+"""
+
+
+# -- wrk ------------------------------------------------------------------------------------------
+def test_wrk_output_is_parsed_with_units_and_errors():
+    r = wrk.parse(WRK_OUTPUT)
+    assert r.requests == 9112
+    assert r.duration_s == pytest.approx(5.01)
+    assert r.requests_per_s == pytest.approx(1818.76)
+    assert r.latency_s == pytest.approx({"50": 812e-6, "75": 4.8e-3, "90": 6.5e-3, "99": 1.2})
+    assert r.non_2xx == 3
+    assert r.socket_errors == {"connect": 0, "read": 2, "write": 0, "timeout": 5}
+    assert r.errors == 10
+
+
+def test_wrk_output_without_errors_or_in_minutes():
+    text = WRK_OUTPUT.replace("  Socket errors: connect 0, read 2, write 0, timeout 5\n", "") \
+        .replace("  Non-2xx or 3xx responses: 3\n", "").replace("in 5.01s", "in 1.00m")
+    r = wrk.parse(text)
+    assert r.errors == 0 and r.duration_s == pytest.approx(60.0)
+
+
+def test_wrk_output_without_latency_distribution_is_refused():
+    text = WRK_OUTPUT[: WRK_OUTPUT.index("  Latency Distribution")] + WRK_OUTPUT[WRK_OUTPUT.index("  9112"):]
+    with pytest.raises(wrk.WrkError, match="--latency"):
+        wrk.parse(text)
+    with pytest.raises(wrk.WrkError, match="request count"):
+        wrk.parse("unable to connect to 127.0.0.1:1 Connection refused")
+
+
+def test_lua_script_quotes_headers_without_opening_a_long_string(tmp_path):
+    script = wrk.lua_script(tmp_path / "body.bin", {"Content-Type": "application/json",
+                                                    "Inference-Header-Content-Length": "146"})
+    assert 'wrk.headers[ [==[Content-Type]==] ] = [==[application/json]==]' in script
+    assert "wrk.headers[[" not in script  # "[[" starts a Lua long string: a syntax error wrk only warns about
+    assert f'io.open([==[{tmp_path / "body.bin"}]==], "rb")' in script
+    with pytest.raises(ValueError):
+        wrk.lua_script(tmp_path / "x]==]y", {})
+
+
+def test_wrk_refuses_anything_but_loopback(tmp_path):
+    with pytest.raises(wrk.WrkError, match="127.0.0.1"):
+        wrk.run("http://example.com/", tmp_path / "s.lua", 1, 1)
+
+
+# -- /proc ----------------------------------------------------------------------------------------
+def _stat_line(pid, comm, ppid, pgrp, utime, stime, start=1000):
+    # fields 3..22: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
+    #               cutime cstime priority nice threads itrealvalue starttime
+    return (f"{pid} ({comm}) S {ppid} {pgrp} {pgrp} 0 -1 4194560 100 0 0 0 {utime} {stime} "
+            f"7 8 20 0 1 0 {start} 123456 789 18446744073709551615\n")
+
+
+def test_stat_parsing_survives_spaces_and_parentheses_in_the_name():
+    s = procstat.parse_stat(_stat_line(42, "tritonserver (x) y", 7, 40, 150, 50, start=99))
+    assert (s.pid, s.comm, s.ppid, s.pgrp, s.ticks, s.start) == (42, "tritonserver (x) y", 7, 40, 200, 99)
+
+
+def _fake_proc(tmp_path, rows):
+    for pid, ppid, pgrp, utime, stime in rows:
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(_stat_line(pid, "python3", ppid, pgrp, utime, stime))
+    (tmp_path / "self").mkdir()  # not a pid: ignored
+    return tmp_path
+
+
+def test_tree_group_and_ticks_from_a_fake_proc(tmp_path):
+    proc = _fake_proc(tmp_path, [(10, 1, 10, 5, 5), (11, 10, 10, 100, 20), (12, 11, 10, 30, 0),
+                                 (20, 1, 20, 1000, 1000), (21, 20, 10, 1, 1)])
+    assert procstat.process_tree(10, proc) == [10, 11, 12]
+    assert procstat.process_group(10, proc) == [10, 11, 12, 21]
+    assert procstat.ticks([10, 11, 12], proc) == 160
+    assert procstat.ticks([10, 999], proc) == 10  # a process that is gone counts nothing
+
+
+def test_cpu_per_request_arithmetic():
+    # 200 ticks at 100 Hz = 2 s of CPU over 1000 requests = 2000 µs each
+    assert procstat.us_per_request(50, 250, 1000, hz=100) == pytest.approx(2000.0)
+    assert procstat.us_per_request(50, 50, 10, hz=100) == 0.0
+    assert procstat.us_per_request(0, 10, 0, hz=100) is None
+    with pytest.raises(ValueError):
+        procstat.us_per_request(10, 9, 5, hz=100)
+
+
+def test_status_memory_lines():
+    text = "Name:\tpython3\nVmHWM:\t  475136 kB\nVmRSS:\t  312320 kB\nThreads:\t5\n"
+    assert procstat.parse_status_kib(text, "VmRSS") == 312320
+    assert procstat.parse_status_kib(text, "VmHWM") == 475136
+    assert procstat.parse_status_kib(text, "VmSwap") is None
+
+
+def test_own_process_is_read_from_the_real_proc():
+    me = procstat.read_stat(os.getpid())
+    assert me is not None and me.ppid == os.getppid() and me.pgrp == os.getpgrp()
+    assert procstat.memory_kib(os.getpid())["rss_kib"] > 0
+
+
+# -- percentiles and spreads ---------------------------------------------------------------------
+def test_nearest_rank_percentiles():
+    values = list(range(100, 0, -1))  # unsorted on purpose
+    assert stats.percentile(values, 50) == 50
+    assert stats.percentile(values, 99) == 99
+    assert stats.percentile(values, 100) == 100
+    assert stats.percentile(values, 0) == 1
+    assert stats.percentile([3.0], 99) == 3.0
+    assert stats.percentile([1, 2, 3, 4], 50) == 2
+    with pytest.raises(ValueError):
+        stats.percentile([], 50)
+    with pytest.raises(ValueError):
+        stats.percentile([1], 101)
+
+
+def test_spread_over_repeats_skips_missing_values():
+    s = stats.spread([30.0, None, 10.0, 20.0])
+    assert (s.median, s.min, s.max, s.n) == (20.0, 10.0, 30.0, 3)
+    assert stats.spread([None, None]) is None
+    assert stats.spread([4.0, 1.0]).median == 2.5
+
+
+def test_ratio_is_gateway_over_direct():
+    assert stats.ratio(stats.Spread(500, 0, 0, 1), stats.Spread(2000, 0, 0, 1)) == 0.25
+    assert stats.ratio(None, stats.Spread(1, 1, 1, 1)) is None
+    assert stats.ratio(stats.Spread(1, 1, 1, 1), stats.Spread(0, 0, 0, 1)) is None
+
+
+def test_summaries_and_ratios_of_runs():
+    direct = summarise([{"req_per_s": 1000.0, "p50_ms": 1.0}, {"req_per_s": 1200.0, "p50_ms": 1.2},
+                        {"req_per_s": 1100.0, "p50_ms": None}])
+    gateway = summarise([{"req_per_s": 500.0, "p50_ms": 2.0, "gateway_cpu_us": 400.0},
+                         {"req_per_s": 550.0, "p50_ms": 2.2, "gateway_cpu_us": 420.0}])
+    assert direct["req_per_s"] == {"median": 1100.0, "min": 1000.0, "max": 1200.0, "n": 3}
+    assert direct["p50_ms"]["n"] == 2
+    r = ratios(gateway, direct)
+    assert r["req_per_s"] == pytest.approx(525 / 1100)
+    assert r["p50_ms"] == pytest.approx(2.1 / 1.1)
+    assert "gateway_cpu_us" not in r  # nothing to divide by: the gateway is not on the direct path
+
+
+def test_settings_quick_full_and_overrides():
+    full, quick = Settings.from_env({}), Settings.from_env({"BENCH_QUICK": "1"})
+    assert not full.quick and quick.quick
+    assert quick.duration_s < full.duration_s and quick.repeats <= full.repeats and quick.budget_s <= full.budget_s
+    assert full.budget_s <= 600  # make bench stays within 10 minutes
+    assert 1 in full.scaling_workers and 2 in full.scaling_workers and (os.cpu_count() or 1) in full.scaling_workers
+    s = Settings.from_env({"BENCH_QUICK": "0", "BENCH_REPEATS": "5", "BENCH_ONLY": "v2_unary, scaling"})
+    assert not s.quick and s.repeats == 5
+    assert s.wants("v2_unary") and s.wants("scaling") and not s.wants("grps_bin")
+
+
+# -- report ---------------------------------------------------------------------------------------
+def _sp(median, lo=None, hi=None, n=3):
+    return {"median": median, "min": median if lo is None else lo, "max": median if hi is None else hi, "n": n}
+
+
+def _results():
+    meta = {
+        "started": "2026-01-01 00:00 UTC", "wall_s": 123.0, "loadavg_before": [1.0, 1.0, 1.0],
+        "loadavg_after": [2.0, 2.0, 2.0],
+        "machine": {"cpu": "Test CPU", "cores": 2, "cores_usable": 2, "memory_gib": 8.0, "kernel": "6.1"},
+        "versions": {"python": "3.11.7", "grpcio": "1.85.1", "triton": "2.51.0"},
+        "git": {"commit": "0123456789abcdef", "branch": "b", "dirty": False},
+        "settings": {"quick": True, "workers": 1, "repeats": 3, "duration_s": 2.0, "llm_duration_s": 2.0,
+                     "warmup_s": 0.5, "concurrency": 8},
+    }
+    http_case = {
+        "key": "tf_rest_small", "kind": "http", "title": "TF REST small", "payload": "4 floats", "concurrency": 8,
+        "direct": {"how": "Triton HTTP", "summary": {"req_per_s": _sp(2000, 1900, 2100), "p50_ms": _sp(0.5),
+                                                     "p99_ms": _sp(2.0), "triton_cpu_us": _sp(100)}},
+        "gateway": {"how": "gateway REST", "summary": {"req_per_s": _sp(1000, 900, 1100), "p50_ms": _sp(4.0),
+                                                       "p99_ms": _sp(9.0), "gateway_cpu_us": _sp(450, 440, 460),
+                                                       "triton_cpu_us": _sp(200)}},
+        "ratio": {"req_per_s": 0.5, "p50_ms": 8.0, "p99_ms": 4.5}, "errors": [],
+    }
+    llm_case = {
+        "key": "llm_mindie", "kind": "llm", "title": "LLM native", "payload": "tiny_llm", "concurrency": 1,
+        "samples": {"direct": "13", "gateway": "12–13"},
+        "direct": {"how": "Triton generate_stream", "summary": {"ttft_p50_ms": _sp(17.0), "itl_p50_ms": _sp(15.8)}},
+        "gateway": {"how": "gateway /infer", "summary": {"ttft_p50_ms": _sp(19.0), "itl_p50_ms": _sp(16.0),
+                                                         "gateway_cpu_us": _sp(10000)}},
+        "ratio": {"ttft_p50_ms": 19 / 17}, "errors": ["gateway repeat 2: 1 errors (HTTP 503)"],
+    }
+    skipped = {"key": "grps_bin", "kind": "http", "title": "GRPS bin", "payload": "16 MiB", "concurrency": 2,
+               "direct": {"how": "x"}, "gateway": {"how": "y"}, "ratio": {}, "errors": [], "skipped": "no time left"}
+    scaling = {"title": "TF REST small", "concurrency": 16, "skipped": [],
+               "runs": [{"workers": 1, "summary": {"req_per_s": _sp(1700)}},
+                        {"workers": 2, "summary": {"req_per_s": _sp(1300, 1200, 1400)}}]}
+    memory = [{"workers": 1, "role": "worker", "idle_mib": 74.2, "loaded_mib": 305.0, "peak_mib": 464.0,
+               "idle_cpu_pct": 1.0}]
+    return {"meta": meta, "cases": [http_case, llm_case, skipped], "scaling": scaling, "memory": memory}
+
+
+def test_cells_show_median_and_range():
+    assert report.cell(_sp(1000, 900, 1100)) == "1000 (900–1100)"
+    assert report.cell(_sp(1.5, 1.5, 1.5)) == "1.50"
+    assert report.cell(_sp(0.1234, 0.1, 0.2, n=1)) == "0.123"
+    assert report.cell(stats.Spread(12.34, 12.0, 13.0, 2)) == "12.3 (12.0–13.0)"
+    assert report.cell(None) == "–"
+    assert report.times(0.456) == "0.46×"
+
+
+def test_markdown_has_every_section_and_the_numbers():
+    md = report.markdown(_results())
+    lines = md.splitlines()
+    row = next(ln for ln in lines if ln.startswith("| TF REST small |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:5] == ["TF REST small", "8", "2000 (1900–2100)", "1000 (900–1100)", "0.50×"]
+    assert cells[11] == "450 (440–460)" and cells[12] == "100 / 200"
+    header = lines[lines.index(row) - 2]
+    assert len(header.strip("|").split("|")) == len(cells)  # every row as wide as its header
+    assert "(quick mode)" in lines[0]
+    assert "Test CPU, 2 cores" in md and "triton 2.51.0" in md and "`0123456789ab`" in md
+    assert "| LLM native: gateway | 12–13 | 19.0 |" in md
+    assert "## Scaling" in md and "| 2 | 1300 (1200–1400) |" in md
+    assert "| 1 | worker | 74.2 | 305 | 464 | 1.00 |" in md
+    assert "- skipped GRPS bin (conc 2): no time left" in md
+    assert "- LLM native (conc 1): gateway repeat 2: 1 errors (HTTP 503)" in md
+    assert "GRPS bin |" not in md  # a skipped path has no row
+
+
+def test_results_are_written(tmp_path):
+    pytest.importorskip("matplotlib")  # requirements/bench.txt, installed by make bench
+    paths = report.write(_results(), tmp_path)
+    assert [p.name for p in paths] == ["results.json", "results.md", "results.png"]
+    assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
