@@ -80,6 +80,7 @@ class Worker:
             default_timeout=s.upstream.timeout_s,
             cache_ttl=s.upstream.cache_ttl_s,
             retries=s.upstream.retries,
+            lb_policy=s.upstream.lb_policy,
         )
         await upstream.connect()
         self.ctx = ctx = GatewayContext(s, upstream)

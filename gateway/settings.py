@@ -1,7 +1,8 @@
 """One immutable settings tree, read once from YAML plus the environment (never at import time).
 
 Environment overrides (applied after the file):
-  GATEWAY_TRITON_GRPC          upstream.grpc (host:port of Triton's gRPC endpoint)
+  GATEWAY_TRITON_GRPC          upstream.grpc (Triton's gRPC endpoint: host:port, dns:///host:port,
+                               or ipv4:h1:p1,h2:p2 for several replicas with lb_policy round_robin)
   GATEWAY_WORKERS              workers
   GATEWAY_HOST                 host of every listener
   GATEWAY_<LISTENER>_PORT      e.g. GATEWAY_TFSERVING_REST_PORT=9501
@@ -54,6 +55,7 @@ class Listener:
 @dataclass(frozen=True, slots=True)
 class UpstreamSettings:
     grpc: str = "127.0.0.1:18001"  # the local Triton of `gateway local`; Triton's own default 8001 is ours
+    lb_policy: str = "pick_first"  # or round_robin: every address the target resolves to (Triton replicas)
     timeout_s: float = 60.0  # per-request deadline when the client gives none
     cache_ttl_s: float = 2.0  # metadata / readiness cache
     retries: int = 3  # attempts for idempotent calls on UNAVAILABLE
@@ -211,15 +213,38 @@ def _apply_env(s: Settings, env: Mapping[str, str]) -> Settings:
 _LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0"}
 
 
+def _upstream_addresses(target: str) -> list[tuple[str, int]]:
+    """(host, port) of each address in a grpc target: host:port, dns:[//authority]/host:port,
+    ipv4:h:p[,h:p...] or ipv6:[h]:p[,...]. unix: targets have none."""
+    if target.startswith("unix:"):
+        return []
+    scheme, sep, rest = target.partition(":")
+    if sep and scheme == "dns":
+        rest = rest.removeprefix("//")
+        rest = rest.partition("/")[2] if target.startswith("dns://") else rest
+        items = [rest]
+    elif sep and scheme in ("ipv4", "ipv6"):
+        items = rest.split(",")
+    else:
+        items = [target]
+    out = []
+    for item in items:
+        host, _, port = item.rpartition(":")
+        if not host or not port.isdigit():
+            raise SettingsError(f"upstream.grpc: {target!r} is not host:port (or dns:///host:port, ipv4:h:p,h:p)")
+        out.append((host, int(port)))
+    return out
+
+
 def _check_no_loop(s: Settings) -> None:
     """An upstream that is our own listener would proxy every call back to ourselves forever."""
-    host, _, port = s.upstream.grpc.rpartition(":")
-    if not host or not port.isdigit():
-        raise SettingsError(f"upstream.grpc: {s.upstream.grpc!r} is not host:port")
-    if host in _LOOPBACK:
-        for lst in s.listeners.values():
-            if lst.enabled and lst.port == int(port) and lst.host in _LOOPBACK | {"::"}:
-                raise SettingsError(
-                    f"upstream.grpc {s.upstream.grpc} is this gateway's own {lst.name} listener; "
-                    "point it at Triton (GATEWAY_TRITON_GRPC=host:port)"
-                )
+    if s.upstream.lb_policy not in ("pick_first", "round_robin"):
+        raise SettingsError(f"upstream.lb_policy: {s.upstream.lb_policy!r} is not pick_first or round_robin")
+    for host, port in _upstream_addresses(s.upstream.grpc):
+        if host in _LOOPBACK:
+            for lst in s.listeners.values():
+                if lst.enabled and lst.port == port and lst.host in _LOOPBACK | {"::"}:
+                    raise SettingsError(
+                        f"upstream.grpc {s.upstream.grpc} is this gateway's own {lst.name} listener; "
+                        "point it at Triton (GATEWAY_TRITON_GRPC=host:port)"
+                    )

@@ -1,0 +1,101 @@
+"""Several Triton replicas behind one gateway: client-side round_robin on the upstream channel.
+
+Two real Tritons (CPU, bundled binary) on free loopback ports, one gateway whose upstream target
+lists both (``ipv4:127.0.0.1:p1,127.0.0.1:p2``, the same resolver path a ``dns:///`` name with
+several A records takes, e.g. a Kubernetes headless Service). Each Triton's own inference
+statistics show which replica served how many requests.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import urllib.request
+from dataclasses import replace
+
+import grpc
+import pytest
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from gateway import localtriton
+from gateway.settings import LocalTriton
+from tests.support import ROOT, free_port, gateway_config, start_gateway, stop_gateway
+
+MODEL = "saved_model_half_plus_three"
+
+
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("replicas")
+    repo = tmp / "repo"  # one light model is enough: faster start, less memory on a shared machine
+    shutil.copytree(ROOT / "model_repository" / MODEL, repo / MODEL)
+    started = []
+    try:
+        for i in range(2):
+            cfg = replace(
+                LocalTriton(), venv=str(ROOT / ".venv-triton"), model_repository=str(repo),
+                workdir=str(ROOT / ".run" / "test-triton"), http_port=free_port(), grpc_port=free_port(),
+                metrics_port=free_port(), startup_timeout_s=180,
+            )
+            started.append(localtriton.start(cfg, ROOT, log_path=tmp / f"triton{i}.log"))
+        yield started
+    finally:
+        for tp in started:
+            tp.stop()
+
+
+def _success_count(tp: localtriton.TritonProcess) -> int:
+    with urllib.request.urlopen(f"{tp.http_url}/v2/models/{MODEL}/stats", timeout=5) as r:  # noqa: S310
+        stats = json.loads(r.read())["model_stats"]
+    return sum(int(s["inference_stats"]["success"]["count"]) for s in stats)
+
+
+def _gateway(replicas, tmp, lb_policy: str):
+    ports = {"admin_http": free_port(), "v2_grpc": free_port(), "tfserving_rest": free_port()}
+    target = "ipv4:" + ",".join(tp.grpc_target for tp in replicas)
+    cfg = gateway_config(target, ports)
+    cfg["upstream"]["lb_policy"] = lb_policy
+    for name in ("tfserving_grpc", "grps_http", "grps_grpc", "mindie_http"):
+        cfg["listeners"][name] = {"enabled": False, "port": free_port()}
+    return start_gateway(cfg, tmp)
+
+
+def _traffic(gw, n: int) -> None:
+    """n translated calls (TF Serving REST) and n passthrough calls (KServe V2 gRPC)."""
+    for i in range(n):
+        req = urllib.request.Request(
+            f"{gw.url('tfserving_rest')}/v1/models/{MODEL}:predict", data=json.dumps({"instances": [float(i)]}).encode(),
+        )
+        with urllib.request.urlopen(req, timeout=10) as r:  # noqa: S310
+            assert json.loads(r.read()) == {"predictions": [0.5 * i + 3.0]}
+    with grpc.insecure_channel(gw.target("v2_grpc")) as ch:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(ch)
+        for _ in range(n):
+            req = service_pb2.ModelInferRequest(model_name=MODEL)
+            tensor = req.inputs.add(name="x", datatype="FP32", shape=[1])
+            tensor.contents.fp32_contents.append(1.0)
+            assert stub.ModelInfer(req, timeout=10).outputs[0].name == "y"
+
+
+def test_round_robin_spreads_requests_over_every_replica(replicas, tmp_path):
+    before = [_success_count(tp) for tp in replicas]
+    gw = _gateway(replicas, tmp_path, "round_robin")
+    try:
+        _traffic(gw, 20)
+    finally:
+        stop_gateway(gw)
+    served = [_success_count(tp) - b for tp, b in zip(replicas, before, strict=True)]
+    assert sum(served) == 40
+    assert min(served) >= 10, f"requests per replica: {served}"  # both serve, roughly evenly
+
+
+def test_pick_first_sends_everything_to_one_replica(replicas, tmp_path):
+    """The control: without round_robin the same target keeps one connection to one replica."""
+    before = [_success_count(tp) for tp in replicas]
+    gw = _gateway(replicas, tmp_path, "pick_first")
+    try:
+        _traffic(gw, 10)
+    finally:
+        stop_gateway(gw)
+    served = sorted(_success_count(tp) - b for tp, b in zip(replicas, before, strict=True))
+    assert served == [0, 20]
