@@ -1,6 +1,7 @@
 """Build a TensorRT plan for every model of a Triton model repository that ships an ONNX graph.
 
     python3 tools/build_plans.py /models [--dry-run] [--force]
+    python3 tools/build_plans.py /models --wait      # until every plan is there (Triton's init container)
 
 Runs inside the TensorRT container of the same release as Triton (compose's `plan-builder`, the
 Kubernetes Job `plan-builder`), on the GPU the plans are for: plans do not move between GPU
@@ -29,6 +30,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -289,12 +291,31 @@ def build(job: PlanJob, env: BuildEnv, trtexec: str, run=subprocess.run) -> None
     job.record.write_text(json.dumps(build_record(job, env), indent=1) + "\n")
 
 
+def missing_plans(jobs: list[PlanJob]) -> list[PlanJob]:
+    """Jobs whose plan or build record is not there yet."""
+    return [job for job in jobs if not (job.plan.exists() and job.record.exists())]
+
+
+def wait(repo: Path, interval: float = 5.0, sleep=time.sleep) -> None:
+    """Block until every plan of the repository has been built (Kubernetes: Triton pods start
+    before the plan-building Job ends; without this they would fail to load and crash-loop)."""
+    while missing := missing_plans(find_jobs(repo)):
+        names = ", ".join(f"{j.model}/{j.version}/{j.plan.name}" for j in missing)
+        print(f"plan-builder: waiting for {names}", flush=True)
+        sleep(interval)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("repository", type=Path)
     ap.add_argument("--dry-run", action="store_true", help="print the trtexec command lines, build nothing")
     ap.add_argument("--force", action="store_true", help="rebuild plans that are up to date")
+    ap.add_argument("--wait", action="store_true", help="build nothing; return once every plan is there")
     args = ap.parse_args(argv)
+    if args.wait:
+        wait(args.repository)
+        print("plan-builder: every plan is there")
+        return 0
     jobs = find_jobs(args.repository)
     if args.dry_run:
         for job in jobs:

@@ -99,3 +99,33 @@ def test_pick_first_sends_everything_to_one_replica(replicas, tmp_path):
         stop_gateway(gw)
     served = sorted(_success_count(tp) - b for tp, b in zip(replicas, before, strict=True))
     assert served == [0, 20]
+
+
+def test_tcp_forward_publishes_tritons_grpc_and_http_ports(replicas, tmp_path):
+    """compose's `triton-ports` profile: tools/tcp_forward.py in front of a real Triton."""
+    import subprocess
+    import sys
+
+    from tests.support import wait_http
+
+    tp = replicas[0]
+    grpc_port, http_port = free_port(), free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tools" / "tcp_forward.py"), f"{grpc_port}={tp.grpc_target}",
+         f"{http_port}=127.0.0.1:{tp.cfg.http_port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{http_port}/v2/health/ready", timeout=20, proc=proc)
+        before = _success_count(tp)
+        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as ch:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(ch)
+            assert stub.ServerReady(service_pb2.ServerReadyRequest(), timeout=10).ready
+            req = service_pb2.ModelInferRequest(model_name=MODEL)
+            req.inputs.add(name="x", datatype="FP32", shape=[3]).contents.fp32_contents.extend([1.0, 2.0, 5.0])
+            out = stub.ModelInfer(req, timeout=10)
+            assert list(memoryview(out.raw_output_contents[0]).cast("f")) == [3.5, 4.0, 5.5]
+        assert _success_count(tp) == before + 1
+    finally:
+        proc.terminate()
+        proc.wait(10)

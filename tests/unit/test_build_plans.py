@@ -184,3 +184,20 @@ def test_the_reader_matches_protobuf_json_for_a_whole_config():
     assert [bp._one(s, "model_name") for s in steps] == [s["modelName"] for s in proto["ensembleScheduling"]["step"]]
     assert {bp._one(m, "key"): bp._one(m, "value") for m in steps[1]["output_map"]} == \
         proto["ensembleScheduling"]["step"][1]["outputMap"]
+
+
+def test_wait_returns_once_every_plan_and_record_is_there(tmp_path):
+    repo = _synthetic(tmp_path, 'name: "m" platform: "tensorrt_plan" max_batch_size: 4 '
+                      'input [ { name: "x" data_type: TYPE_FP32 dims: [ 3 ] } ]', versions=("1", "2"))
+    jobs = bp.find_jobs(repo)
+    naps = []
+
+    def sleep(seconds):  # the Job finishes one plan per nap
+        naps.append(seconds)
+        job = jobs[len(naps) - 1]
+        job.plan.write_bytes(b"engine")
+        job.record.write_text("{}")
+
+    bp.wait(repo, interval=5, sleep=sleep)
+    assert naps == [5, 5] and bp.missing_plans(jobs) == []
+    bp.wait(repo, sleep=lambda _s: pytest.fail("nothing to wait for"))
