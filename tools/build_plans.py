@@ -220,7 +220,7 @@ def _shape_arg(shapes: dict[str, tuple[list[int], list[int], list[int]]], which:
 
 def trtexec_command(job: PlanJob, trtexec: str = "trtexec", output: Path | None = None) -> list[str]:
     cmd = [trtexec, f"--onnx={job.onnx}", f"--saveEngine={output or job.plan}", "--skipInference"]
-    if any(job.shapes.values()):
+    if any(lo != hi for lo, _, hi in job.shapes.values()):  # a static graph takes no shapes
         cmd += [f"--minShapes={_shape_arg(job.shapes, 0)}", f"--optShapes={_shape_arg(job.shapes, 1)}",
                 f"--maxShapes={_shape_arg(job.shapes, 2)}"]
     if job.fp16:

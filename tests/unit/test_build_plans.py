@@ -119,6 +119,15 @@ def test_a_dynamic_dimension_without_a_range_is_an_error(tmp_path):
         bp.find_jobs(repo)
 
 
+def test_a_static_graph_gets_no_shape_arguments(tmp_path):
+    repo = _synthetic(tmp_path, 'name: "m" platform: "tensorrt_plan" max_batch_size: 0 '
+                      'input [ { name: "x" data_type: TYPE_FP32 dims: [ 2, 3 ] } ] '
+                      'parameters { key: "plan_fp16" value { string_value: "False" } }')
+    (job,) = bp.find_jobs(repo)
+    assert job.shapes == {"x": ([2, 3], [2, 3], [2, 3])}
+    assert bp.trtexec_command(job) == ["trtexec", f"--onnx={job.onnx}", f"--saveEngine={job.plan}", "--skipInference"]
+
+
 def test_python_and_ensemble_models_and_missing_onnx_are_not_built(tmp_path):
     repo = _synthetic(tmp_path, 'name: "m" backend: "python" max_batch_size: 8')
     assert bp.find_jobs(repo) == []
