@@ -1,9 +1,9 @@
 """Several Triton replicas behind one gateway: client-side round_robin on the upstream channel.
 
-Two real Tritons (CPU, bundled binary) on free loopback ports, one gateway whose upstream target
-lists both (``ipv4:127.0.0.1:p1,127.0.0.1:p2``, the same resolver path a ``dns:///`` name with
-several A records takes, e.g. a Kubernetes headless Service). Each Triton's own inference
-statistics show which replica served how many requests.
+Real Tritons (CPU, bundled binary) on loopback, one gateway whose upstream target reaches them
+all: an ``ipv4:127.0.0.1:p1,127.0.0.1:p2`` list, and, as in Kubernetes (a headless Service),
+one DNS name answered with an address per replica by a small DNS server of the test. Each
+Triton's own inference statistics show which replica served how many requests.
 """
 
 from __future__ import annotations
@@ -129,3 +129,91 @@ def test_tcp_forward_publishes_tritons_grpc_and_http_ports(replicas, tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+# -- the Kubernetes path: one DNS name with an address per replica (a headless Service) -----------
+
+
+class _DNS:
+    """A minimal authoritative DNS server on loopback UDP: `name` -> A records `addresses`; any
+    other question gets an empty NOERROR answer. Enough for grpc's c-ares resolver."""
+
+    def __init__(self, name: str, addresses: list[str]):
+        import socket
+        import threading
+
+        self.name, self.addresses, self.queries = name.lower(), addresses, []
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        import struct
+
+        while not self._stop.is_set():
+            try:
+                data, peer = self.sock.recvfrom(4096)
+            except TimeoutError:
+                continue
+            pos, labels = 12, []
+            while data[pos]:
+                labels.append(data[pos + 1:pos + 1 + data[pos]].decode())
+                pos += 1 + data[pos]
+            qtype = struct.unpack(">H", data[pos + 1:pos + 3])[0]
+            question = data[12:pos + 5]
+            name = ".".join(labels).lower()
+            self.queries.append((name, qtype))
+            answers = self.addresses if (name == self.name and qtype == 1) else []
+            flags = 0x8180 if name == self.name else 0x8183  # NOERROR, or NXDOMAIN for other names
+            out = struct.pack(">HHHHHH", struct.unpack(">H", data[:2])[0], flags, 1, len(answers), 0, 0) + question
+            for addr in answers:
+                out += struct.pack(">HHHIH", 0xC00C, 1, 1, 1, 4) + bytes(int(b) for b in addr.split("."))
+            self.sock.sendto(out, peer)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.sock.close()
+
+
+def test_a_dns_name_with_one_address_per_replica_spreads_calls(tmp_path, monkeypatch):
+    """Like `dns:///triton-headless:8001` in Kubernetes: one name, one A record per Triton, the
+    same port. Two Tritons on 127.0.0.1 and 127.0.0.2 (both loopback), a DNS server that answers
+    the name with both, and the gateway's target `dns://<that server>/triton-headless.test:<port>`."""
+    tmp = tmp_path
+    repo = tmp / "repo"
+    shutil.copytree(ROOT / "model_repository" / MODEL, repo / MODEL)
+    grpc_port = free_port()
+    started, dns, gw = [], None, None
+    try:
+        for host in ("127.0.0.1", "127.0.0.2"):
+            cfg = replace(
+                LocalTriton(), venv=str(ROOT / ".venv-triton"), model_repository=str(repo), host=host,
+                workdir=str(ROOT / ".run" / "test-triton"), http_port=free_port(), grpc_port=grpc_port,
+                metrics_port=free_port(), startup_timeout_s=180,
+            )
+            started.append(localtriton.start(cfg, ROOT, log_path=tmp / f"triton-{host}.log"))
+        dns = _DNS("triton-headless.test", ["127.0.0.1", "127.0.0.2"])
+        monkeypatch.setenv("GRPC_DNS_RESOLVER", "ares")  # the resolver that honours a DNS server in the target
+        ports = {"admin_http": free_port(), "v2_grpc": free_port(), "tfserving_rest": free_port()}
+        cfg = gateway_config(f"dns://127.0.0.1:{dns.port}/triton-headless.test:{grpc_port}", ports)
+        cfg["upstream"]["lb_policy"] = "round_robin"
+        for name in ("tfserving_grpc", "grps_http", "grps_grpc", "mindie_http"):
+            cfg["listeners"][name] = {"enabled": False, "port": free_port()}
+        before = [_success_count(tp) for tp in started]
+        gw = start_gateway(cfg, tmp)
+        _traffic(gw, 20)
+        served = [_success_count(tp) - b for tp, b in zip(started, before, strict=True)]
+        assert ("triton-headless.test", 1) in dns.queries  # the name was resolved by our server
+        assert sum(served) == 40 and min(served) >= 10, f"requests per replica: {served}"
+    finally:
+        if gw is not None:
+            stop_gateway(gw)
+        if dns is not None:
+            dns.close()
+        for tp in started:
+            tp.stop()
