@@ -165,3 +165,10 @@ def test_copied_sources_exist_and_are_not_docker_ignored():
             for src in inst.split()[1:-1]:
                 assert (ROOT / src).exists(), src
                 assert not any(src == pat or src.startswith(pat + "/") for pat in ignored), f"{src} is .dockerignored"
+
+
+def test_services_running_the_gateway_image_build_it():
+    """An image only built here must never be pulled: every service that runs it builds it."""
+    for name, svc in SERVICES.items():
+        if svc["image"].startswith("triton-protocol-gateway:"):
+            assert svc.get("build") == ".", name
