@@ -23,6 +23,7 @@ ONNX/command is skipped; any difference rebuilds it (written to a temporary file
 from __future__ import annotations
 
 import argparse
+import codecs
 import hashlib
 import json
 import os
@@ -62,7 +63,8 @@ def _tokens(text: str) -> list[str]:
 
 def _scalar(tok: str):
     if tok[0] in "\"'":
-        return bytes(tok[1:-1], "utf-8").decode("unicode_escape")
+        text = tok[1:-1]
+        return codecs.decode(text, "unicode_escape") if "\\" in text else text
     if re.fullmatch(r"[-+]?\d+", tok):
         return int(tok)
     if re.fullmatch(r"[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?", tok):
