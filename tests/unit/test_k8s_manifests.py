@@ -158,3 +158,13 @@ def test_images_are_named_in_the_kustomization_with_the_compose_release():
     assert f"nvcr.io/nvidia/tritonserver:{pinned['nvcr.io/nvidia/tritonserver']}" == compose["triton"]["image"]
     assert f"nvcr.io/nvidia/tensorrt:{pinned['nvcr.io/nvidia/tensorrt']}" == compose["plan-builder"]["image"]
     assert f"triton-protocol-gateway:{pinned['triton-protocol-gateway']}" == compose["gateway"]["image"]
+
+
+def test_disruption_budgets_select_existing_workloads_and_triton_rolls_without_a_spare_gpu():
+    deployments = {d["metadata"]["name"]: d for _, d in DOCS if d["kind"] == "Deployment"}
+    for pdb in (d for _, d in DOCS if d["kind"] == "PodDisruptionBudget"):
+        target = deployments[pdb["metadata"]["name"]]
+        assert pdb["spec"]["selector"]["matchLabels"] == target["spec"]["selector"]["matchLabels"]
+        assert pdb["spec"]["minAvailable"] < target["spec"]["replicas"]  # a drain can still proceed
+    rolling = deployments["triton"]["spec"]["strategy"]["rollingUpdate"]
+    assert rolling == {"maxSurge": 0, "maxUnavailable": 1}
