@@ -1,13 +1,34 @@
-# The gateway image. Triton runs in its own container (compose.yaml).
-FROM python:3.11-slim
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
-WORKDIR /app
+# The gateway image. Triton runs in its own container (compose.yaml, deploy/k8s/).
+#
+# Two stages: `build` installs the pinned dependency tree into a venv; `runtime` copies only that
+# venv, the configuration and the model repository (sources for the plan-building Job) onto a
+# clean base, and runs as an unprivileged numeric user (Kubernetes runAsNonRoot can check it).
+#
+# The base is pinned to a full version tag. To pin it by digest as well (reproducible builds),
+# resolve the digest on a machine that can reach Docker Hub and pass it in, e.g.
+#   docker buildx imagetools inspect python:3.11.14-slim-bookworm --format '{{json .Manifest.Digest}}'
+#   docker build --build-arg PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:<digest> .
+# (docs/deploy.md, "Pinning images").
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+WORKDIR /src
+RUN python -m venv /opt/venv
 COPY pyproject.toml ./
 COPY requirements/constraints.txt requirements/
 COPY gateway gateway
+RUN /opt/venv/bin/pip install -c requirements/constraints.txt .
+
+FROM ${PYTHON_IMAGE} AS runtime
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/venv/bin:$PATH
+RUN groupadd --system --gid 10001 gateway && useradd --system --uid 10001 --gid 10001 --no-create-home gateway
+COPY --from=build /opt/venv /opt/venv
+WORKDIR /app
 COPY config config
-RUN pip install --no-cache-dir -c requirements/constraints.txt . && useradd --system --uid 10001 gateway
-USER gateway
+COPY model_repository model_repository
+COPY tools/build_plans.py tools/tcp_forward.py tools/
+USER 10001:10001
 EXPOSE 8001 8500 8501 7080 7081 1025 9090
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s \
   CMD python -c "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:9090/health').status != 200)"

@@ -9,7 +9,7 @@ PIP_FLAGS ?= --disable-pip-version-check -q
 
 .PHONY: install browser run test test-unit test-contract proto onnx lint bench bench-wrk clean
 
-install: $(VENV)/.installed $(TRITON_VENV)/.installed .run/legacy-clients/.installed browser
+install: $(VENV)/.installed $(VENV)/.bench-installed $(TRITON_VENV)/.installed .run/legacy-clients/.installed browser
 
 # Real legacy client packages for contract tests (no dependencies: see requirements/legacy-clients.txt).
 .run/legacy-clients/.installed: requirements/legacy-clients.txt $(VENV)/.installed
@@ -48,14 +48,15 @@ test-contract: install
 proto: $(VENV)/.installed
 	$(BIN)/python -m gateway.tools.genproto
 
-# Regenerate the ONNX graph the GPU TensorRT plan is built from (own venv: onnx needs numpy>=2, protobuf 7).
+# Regenerate the ONNX graphs the GPU TensorRT plans are built from, each checked with onnxruntime
+# against its CPU twin (own venv: onnx needs numpy>=2, protobuf 7).
 onnx:
 	@test -x .venv-onnx/bin/python || $(PYTHON) -m venv .venv-onnx
-	.venv-onnx/bin/pip install $(PIP_FLAGS) onnx==1.23.2
+	.venv-onnx/bin/pip install $(PIP_FLAGS) onnx==1.23.2 onnxruntime==1.31.1
 	.venv-onnx/bin/python tools/make_onnx.py
 
 lint: $(VENV)/.installed
-	$(BIN)/ruff check gateway tests bench
+	$(BIN)/ruff check gateway tests bench tools
 	$(BIN)/python -m gateway.tools.genproto --check
 
 # Its own Triton and gateway on free 127.0.0.1 ports, stopped at the end (also on Ctrl-C): about 7 minutes,

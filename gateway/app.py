@@ -65,7 +65,7 @@ class Worker:
             return self.upstream_factory(self.settings)
         u = self.settings.upstream
         return TritonUpstream(u.grpc, default_timeout=u.timeout_s, cache_ttl=u.cache_ttl_s, retries=u.retries,
-                              stream_timeout=self.settings.limits.stream_timeout_s)
+                              stream_timeout=self.settings.limits.stream_timeout_s, lb_policy=u.lb_policy)
 
     async def start(self) -> GatewayContext:
         upstream = self._upstream()

@@ -61,16 +61,16 @@ class ListenerSettings(Strict):
 
 class UpstreamSettings(Strict):
     grpc: str = "127.0.0.1:18001"  # the local Triton of `gateway local`; Triton's own default 8001 is ours
+    lb_policy: Literal["pick_first", "round_robin"] = "pick_first"  # round_robin: every address the
+    #   target resolves to (several Triton replicas: dns:///name:port, or ipv4:h1:p1,h2:p2)
     timeout_s: Seconds = 60.0  # default deadline of a unary call when the listener declares none
     cache_ttl_s: Annotated[float, Field(ge=0)] = 2.0  # metadata / readiness cache
     retries: Annotated[int, Field(ge=1)] = 3  # attempts for idempotent calls on UNAVAILABLE
 
     @field_validator("grpc")
     @classmethod
-    def _host_port(cls, value: str) -> str:
-        host, _, port = value.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"{value!r} is not host:port")
+    def _target(cls, value: str) -> str:
+        upstream_addresses(value)
         return value
 
 
@@ -302,13 +302,36 @@ def _check_ports(s: Settings) -> None:
 _LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0"}
 
 
+def upstream_addresses(target: str) -> list[tuple[str, int]]:
+    """(host, port) of each address in a grpc target: host:port, dns:[//authority]/host:port,
+    ipv4:h:p[,h:p...] or ipv6:[h]:p[,...]. unix: targets have none."""
+    if target.startswith("unix:"):
+        return []
+    scheme, sep, rest = target.partition(":")
+    if sep and scheme == "dns":
+        rest = rest.removeprefix("//")
+        rest = rest.partition("/")[2] if target.startswith("dns://") else rest
+        items = [rest]
+    elif sep and scheme in ("ipv4", "ipv6"):
+        items = rest.split(",")
+    else:
+        items = [target]
+    out = []
+    for item in items:
+        host, _, port = item.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"{target!r} is not host:port (or dns:///host:port, ipv4:h:p,h:p)")
+        out.append((host, int(port)))
+    return out
+
+
 def _check_no_loop(s: Settings) -> None:
     """An upstream that is our own listener would proxy every call back to ourselves forever."""
-    host, _, port = s.upstream.grpc.rpartition(":")
-    if host in _LOOPBACK:
-        for lst in s.listeners.values():
-            if lst.enabled and lst.port == int(port) and lst.host in _LOOPBACK | {"::"}:
-                raise SettingsError(
-                    f"upstream.grpc {s.upstream.grpc} is this gateway's own {lst.name} listener; "
-                    f"point it at Triton ({ENV_PREFIX}UPSTREAM__GRPC=host:port)"
-                )
+    for host, port in upstream_addresses(s.upstream.grpc):
+        if host in _LOOPBACK:
+            for lst in s.listeners.values():
+                if lst.enabled and lst.port == port and lst.host in _LOOPBACK | {"::"}:
+                    raise SettingsError(
+                        f"upstream.grpc {s.upstream.grpc} is this gateway's own {lst.name} listener; "
+                        f"point it at Triton ({ENV_PREFIX}UPSTREAM__GRPC=host:port)"
+                    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import contextmanager
@@ -38,6 +39,21 @@ CHANNEL_OPTIONS = (
     ("grpc.min_reconnect_backoff_ms", 250),
     ("grpc.max_reconnect_backoff_ms", 2000),
 )
+
+LB_POLICIES = ("pick_first", "round_robin")
+
+
+def channel_options(lb_policy: str = "pick_first") -> tuple[tuple[str, Any], ...]:
+    """CHANNEL_OPTIONS plus the load-balancing policy, as a service config.
+
+    ``round_robin`` spreads calls over every address the target resolves to: several Triton
+    replicas behind one ``dns:///name:port`` (a headless Service) or an ``ipv4:a:p,b:p`` list.
+    Streams stay on the replica they started on; each new call picks the next ready one.
+    """
+    if lb_policy not in LB_POLICIES:
+        raise ValueError(f"lb_policy must be one of {LB_POLICIES}, not {lb_policy!r}")
+    config = json.dumps({"loadBalancingConfig": [{lb_policy: {}}]})
+    return (*CHANNEL_OPTIONS, ("grpc.service_config", config))
 
 
 class Upstream(Protocol):
@@ -110,8 +126,9 @@ class TritonUpstream:
     own, the edge's request id; outside a request, ``default_timeout`` / ``stream_timeout`` apply."""
 
     def __init__(self, target: str, *, default_timeout: float = 60.0, cache_ttl: float = 2.0, retries: int = 3,
-                 stream_timeout: float = 600.0):
+                 stream_timeout: float = 600.0, lb_policy: str = "pick_first"):
         self.target = target
+        self.options = channel_options(lb_policy)
         self.default_timeout = default_timeout
         self.stream_timeout = stream_timeout
         self.retries = retries
@@ -125,7 +142,7 @@ class TritonUpstream:
     async def connect(self) -> None:
         """Create the channel in the running loop (call from a server-start hook)."""
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self.target, options=CHANNEL_OPTIONS)
+            self._channel = grpc.aio.insecure_channel(self.target, options=self.options)
             self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
 
     async def close(self) -> None:

@@ -1,25 +1,104 @@
-"""compose.yaml and the model repository are shaped for a GPU host (no Docker engine here to run them)."""
+"""compose.yaml, the Dockerfile and the gateway's docker configs are shaped for a GPU host.
 
+No Docker engine and no GPU here: these are static checks of what `docker compose up` would run.
+"""
+
+import re
 from pathlib import Path
 
 import yaml
 
+from gateway import settings
+
 ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = yaml.safe_load((ROOT / "compose.yaml").read_text())
+SERVICES = COMPOSE["services"]
+DOCKER = yaml.safe_load((ROOT / "config" / "docker.yaml").read_text())
+LISTENER_PORTS = {lst["port"] for lst in DOCKER["listeners"].values()}
 
 
-def test_compose_reserves_a_gpu_gates_on_health_and_publishes_every_listener():
-    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
-    services = compose["services"]
-    triton, gateway = services["triton"], services["gateway"]
-    devices = triton["deploy"]["resources"]["reservations"]["devices"][0]
-    assert devices["driver"] == "nvidia" and devices["capabilities"] == ["gpu"]
-    assert "v2/health/ready" in " ".join(triton["healthcheck"]["test"])
-    assert triton["shm_size"]
+def _release(image: str) -> str:
+    """'nvcr.io/nvidia/tritonserver:24.10-trtllm-python-py3' -> '24.10'."""
+    return re.match(r"(\d\d\.\d\d)-", image.rpartition(":")[2]).group(1)
+
+
+def _gpu(service: dict) -> bool:
+    devices = service.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
+    return any(d.get("driver") == "nvidia" and d.get("capabilities") == ["gpu"] for d in devices)
+
+
+def test_default_services_and_opt_in_profiles():
+    default = {name for name, svc in SERVICES.items() if "profiles" not in svc}
+    assert default == {"plan-builder", "triton", "gateway"}
+    assert SERVICES["triton-llm"]["profiles"] == ["llm"]
+    assert SERVICES["triton-ports"]["profiles"] == ["triton-ports"]
+
+
+def test_triton_publishes_no_port_unless_a_profile_asks():
+    for name, svc in SERVICES.items():
+        if "tritonserver" in svc.get("image", "") or name == "plan-builder":
+            assert "ports" not in svc, f"{name} publishes a port"
+    publishing = {name for name, svc in SERVICES.items() if "ports" in svc}
+    assert publishing == {"gateway", "triton-ports"}
+    forwards = SERVICES["triton-ports"]["command"]
+    assert sorted(f.split("=")[1] for f in forwards) == ["triton:8000", "triton:8001", "triton:8002"]
+    assert {int(p.split(":")[0]) for p in SERVICES["triton-ports"]["ports"]} == {int(f.split("=")[0]) for f in forwards}
+
+
+def test_gpu_services_reserve_a_gpu_and_tritons_gate_on_readiness():
+    assert {name for name, svc in SERVICES.items() if _gpu(svc)} == {"plan-builder", "triton", "triton-llm"}
+    for name in ("triton", "triton-llm"):
+        svc = SERVICES[name]
+        assert "v2/health/ready" in " ".join(svc["healthcheck"]["test"]) and svc["shm_size"]
+        assert svc["depends_on"]["plan-builder"]["condition"] == "service_completed_successfully"
+    gateway = SERVICES["gateway"]
     assert gateway["depends_on"]["triton"]["condition"] == "service_healthy"
+    assert gateway["depends_on"]["triton-llm"] == {"condition": "service_healthy", "required": False}
+
+
+def test_images_are_pinned_to_one_release():
+    images = {name: svc["image"] for name, svc in SERVICES.items() if "nvcr.io" in svc["image"]}
+    assert images["triton"] == "nvcr.io/nvidia/tritonserver:24.10-py3"  # the Triton (2.51) the CPU tests run
+    assert images["triton-llm"] == "nvcr.io/nvidia/tritonserver:24.10-trtllm-python-py3"
+    assert images["plan-builder"] == "nvcr.io/nvidia/tensorrt:24.10-py3"  # plans: same TensorRT as Triton
+    assert {_release(i) for i in images.values()} == {"24.10"}
+    assert all(not svc["image"].endswith(":latest") for svc in SERVICES.values())
+
+
+def test_plan_builder_runs_the_repository_script_on_the_model_repository():
+    pb = SERVICES["plan-builder"]
+    assert pb["command"] == ["python3", "/tools/build_plans.py", "/models"]
+    assert "./tools:/tools:ro" in pb["volumes"] and "./model_repository:/models" in pb["volumes"]
+    assert "./model_repository:/models:ro" in SERVICES["triton"]["volumes"]
+
+
+def test_the_gateway_publishes_every_listener_of_its_config():
+    gateway = SERVICES["gateway"]
     published = {int(p.split(":")[1]) for p in gateway["ports"]}
-    docker = yaml.safe_load((ROOT / "config" / "docker.yaml").read_text())
-    assert published == {lst["port"] for lst in docker["listeners"].values()}
-    assert triton["image"].endswith(":24.10-py3")  # the same Triton (2.51) the CPU tests run
+    assert published == LISTENER_PORTS
+    assert gateway["command"] == ["--config", "${GATEWAY_CONFIG:-config/docker.yaml}"]
+    s = settings.load(ROOT / "config" / "docker.yaml", env={})
+    assert s.upstream.grpc == "triton:8001" and s.upstream.lb_policy == "round_robin"
+
+
+def test_the_llm_profile_serves_a_real_engine_from_environment_paths():
+    llm = SERVICES["triton-llm"]
+    mounts = {v["target"]: v for v in llm["volumes"] if isinstance(v, dict)}
+    assert mounts["/llm"]["source"].startswith("${TRTLLM_MODEL_REPO:-")
+    assert mounts["/engines"]["source"].startswith("${TRTLLM_ENGINE_DIR:-")
+    assert all(m["bind"] == {"create_host_path": False} and m["read_only"] for m in mounts.values())
+    assert "--model-repository=/models" in llm["command"] and "--model-repository=/llm" in llm["command"]
+
+
+def test_the_llm_gateway_config_differs_from_docker_yaml_only_in_upstream_and_mindie_routes():
+    llm = yaml.safe_load((ROOT / "config" / "docker-llm.yaml").read_text())
+    assert llm["upstream"].pop("grpc") == "triton-llm:8001"
+    plain = dict(DOCKER, upstream={k: v for k, v in DOCKER["upstream"].items() if k != "grpc"})
+    assert {k: v for k, v in llm.items() if k != "dialects"} == plain
+    s = settings.load(ROOT / "config" / "docker-llm.yaml", env={})
+    mindie = s.dialect("mindie")
+    assert mindie.aliases == {"llama2_7b": "ensemble"}  # in place of tiny_llm
+    assert mindie.models["ensemble"].profile == "trtllm"
 
 
 def test_every_model_has_a_cpu_configuration_and_tensorrt_models_ship_their_onnx():
@@ -33,3 +112,62 @@ def test_every_model_has_a_cpu_configuration_and_tensorrt_models_ship_their_onnx
             assert all((v / "model.onnx").exists() for v in versions), f"{model.name}: no ONNX to build the plan"
         text = cpu.read_text() if cpu.exists() else default
         assert "KIND_GPU" not in text, f"{model.name}: CPU configuration asks for a GPU"
+
+
+# -- Dockerfile -----------------------------------------------------------------------------------
+
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+INSTRUCTIONS = [line for line in re.sub(r"\\\n", " ", DOCKERFILE).splitlines() if line and not line.startswith("#")]
+
+
+def _args() -> dict[str, str]:
+    return dict(re.match(r"ARG (\w+)=(\S+)", i).groups() for i in INSTRUCTIONS if i.startswith("ARG ") and "=" in i)
+
+
+def test_the_image_is_multi_stage_and_only_the_venv_crosses_over():
+    stages = [i.split() for i in INSTRUCTIONS if i.startswith("FROM ")]
+    assert [s[-1] for s in stages] == ["build", "runtime"] and all(s[-2] == "AS" for s in stages)
+    runtime = INSTRUCTIONS[INSTRUCTIONS.index(next(i for i in INSTRUCTIONS if i.endswith("AS runtime"))):]
+    assert [i for i in runtime if "--from=" in i] == ["COPY --from=build /opt/venv /opt/venv"]
+    assert not any(i.startswith("RUN") and "pip install" in i for i in runtime)
+
+
+def test_base_images_are_pinned_to_a_full_version_or_a_digest():
+    args = _args()
+    for line in (i for i in INSTRUCTIONS if i.startswith("FROM ")):
+        image = line.split()[1]
+        image = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], image)
+        name, _, tag = image.partition("@")[0].rpartition(":")
+        assert "@sha256:" in image or re.fullmatch(r"\d+\.\d+\.\d+(-[\w.-]+)?", tag), f"unpinned base {image}"
+
+
+def test_the_runtime_runs_as_a_numeric_non_root_user():
+    users = [i.split()[1] for i in INSTRUCTIONS if i.startswith("USER ")]
+    assert len(users) == 1 and INSTRUCTIONS.index(f"USER {users[0]}") > INSTRUCTIONS.index(
+        next(i for i in INSTRUCTIONS if i.endswith("AS runtime")))
+    uid, _, gid = users[0].partition(":")
+    assert uid.isdigit() and int(uid) > 0 and (not gid or int(gid) > 0)
+
+
+def test_the_image_exposes_and_probes_the_docker_config_listeners():
+    exposed = {int(p) for i in INSTRUCTIONS if i.startswith("EXPOSE ") for p in i.split()[1:]}
+    assert exposed == LISTENER_PORTS
+    health = next(i for i in INSTRUCTIONS if i.startswith("HEALTHCHECK"))
+    assert f"127.0.0.1:{DOCKER['listeners']['admin_http']['port']}/health" in health
+    assert 'CMD ["--config", "config/docker.yaml"]' in INSTRUCTIONS
+
+
+def test_copied_sources_exist_and_are_not_docker_ignored():
+    ignored = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines() if line.strip()]
+    for inst in INSTRUCTIONS:
+        if inst.startswith("COPY ") and "--from=" not in inst:
+            for src in inst.split()[1:-1]:
+                assert (ROOT / src).exists(), src
+                assert not any(src == pat or src.startswith(pat + "/") for pat in ignored), f"{src} is .dockerignored"
+
+
+def test_services_running_the_gateway_image_build_it():
+    """An image only built here must never be pulled: every service that runs it builds it."""
+    for name, svc in SERVICES.items():
+        if svc["image"].startswith("triton-protocol-gateway:"):
+            assert svc.get("build") == ".", name

@@ -1,4 +1,4 @@
-"""multi_tensor: several named inputs/outputs of different dtypes (see ../config.pbtxt)."""
+"""multi_tensor_text: the multi_tensor ensemble's BYTES and FP64 outputs (see ../config.pbtxt)."""
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -6,15 +6,9 @@ import triton_python_backend_utils as pb_utils
 
 def _outputs(tag, signal, count):
     tag_bytes = np.array([[bytes(t)[::-1] + b"\x00\xff" for t in row] for row in tag], dtype=object)
-    scaled = (signal.astype(np.float32) * count.astype(np.float32)).astype(np.float32)
     total = (signal.astype(np.float64).sum(axis=1, keepdims=True) * count.astype(np.float64)).astype(np.float64)
     length = np.array([[len(bytes(t)) for t in row] for row in tag], dtype=np.int64)
-    return [
-        pb_utils.Tensor("tag_bytes", tag_bytes),
-        pb_utils.Tensor("scaled", scaled),
-        pb_utils.Tensor("total", total),
-        pb_utils.Tensor("length", length),
-    ]
+    return [pb_utils.Tensor("tag_bytes", tag_bytes), pb_utils.Tensor("total", total), pb_utils.Tensor("length", length)]
 
 
 class TritonPythonModel:
