@@ -78,9 +78,12 @@ def test_classify_and_regress_with_context(rest):
     assert rest("POST", f"/v1/models/{HP3}:regress", req)[2] == b'{"results":[5.0,5.0]}'
 
 
-def test_routing_is_case_insensitive(rest):
-    status, _, body = rest("POST", f"/V1/MODELS/{HP3}:PREDICT", '{"instances": [2.0]}')
+def test_routing_is_case_insensitive_but_the_verb_is_not(rest):
+    # TF Serving's path regex is (?i), but ProcessRequest then compares the verb as written
+    status, _, body = rest("POST", f"/V1/MODELS/{HP3}:predict", '{"instances": [2.0]}')
     assert (status, body) == (200, b'{"predictions":[4.0]}')
+    status, _, body = rest("POST", f"/v1/models/{HP3}:PREDICT", '{"instances": [2.0]}')
+    assert (status, _json(body)) == (400, {"error": f"Malformed request: POST /v1/models/{HP3}:PREDICT"})
 
 
 def test_nan_and_infinity_in_and_out_as_bare_tokens(rest):
@@ -95,9 +98,11 @@ def test_metadata_lists_the_three_signatures_with_tf_dtype_names(rest):
     assert doc["model_spec"] == {"name": HP3, "signature_name": "", "version": "123"}
     sigs = doc["metadata"]["signature_def"]["signature_def"]
     assert set(sigs) == {"serving_default", "tensorflow/serving/regress", "tensorflow/serving/classify"}
+    # serving_default is declared element-wise in tests/config/tfserving.yaml: unknown rank, as TF
     x = sigs["serving_default"]["inputs"]["x"]
-    assert x == {"dtype": "DT_FLOAT", "tensor_shape": {"dim": [{"size": "-1", "name": ""}], "unknown_rank": False},
-                 "name": "x"}
+    assert x == {"dtype": "DT_FLOAT", "tensor_shape": {"dim": [], "unknown_rank": True}, "name": "x"}
+    y = sigs["tensorflow/serving/regress"]["outputs"]["outputs"]
+    assert y["tensor_shape"] == {"dim": [{"size": "-1", "name": ""}], "unknown_rank": False}
     assert sigs["serving_default"]["method_name"] == "tensorflow/serving/predict"
     assert sigs["tensorflow/serving/regress"]["inputs"]["inputs"]["dtype"] == "DT_STRING"
     assert sigs["tensorflow/serving/classify"]["outputs"]["scores"]["dtype"] == "DT_FLOAT"
@@ -153,6 +158,9 @@ ERRORS = [
     ("POST", f"/v1/models/{HP3}:predict", '{"instances": 1.0}', 400, None),
     ("POST", f"/v1/models/{HP3}:predict", '{"instances": []}', 400, None),
     ("POST", f"/v1/models/{HP3}:predict", '{"instances": ["x"]}', 400,
+     "Failed to process element: 0 of 'instances' list. Error: INVALID_ARGUMENT: "
+     'JSON Value: "x" Type: String is not of expected type: float'),
+    ("POST", f"/v1/models/{HP3}:predict", '{"inputs": ["x"]}', 400,
      'JSON Value: "x" Type: String is not of expected type: float'),
     ("POST", f"/v1/models/{HP3}:predict", '{"signature_name": "nope", "instances": [1.0]}', 400,
      'Serving signature name: "nope" not found in signature def'),

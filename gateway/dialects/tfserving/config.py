@@ -16,7 +16,10 @@
               tensorflow/serving/classify: {method: classify, features: {x: x}, scores: y}
 
 A signature may name another Triton model (``triton:``). Omitted ``inputs``/``outputs``/
-``features`` mean "every Triton input/output under its own name".
+``features`` mean "every Triton input/output under its own name". ``elementwise: true`` (predict
+only) declares the model element-wise: the signature is advertised with unknown rank, as TF
+signatures without a shape are, every input is sent flattened and every output whose size matches
+is reshaped back to the first input's shape (``service.predict``).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class SignatureConf:
     scores: str = ""  # classify: the Triton output holding scores [N] or [N, C]
     classes: str = ""  # classify: optional BYTES Triton output holding labels [N, C]
     labels: tuple[str, ...] = ()  # classify: fixed labels for the C score columns
+    elementwise: bool = False  # predict: a TF signature of unknown rank over an element-wise model
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +106,16 @@ def _signature(raw: Any, where: str) -> SignatureConf:
         scores=str(raw.get("scores", "")),
         classes=str(raw.get("classes", "")),
         labels=tuple(str(x) for x in raw.get("labels") or ()),
+        elementwise=_elementwise(raw.get("elementwise", False), method, where),
     )
+
+
+def _elementwise(value: Any, method: str, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise SettingsError(f"{where}.elementwise: expected true or false")
+    if value and method != "predict":
+        raise SettingsError(f"{where}.elementwise: only a predict signature can be element-wise")
+    return value
 
 
 def _model(name: str, raw: Any, where: str) -> ModelConf:

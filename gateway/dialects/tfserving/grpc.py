@@ -93,7 +93,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         return resp
 
     async def _examples(self, request, method: str, context):
-        target = await self.service.resolve(_spec(request), grpc=True)
+        target = await self.service.resolve(_spec(request), grpc=True, method=method)
         exs, ctx = protocodec.examples_from_input(request.input)
         version, result = await self.service.run_examples(target, method, exs, ctx, _timeout(context))
         return self._resolved_spec(target, version), result

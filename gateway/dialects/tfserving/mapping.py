@@ -41,6 +41,7 @@ class Signature:
     outputs: tuple[tuple[str, TensorSpec], ...]  # predict: alias; classify: scores/classes; regress: outputs
     labels: tuple[str, ...] = ()
     own: bool = True  # over the TF model's own Triton model (versions and labels apply)
+    elementwise: bool = False  # unknown rank: inputs flattened, outputs reshaped back (config.py)
 
     @property
     def method_name(self) -> str:
@@ -96,7 +97,8 @@ def realise(name: str, conf: SignatureConf, meta: ModelMetadata) -> Signature:
     if conf.method == "predict":
         ins = _pick(meta.inputs, conf.inputs, meta.name, "input")
         outs = _pick(meta.outputs, conf.outputs, meta.name, "output")
-        return Signature(name, "predict", meta.name, meta.max_batch_size, ins, outs)
+        return Signature(name, "predict", meta.name, meta.max_batch_size, ins, outs,
+                         elementwise=conf.elementwise)
     feats = _pick(meta.inputs, conf.features, meta.name, "input")
     if conf.method == "regress":
         outs = (_one(meta.outputs, conf.output, meta.name, "outputs"),)
@@ -181,12 +183,16 @@ class Catalog:
                 out[name] = replace(other, own=False)
         return out
 
-    async def resolve(self, spec: Spec, *, grpc: bool = False) -> Target:
+    async def resolve(self, spec: Spec, *, grpc: bool = False, method: str = "predict") -> Target:
+        """``method``: the API called (predict, classify, regress); TF Serving words an unknown
+        signature differently in its REST predict, gRPC predict and classify/regress paths."""
         conf = await self.model(spec.name)
         version = await self.version(spec, conf)
         sigs = await self.signatures(conf, version)
         name = spec.signature or DEFAULT_SIGNATURE
         sig = sigs.get(name)
         if sig is None:
+            if method != "predict":
+                raise errors.no_signature(name)
             raise errors.signature_not_found_grpc(name) if grpc else errors.signature_not_found_rest(name)
         return Target(spec.name, version, sig)

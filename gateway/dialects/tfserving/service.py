@@ -40,8 +40,8 @@ class Service:
         self.conf = conf
         self.catalog = Catalog(conf, ctx.upstream)
 
-    async def resolve(self, spec: Spec, *, grpc: bool = False) -> Target:
-        return await self.catalog.resolve(spec, grpc=grpc)
+    async def resolve(self, spec: Spec, *, grpc: bool = False, method: str = "predict") -> Target:
+        return await self.catalog.resolve(spec, grpc=grpc, method=method)
 
     async def _infer(self, req: InferRequest, timeout: float | None) -> InferResponse:
         async with self.ctx.admit():
@@ -59,16 +59,18 @@ class Service:
         tensors, added = [], []
         for alias, arr in inputs.items():
             spec = specs[alias]
-            fitted, add = shapes.bridge(arr, spec, sig.max_batch_size)
+            fitted, add = shapes.bridge(arr.reshape(-1) if sig.elementwise else arr, spec, sig.max_batch_size)
             tensors.append(Tensor(spec.name, fitted, spec.datatype))
             added.append(add)
         req = InferRequest(sig.triton, tensors, target.triton_version, [s.name for _, s in outs])
         resp = await self._infer(req, timeout)
         unbatch = bool(added) and all(added)
+        like = next(iter(inputs.values())).shape if sig.elementwise and inputs else None
         result = {}
         for alias, spec in outs:
             t = resp.output(spec.name)
-            result[alias] = (shapes.unbatch(t.data) if unbatch else t.data, t.datatype)
+            data = shapes.unbatch(t.data) if unbatch else t.data
+            result[alias] = (shapes.restore(data, like) if like is not None else data, t.datatype)
         return resp.version, result
 
     async def run_examples(self, target: Target, method: str, exs: list[Features], context: Features,

@@ -104,7 +104,8 @@ def test_half_is_unimplemented_over_rest():
     with pytest.raises(GatewayError) as e:
         codec.to_array([1.0], "FP16", "x")
     assert e.value.kind is ErrorKind.UNIMPLEMENTED
-    assert e.value.message == "Conversion of JSON Value: [1.0] to type: half"
+    # AddValueToTensor judges the leaf value, so the message names the value, not the list
+    assert e.value.message == "Conversion of JSON Value: 1.0 to type: half"
 
 
 def test_write_predict_forms():
