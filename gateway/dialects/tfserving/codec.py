@@ -202,6 +202,20 @@ def to_array(value, v2: str, name: str = "", bools: bool = True) -> np.ndarray:
 
 
 # -- predict requests --------------------------------------------------------------------------
+def signature_name(doc: dict) -> str:
+    """FillSignature: the optional ``signature_name`` ("" when absent), which must be a string."""
+    sig = doc.get("signature_name", "")
+    if not isinstance(sig, str):
+        raise invalid(f"JSON Value: {jsonio.debug_string(doc)} not formatted correctly. 'signature_name' key "
+                      "must be a string value.")
+    return sig
+
+
+def may_hold_bools(body: bytes) -> bool:
+    """Whether a body may hold a true/false token (the ``bools`` argument of ``parse_predict``)."""
+    return b"true" in body or b"false" in body
+
+
 def parse_predict(doc: dict, sig: Signature, bools: bool = True) -> tuple[dict[str, np.ndarray], bool]:
     """({alias: array}, row_format) from a predict body, with TF Serving's checks and texts.
 
@@ -318,6 +332,8 @@ def _key(name: str) -> bytes:
 
 def write_predict(outputs: dict[str, tuple[np.ndarray, str]], row: bool) -> bytes:
     """``{"predictions": ...}`` (row) or ``{"outputs": ...}`` (columnar) from {alias: (array, V2 type)}."""
+    if not outputs:
+        raise invalid("Cannot convert empty tensor map to JSON")
     if not row:
         if len(outputs) == 1:
             (name, (arr, v2)), = outputs.items()
@@ -402,10 +418,14 @@ def _add_feature_value(name: str, v, kind: str | None, values: list) -> str:
 
 
 def write_regress(values: np.ndarray) -> bytes:
+    if not values.size:
+        raise invalid("Cannot convert empty RegressionResults to JSON")
     return b'{"results":' + jsonio.dump_numeric(values) + b"}"
 
 
 def write_classify(labels: list[list[str]], scores: np.ndarray) -> bytes:
+    if not labels:
+        raise invalid("Cannot convert empty ClassificationResults to JSON")
     rows = []
     for labs, sc in zip(labels, scores, strict=True):
         pairs = (b"[" + _key(lab) + b"," + jsonio.dump_numeric(s) + b"]" for lab, s in zip(labs, sc, strict=True))

@@ -99,13 +99,10 @@ async def _infer(service: Service, spec: Spec, verb: str, body: bytes) -> bytes:
     doc = jsonio.loads(body)
     if not isinstance(doc, dict):
         raise invalid(f"JSON Value: {jsonio.debug_string(doc)} Is not object")
-    sig = doc.get("signature_name", "")
-    if not isinstance(sig, str):
-        raise invalid(f"JSON Value: {jsonio.debug_string(doc)} not formatted correctly. 'signature_name' key "
-                      "must be a string value.")
+    sig = codec.signature_name(doc)
     if verb == "predict":
         target = await service.resolve(Spec(spec.name, spec.version, spec.label, sig))
-        inputs, row = codec.parse_predict(doc, target.signature, bools=b"true" in body or b"false" in body)
+        inputs, row = codec.parse_predict(doc, target.signature, bools=codec.may_hold_bools(body))
         _, outs = await service.predict(target, inputs, timeout=REST_TIMEOUT_S)
         return codec.write_predict(outs, row)
     # classify/regress: the whole body is read into Examples before the model is looked up

@@ -148,6 +148,8 @@ class Catalog:
 
     async def version(self, spec: Spec, conf: ModelConf | None) -> int | None:
         """The version a request names (label resolved); NOT_FOUND as TF Serving words it."""
+        if not spec.name:  # ServerCore::ServableRequestFromModelSpec
+            raise invalid("ModelSpec has no name specified.")
         if spec.version is not None and spec.label:
             raise invalid(f"Both model version ({spec.version}) and model version label ({spec.label}) "
                           "cannot be supplied.")
@@ -186,7 +188,7 @@ class Catalog:
     async def resolve(self, spec: Spec, *, grpc: bool = False, method: str = "predict") -> Target:
         """``method``: the API called (predict, classify, regress); TF Serving words an unknown
         signature differently in its REST predict, gRPC predict and classify/regress paths."""
-        conf = await self.model(spec.name)
+        conf = await self.model(spec.name) if spec.name else None
         version = await self.version(spec, conf)
         sigs = await self.signatures(conf, version)
         name = spec.signature or DEFAULT_SIGNATURE

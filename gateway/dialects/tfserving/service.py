@@ -95,7 +95,7 @@ class Service:
         return resp.version, examples.classify_results(resp.output(outs[0]).data, classes, sig.labels, n)
 
     async def metadata(self, spec: Spec) -> tuple[int | None, dict[str, Signature]]:
-        conf = await self.catalog.model(spec.name)
+        conf = await self.catalog.model(spec.name) if spec.name else None
         version = await self.catalog.version(spec, conf)
         if version is None:
             version = await self.catalog.latest(conf)
