@@ -75,3 +75,33 @@ def test_config_is_validated():
         config.parse({"modelz": {}})
     with pytest.raises(SettingsError, match="needs 'output'"):
         config.parse({"models": {"m": {"signatures": {"r": {"method": "regress"}}}}})
+
+
+async def test_elementwise_signature_flattens_inputs_and_reshapes_outputs():
+    svc, up = service({"models": {"hp3": {"signatures": {"serving_default": {"elementwise": True}}}}})
+    target = await svc.resolve(Spec("hp3"))
+    _, outs = await svc.predict(target, {"x": np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)})
+    assert up.requests[0].inputs[0].shape == (4,)  # what Triton's dims [-1] take
+    assert outs["y"][0].tolist() == [[3.5, 4.0], [4.5, 5.0]]
+    _, outs = await svc.predict(target, {"x": np.array(2.0, np.float32)})  # a scalar stays a scalar
+    assert up.requests[1].inputs[0].shape == (1,) and outs["y"][0].shape == () and outs["y"][0] == 4.0
+    plain, up2 = service()  # without the declaration the shape goes to Triton unchanged (Triton judges)
+    await plain.predict(await plain.resolve(Spec("hp3")), {"x": np.zeros((2, 2), np.float32)})
+    assert up2.requests[0].inputs[0].shape == (2, 2)
+
+
+async def test_classify_and_regress_name_a_missing_signature_as_tf_serving_does():
+    svc, _ = service()
+    for method in ("classify", "regress"):
+        with pytest.raises(GatewayError, match="^No signature was found with the name: nope$"):
+            await svc.resolve(Spec("hp3", signature="nope"), method=method)
+    with pytest.raises(GatewayError, match="^ModelSpec has no name specified.$"):
+        await svc.resolve(Spec(""), grpc=True)
+
+
+def test_elementwise_is_validated():
+    with pytest.raises(SettingsError, match="only a predict signature can be element-wise"):
+        config.parse({"models": {"m": {"signatures": {"r": {"method": "regress", "output": "y",
+                                                                "elementwise": True}}}}})
+    with pytest.raises(SettingsError, match="expected true or false"):
+        config.parse({"models": {"m": {"signatures": {"s": {"elementwise": "yes"}}}}})
