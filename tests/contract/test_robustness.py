@@ -23,10 +23,13 @@ def _post(url: str, body: bytes) -> tuple[int, dict]:
         return e.code, json.loads(e.read())
 
 
-def test_tfserving_rest_refuses_json_nested_deeper_than_parsers_go(gateway):
+def test_tfserving_rest_refuses_tensors_nested_deeper_than_tensors_go(gateway):
+    # TF Serving's parser reads any depth (kParseIterativeFlag) and then judges the tensor: a rank
+    # past TensorShape's 254 dims is a client error, answered without recursion
     body = b'{"instances": ' + b"[" * 5000 + b"]" * 5000 + b"}"
     status, out = _post(gateway.url("tfserving_rest") + "/v1/models/saved_model_half_plus_three:predict", body)
-    assert status == 400 and out["error"].startswith("JSON Parse error")
+    assert status == 400 and out["error"].startswith("Failed to process element: 0 of 'instances' list. Error: ")
+    assert out["error"].endswith(" is nested more than 254 levels deep")
 
 
 @pytest.mark.parametrize("shape", [[4294967295, 4294967295], [100000, 100000]])

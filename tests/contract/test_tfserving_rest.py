@@ -198,3 +198,43 @@ def test_error_texts_with_the_request_document(rest):
     assert _json(raw)["error"].endswith("When method is classify, key 'examples' is expected and was not found")
     raw = rest("POST", f"/v1/models/{HP3}:predict", "{")[2]
     assert _json(raw)["error"].startswith("JSON Parse error: ")
+
+
+# -- TF Serving's path and shape rules ------------------------------------------------------------
+def test_half_plus_three_takes_any_shape_as_tf_serving_does(rest):
+    # its serving_default is declared element-wise (tests/config/tfserving.yaml, config/local.yaml)
+    status, _, body = rest("POST", f"/v1/models/{HP3}:predict", '{"instances": [[1.0, 2.0], [3.0, 4.0]]}')
+    assert (status, body) == (200, b'{"predictions":[[3.5,4.0],[4.5,5.0]]}')
+    assert rest("POST", f"/v1/models/{HP3}:predict", '{"inputs": 2.0}')[2] == b'{"outputs":4.0}'
+    assert rest("POST", f"/v1/models/{HP3}:predict", '{"inputs": [[[1.0]], [[3.0]]]}')[2] == b'{"outputs":[[[3.5]],[[4.5]]]}'
+
+
+def test_metadata_subresource_is_compared_as_written(rest):
+    status, _, body = rest("GET", f"/v1/models/{HP3}/METADATA")  # a status request in TF Serving
+    assert status == 200 and "model_version_status" in _json(body)
+
+
+def test_cors_preflight_answers_have_no_body(rest):
+    assert rest("OPTIONS", f"/v1/models/{HP3}:predict", None, {"Origin": "http://example.com"})[::2] == (200, b"")
+    assert rest("OPTIONS", f"/v1/models/{HP3}:predict")[::2] == (400, b"")
+
+
+def test_version_past_int64_is_a_400_with_an_empty_body(rest):
+    for method, path in (("POST", f"/v1/models/{HP3}/versions/9223372036854775808:predict"),
+                         ("GET", f"/v1/models/{HP3}/versions/9223372036854775808")):
+        status, ctype, body = rest(method, path, '{"instances": [1.0]}' if method == "POST" else None)
+        assert (status, ctype, body) == (400, "application/json", b"")
+    status, _, body = rest("POST", f"/v1/models/{HP3}/versions/9223372036854775807:predict", '{"instances": [1.0]}')
+    assert status == 404 and _json(body)["error"].endswith("9223372036854775807)")
+
+
+def test_classify_and_regress_read_the_body_before_the_model(rest):
+    # FillClassificationRequestFromJson runs before the servable is looked up
+    status, _, body = rest("POST", "/v1/models/nope:regress", '{"examples": [1]}')
+    assert (status, _json(body)) == (400, {"error": "Example must be JSON object but got JSON Number"})
+    status, _, body = rest("POST", f"/v1/models/{HP3}:classify", '{"signature_name": "nope", "examples": [{"x": 1.0}]}')
+    assert (status, _json(body)) == (400, {"error": "No signature was found with the name: nope"})
+
+
+def test_trailing_text_after_the_document_is_ignored(rest):  # rapidjson's kParseStopWhenDoneFlag
+    assert rest("POST", f"/v1/models/{HP3}:predict", '{"instances": [1.0]} trailing')[2] == b'{"predictions":[3.5]}'

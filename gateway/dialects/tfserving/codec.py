@@ -30,7 +30,7 @@ _INT_RANGE = {"INT32": (-(2**31), 2**31 - 1), "INT16": (-(2**31), 2**31 - 1), "I
               "UINT64": (0, 2**64 - 1)}
 _FLOATS = ("FP32", "FP64")
 _FROM_JSON = set(_INT_RANGE) | set(_FLOATS) | {"BOOL", "BYTES"}
-MAX_RANK = 64  # deeper lists are refused before the recursive fill (TF's TensorShape allows 254)
+MAX_RANK = 254  # TF's TensorShape::MaxDimensions(); deeper lists are refused before the recursive fill
 
 
 def tf_type(v2: str) -> str:
