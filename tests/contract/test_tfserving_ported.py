@@ -10,7 +10,7 @@ n-th request inside one test):
 - ``tensorflow_serving/servables/tensorflow/predict_impl_test.cc`` (Predict status codes and
   answers, model ``test_model``).
 
-All three are TF's half_plus_two (y = 0.5x + 2, y2 = 0.5x + 3, y3 = 0.5·x2 + 4), served here by
+All three are TF's half_plus_two (y = 0.5x + 2, y2 = 0.5x + 3, y3 = 0.5·x2 + 3), served here by
 ``model_repository/half_plus_two`` under those names (tests/config/tfserving.yaml). Requests and
 expected answers are restated from the sources, not copied. Where the source checks a substring of
 the status message, the row checks that substring in the REST ``error`` text (or the gRPC details);

@@ -91,7 +91,7 @@ class TritonPythonModel:
             x2 = pb_utils.get_input_tensor_by_name(request, "x2")
             if x2 is not None:
                 v = x2.as_numpy().astype(np.float32)
-                outs.append(pb_utils.Tensor("y3", np.float32(0.5) * v + np.float32(4.0)))
+                outs.append(pb_utils.Tensor("y3", np.float32(0.5) * v + np.float32(3.0)))
             xh = pb_utils.get_input_tensor_by_name(request, "x_half")
             if xh is not None:
                 v = xh.as_numpy().astype(np.float16)
