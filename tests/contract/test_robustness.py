@@ -56,3 +56,10 @@ def test_tfserving_grpc_broadcast_to_a_huge_shape_is_refused_not_allocated(gatew
             dtype=types_pb2.DT_FLOAT, float_val=[1.0, 2.0, 5.0],
             tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=3)])))
         assert list(stub.Predict(req, timeout=30).outputs["y"].float_val) == [3.5, 4.0, 5.5]
+
+
+def test_tfserving_rest_half_a_surrogate_pair_is_a_parse_error(gateway):
+    # rapidjson refuses "\ud800" alone; the gateway must not let it reach its UTF-8 encoders (a 500)
+    url = gateway.url("tfserving_rest") + "/v1/models/multi_tensor:predict"
+    status, out = _post(url, b'{"inputs": {"tag": ["\\ud800"], "signal": [[1, 2, 3, 4]], "count": [[1]]}}')
+    assert status == 400 and out["error"].startswith("JSON Parse error: The surrogate pair in string is invalid.")

@@ -7,6 +7,8 @@ helpers below, so every caller writes them the same way.
 
 from __future__ import annotations
 
+import json
+
 import grpc
 import orjson
 
@@ -42,7 +44,10 @@ def http_error(err: GatewayError) -> tuple[int, bytes]:
     """(HTTP status, body) for the REST envelope ``{"error": "<message>"}`` (empty for ``BareError``)."""
     if isinstance(err, BareError):
         return TABLE[err.kind][1], b""
-    return TABLE[err.kind][1], orjson.dumps({"error": err.message})
+    try:
+        return TABLE[err.kind][1], orjson.dumps({"error": err.message})
+    except TypeError:  # a message quoting text orjson cannot write (a lone surrogate): ASCII escapes
+        return TABLE[err.kind][1], json.dumps({"error": err.message}, separators=(",", ":")).encode()
 
 
 def grpc_error(err: GatewayError) -> tuple[grpc.StatusCode, str]:

@@ -54,12 +54,37 @@ def loads(body: bytes):
     except UnicodeDecodeError:
         raise invalid("JSON Parse error: Invalid encoding in string. at offset: 0") from None
     try:
-        return _DECODER.raw_decode(decoded, len(decoded) - len(decoded.lstrip()))[0]
+        doc = _DECODER.raw_decode(decoded, len(decoded) - len(decoded.lstrip()))[0]
     except RecursionError:
-        return _deep_loads(decoded)
+        doc = _deep_loads(decoded)
     except json.JSONDecodeError as e:
         msg = _RAPIDJSON.get(e.msg, e.msg)
         raise invalid(f"JSON Parse error: {msg} at offset: {e.pos}") from None
+    if "\\u" in decoded and _lone_surrogate(doc):  # orjson refuses them; the stdlib parser does not
+        at = _SURROGATE_ESCAPE.search(decoded)
+        raise invalid(f"JSON Parse error: The surrogate pair in string is invalid. at offset: {at.start() if at else 0}")
+    return doc
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _lone_surrogate(doc) -> bool:
+    """Whether any string (key or value) holds a surrogate code point: an escape of half a pair
+    (whole pairs were joined by the parser), which rapidjson refuses."""
+    stack = [doc]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if _SURROGATE.search(v):
+                return True
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+    return False
 
 
 _DECODER = json.JSONDecoder()
@@ -124,7 +149,10 @@ def _deep_loads(text: str):
                 raise bad()
             state = "key" if isinstance(stack[-1][0], dict) else "value"
         elif string is not None:
-            value = json.loads(string)
+            try:
+                value = json.loads(string)
+            except json.JSONDecodeError:
+                raise invalid(f"JSON Parse error: Invalid escape character in string. at offset: {pos}") from None
             if state in ("key", "firstkey"):
                 stack[-1][1] = value
                 state = "colon"
