@@ -440,3 +440,21 @@ def test_deeply_nested_malformed_through_the_gateway(rest):  # json_tensor_test.
     err = json.loads(raw)["error"]
     assert status == 400 and err.startswith('JSON Value: {\n    "signature_name": [[[[')
     assert err.endswith(" not formatted correctly. 'signature_name' key must be a string value.")
+
+
+@pytest.mark.parametrize("signature", ["half_as_float", "bfloat16_as_float"])
+def test_half_precision_model_shown_as_float(rest, stub, signature):
+    # `half_as_float: true`: the FP16/BF16 tensors are DT_FLOAT to clients, converted by the gateway
+    status, _, raw = rest("POST", "/v1/models/half_plus_two:predict",
+                          json.dumps({"signature_name": signature, "instances": [[1.0, 2.0], [3.0, 80.0]]}))
+    assert (status, raw) == (200, b'{"predictions":[[2.5,3.0],[3.5,42.0]]}')
+    doc = json.loads(rest("GET", "/v1/models/half_plus_two/metadata")[2])
+    sd = doc["metadata"]["signature_def"]["signature_def"][signature]
+    assert sd["inputs"]["x"]["dtype"] == sd["outputs"]["y"]["dtype"] == "DT_FLOAT"
+    req = predict_pb2.PredictRequest()
+    req.model_spec.name, req.model_spec.signature_name = "half_plus_two", signature
+    req.inputs["x"].CopyFrom(tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[1.0, 80.0],
+                                                    tensor_shape=tensor_shape_pb2.TensorShapeProto(
+                                                        dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=2)])))
+    out = stub.Predict(req, timeout=10).outputs["y"]
+    assert out.dtype == types_pb2.DT_FLOAT and list(out.float_val) == [2.5, 42.0]

@@ -227,10 +227,10 @@ def parse_predict(doc: dict, sig: Signature, bools: bool = True) -> tuple[dict[s
                       "of 'inputs' or 'instances' keys to exist ")
     if not has_inst and not has_inp:
         raise invalid("Missing 'inputs' or 'instances' key")
-    specs = dict(sig.inputs)
+    types = {alias: sig.client_dtype(spec) for alias, spec in sig.inputs}  # alias -> V2 type clients send
     if has_inst:
-        return _rows(doc, specs, bools), True
-    return _columns(doc["inputs"], specs, bools), False
+        return _rows(doc, types, bools), True
+    return _columns(doc["inputs"], types, bools), False
 
 
 class _Batch:
@@ -260,18 +260,18 @@ def _wrap(i: int, err: GatewayError, key: str | None = None) -> GatewayError:
     return invalid(f"{where} of 'instances' list. Error: {_status(err)}")
 
 
-def _rows(doc: dict, specs, bools: bool) -> dict[str, np.ndarray]:
+def _rows(doc: dict, types: dict[str, str], bools: bool) -> dict[str, np.ndarray]:
     inst = doc["instances"]
     if not isinstance(inst, list):
         raise invalid(f"JSON Value: {jsonio.debug_string(doc)} Expecting 'instances' to be an list/array")
     if not inst:
         raise invalid(f"JSON Value: {jsonio.debug_string(doc)} No values in 'instances' array")
-    if not isinstance(inst[0], dict) and len(specs) > 1:
+    if not isinstance(inst[0], dict) and len(types) > 1:
         raise invalid("instances is a plain list, but expecting list of objects as multiple input tensors "
                       "required as per tensorinfo_map")
     if not _is_element_object(inst[0]):
-        alias = next(iter(specs))
-        v2 = specs[alias].datatype
+        alias = next(iter(types))
+        v2 = types[alias]
         whole = _fast(inst, v2, bools)
         if whole is not None and whole.ndim >= 1:
             return {alias: whole}
@@ -284,8 +284,8 @@ def _rows(doc: dict, specs, bools: bool) -> dict[str, np.ndarray]:
             except GatewayError as e:
                 raise _wrap(i, e) from None
         return {alias: batch.stacked(len(inst), v2)}
-    batches = {alias: _Batch(spec.datatype, bools) for alias, spec in specs.items()}
-    names = sorted(specs)
+    batches = {alias: _Batch(v2, bools) for alias, v2 in types.items()}
+    names = sorted(types)
     for i, elem in enumerate(inst):
         if not _is_element_object(elem):
             raise invalid(f"Expecting object but got list at item {i} of input list")
@@ -299,22 +299,22 @@ def _rows(doc: dict, specs, bools: bool) -> dict[str, np.ndarray]:
         if sorted(elem) != names:
             raise invalid(f"Failed to process element: {i} of 'instances' list. JSON object: "
                           f"{jsonio.debug_string(elem)} keys must be equal to: {','.join(names)}")
-    return {alias: b.stacked(len(inst), specs[alias].datatype) for alias, b in batches.items()}
+    return {alias: b.stacked(len(inst), types[alias]) for alias, b in batches.items()}
 
 
-def _columns(inputs, specs, bools: bool) -> dict[str, np.ndarray]:
+def _columns(inputs, types: dict[str, str], bools: bool) -> dict[str, np.ndarray]:
     if _is_element_object(inputs):
         out = {}
-        for alias, spec in specs.items():
+        for alias, v2 in types.items():
             if alias not in inputs:
                 raise invalid(f"Missing named input: {alias} in 'inputs' object.")
-            out[alias] = to_array(inputs[alias], spec.datatype, alias, bools)
+            out[alias] = to_array(inputs[alias], v2, alias, bools)
         return out
-    if len(specs) != 1:
+    if len(types) != 1:
         raise invalid("inputs is a plain value/list, but expecting an object as multiple input tensors "
                       "required as per tensorinfo_map")
-    (alias, spec), = specs.items()
-    return {alias: to_array(inputs, spec.datatype, alias, bools)}
+    (alias, v2), = types.items()
+    return {alias: to_array(inputs, v2, alias, bools)}
 
 
 # -- predict responses -------------------------------------------------------------------------

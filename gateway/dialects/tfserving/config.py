@@ -19,7 +19,9 @@ A signature may name another Triton model (``triton:``). Omitted ``inputs``/``ou
 ``features`` mean "every Triton input/output under its own name". ``elementwise: true`` (predict
 only) declares the model element-wise: the signature is advertised with unknown rank, as TF
 signatures without a shape are, every input is sent flattened and every output whose size matches
-is reshaped back to the first input's shape (``service.predict``).
+is reshaped back to the first input's shape (``service.predict``). ``half_as_float: true``
+(predict only) shows the signature's FP16/BF16 tensors to clients as DT_FLOAT, converted at the
+gateway, so REST clients (TF Serving's JSON has no half) can use a half-precision model.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class SignatureConf:
     classes: str = ""  # classify: optional BYTES Triton output holding labels [N, C]
     labels: tuple[str, ...] = ()  # classify: fixed labels for the C score columns
     elementwise: bool = False  # predict: a TF signature of unknown rank over an element-wise model
+    half_as_float: bool = False  # predict: FP16/BF16 tensors are DT_FLOAT to clients (converted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,15 +109,17 @@ def _signature(raw: Any, where: str) -> SignatureConf:
         scores=str(raw.get("scores", "")),
         classes=str(raw.get("classes", "")),
         labels=tuple(str(x) for x in raw.get("labels") or ()),
-        elementwise=_elementwise(raw.get("elementwise", False), method, where),
+        elementwise=_predict_flag(raw, "elementwise", method, where),
+        half_as_float=_predict_flag(raw, "half_as_float", method, where),
     )
 
 
-def _elementwise(value: Any, method: str, where: str) -> bool:
+def _predict_flag(raw: Mapping, key: str, method: str, where: str) -> bool:
+    value = raw.get(key, False)
     if not isinstance(value, bool):
-        raise SettingsError(f"{where}.elementwise: expected true or false")
+        raise SettingsError(f"{where}.{key}: expected true or false")
     if value and method != "predict":
-        raise SettingsError(f"{where}.elementwise: only a predict signature can be element-wise")
+        raise SettingsError(f"{where}.{key}: only a predict signature can set it")
     return value
 
 

@@ -83,8 +83,9 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         for i, (alias, tp) in enumerate(sorted(request.inputs.items())):
             arr, v2 = protocodec.tensor_from_proto(tp, alias)
             want = specs.get(alias)
-            if want is not None and want.datatype != v2:
-                raise invalid(f"Expects arg[{i}] to be {tf_type(want.datatype)} but {tf_type(v2)} is provided")
+            if want is not None and target.signature.client_dtype(want) != v2:
+                raise invalid(f"Expects arg[{i}] to be {tf_type(target.signature.client_dtype(want))} but "
+                              f"{tf_type(v2)} is provided")
             inputs[alias] = arr
         version, outs = await self.service.predict(target, inputs, list(request.output_filter), _timeout(context))
         resp = predict_pb2.PredictResponse(model_spec=self._resolved_spec(target, version))

@@ -42,10 +42,15 @@ class Signature:
     labels: tuple[str, ...] = ()
     own: bool = True  # over the TF model's own Triton model (versions and labels apply)
     elementwise: bool = False  # unknown rank: inputs flattened, outputs reshaped back (config.py)
+    half_as_float: bool = False  # FP16/BF16 tensors are DT_FLOAT to clients, converted here (config.py)
 
     @property
     def method_name(self) -> str:
         return METHODS[self.method]
+
+    def client_dtype(self, spec: TensorSpec) -> str:
+        """The V2 type clients see for one of this signature's tensors (metadata, REST, gRPC)."""
+        return "FP32" if self.half_as_float and spec.datatype in HALF_TYPES else spec.datatype
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +75,7 @@ class Spec:
     signature: str = ""
 
 
+HALF_TYPES = ("FP16", "BF16")
 _NUMERIC = {"BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
             "FP16", "FP32", "FP64", "BF16"}
 
@@ -98,7 +104,7 @@ def realise(name: str, conf: SignatureConf, meta: ModelMetadata) -> Signature:
         ins = _pick(meta.inputs, conf.inputs, meta.name, "input")
         outs = _pick(meta.outputs, conf.outputs, meta.name, "output")
         return Signature(name, "predict", meta.name, meta.max_batch_size, ins, outs,
-                         elementwise=conf.elementwise)
+                         elementwise=conf.elementwise, half_as_float=conf.half_as_float)
     feats = _pick(meta.inputs, conf.features, meta.name, "input")
     if conf.method == "regress":
         outs = (_one(meta.outputs, conf.output, meta.name, "outputs"),)

@@ -12,13 +12,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from gateway.context import GatewayContext
+from gateway.core import datatypes
 from gateway.core.errors import invalid
 from gateway.core.tensors import InferRequest, InferResponse, Tensor
 
 from . import errors, examples, shapes
 from .config import TFServingConfig
 from .examples import Features
-from .mapping import Catalog, Signature, Spec, Target
+from .mapping import HALF_TYPES, Catalog, Signature, Spec, Target
 
 Outputs = dict[str, tuple[np.ndarray, str]]  # alias -> (array, V2 datatype)
 
@@ -59,6 +60,8 @@ class Service:
         tensors, added = [], []
         for alias, arr in inputs.items():
             spec = specs[alias]
+            if sig.half_as_float and spec.datatype in HALF_TYPES:
+                arr = arr.astype(datatypes.by_v2(spec.datatype).numpy)
             fitted, add = shapes.bridge(arr.reshape(-1) if sig.elementwise else arr, spec, sig.max_batch_size)
             tensors.append(Tensor(spec.name, fitted, spec.datatype))
             added.append(add)
@@ -70,7 +73,9 @@ class Service:
         for alias, spec in outs:
             t = resp.output(spec.name)
             data = shapes.unbatch(t.data) if unbatch else t.data
-            result[alias] = (shapes.restore(data, like) if like is not None else data, t.datatype)
+            data, v2 = (data.astype(np.float32), "FP32") if sig.half_as_float and t.datatype in HALF_TYPES \
+                else (data, t.datatype)
+            result[alias] = (shapes.restore(data, like) if like is not None else data, v2)
         return resp.version, result
 
     async def run_examples(self, target: Target, method: str, exs: list[Features], context: Features,

@@ -100,8 +100,33 @@ async def test_classify_and_regress_name_a_missing_signature_as_tf_serving_does(
 
 
 def test_elementwise_is_validated():
-    with pytest.raises(SettingsError, match="only a predict signature can be element-wise"):
+    with pytest.raises(SettingsError, match="elementwise: only a predict signature can set it"):
         config.parse({"models": {"m": {"signatures": {"r": {"method": "regress", "output": "y",
                                                                 "elementwise": True}}}}})
     with pytest.raises(SettingsError, match="expected true or false"):
         config.parse({"models": {"m": {"signatures": {"s": {"elementwise": "yes"}}}}})
+
+
+async def test_half_as_float_shows_fp16_as_float_and_converts_both_ways():
+    half = ModelMetadata("h", ("1",), "python", (TensorSpec("x", "FP16", (-1,)),), (TensorSpec("y", "FP16", (-1,)),))
+
+    class HalfUpstream(FakeUpstream):
+        async def model_metadata(self, model, version=""):
+            return half
+
+        async def infer(self, req, *, timeout=None):
+            self.requests.append(req)
+            x = req.inputs[0].data
+            return InferResponse(req.model, "1", [Tensor("y", (x * np.float16(2)).astype(np.float16), "FP16")])
+
+    up = HalfUpstream()
+    section = {"models": {"hp3": {"signatures": {"serving_default": {"half_as_float": True}}}}}
+    svc = Service(GatewayContext(Settings(), up), config.parse(section))
+    target = await svc.resolve(Spec("hp3"))
+    assert target.signature.client_dtype(target.signature.inputs[0][1]) == "FP32"
+    _, outs = await svc.predict(target, {"x": np.array([1.5, 3.0], np.float32)})
+    assert up.requests[0].inputs[0].data.dtype == np.float16 and up.requests[0].inputs[0].datatype == "FP16"
+    assert outs["y"][1] == "FP32" and outs["y"][0].dtype == np.float32 and outs["y"][0].tolist() == [3.0, 6.0]
+    with pytest.raises(SettingsError, match="half_as_float: only a predict signature can set it"):
+        config.parse({"models": {"m": {"signatures": {"r": {"method": "regress", "output": "y",
+                                                                "half_as_float": True}}}}})
