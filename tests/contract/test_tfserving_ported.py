@@ -377,19 +377,20 @@ def test_prediction_success(stub):  # predict_impl_test.cc::PredictionSuccess
     assert result == expected
 
 
-@pytest.mark.parametrize(("signature", "alias"), [
-    pytest.param("regress_x2_to_y3", "inputs", id="PredictionWithNamedRegressionSignature"),
-    pytest.param("classify_x2_to_y3", "inputs", id="PredictionWithNamedClassificationSignature"),
+@pytest.mark.parametrize(("signature", "output"), [
+    pytest.param("regress_x2_to_y3", "outputs", id="PredictionWithNamedRegressionSignature"),
+    pytest.param("classify_x2_to_y3", "scores", id="PredictionWithNamedClassificationSignature"),
 ])
-def test_prediction_with_named_example_signature(stub, signature, alias):
-    # DIFFERENCE (documented): TF runs Predict over a classify/regress signature's graph tensors
-    # (answering 4.0); the gateway's classify/regress signatures take tf.Examples, so it refuses
-    req = _test_model_request(**{alias: _scalar_float(2.0)})
+def test_prediction_with_named_example_signature(stub, signature, output):
+    # "Predict calls work with predict, classify, and regress signatures": the input under "inputs"
+    req = _test_model_request(inputs=_scalar_float(2.0))
     req.model_spec.signature_name = signature
-    with pytest.raises(grpc.RpcError) as e:
-        stub.Predict(req, timeout=5)
-    assert e.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-    assert e.value.details().startswith("Expected prediction signature method_name to be tensorflow/serving/predict")
+    result = stub.Predict(req, timeout=5)
+    expected = predict_pb2.PredictResponse()
+    expected.model_spec.CopyFrom(req.model_spec)
+    expected.outputs[output].CopyFrom(tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[4.0],
+                                                             tensor_shape=tensor_shape_pb2.TensorShapeProto()))
+    assert result == expected
 
 
 # -- DT_HALF and DT_BFLOAT16 (not from TF's tests): Triton FP16/BF16 through both surfaces -------------

@@ -16,8 +16,8 @@
               tensorflow/serving/classify: {method: classify, features: {x: x}, scores: y}
 
 A signature may name another Triton model (``triton:``). Omitted ``inputs``/``outputs``/
-``features`` mean "every Triton input/output under its own name". ``elementwise: true`` (predict
-only) declares the model element-wise: the signature is advertised with unknown rank, as TF
+``features`` mean "every Triton input/output under its own name". ``elementwise: true`` declares
+the model element-wise (on a classify/regress signature: for Predict over it, see ``mapping``): the signature is advertised with unknown rank, as TF
 signatures without a shape are, every input is sent flattened and every output whose size matches
 is reshaped back to the first input's shape (``service.predict``). ``half_as_float: true``
 (predict only) shows the signature's FP16/BF16 tensors to clients as DT_FLOAT, converted at the
@@ -109,15 +109,20 @@ def _signature(raw: Any, where: str) -> SignatureConf:
         scores=str(raw.get("scores", "")),
         classes=str(raw.get("classes", "")),
         labels=tuple(str(x) for x in raw.get("labels") or ()),
-        elementwise=_predict_flag(raw, "elementwise", method, where),
+        elementwise=_flag(raw, "elementwise", where),
         half_as_float=_predict_flag(raw, "half_as_float", method, where),
     )
 
 
-def _predict_flag(raw: Mapping, key: str, method: str, where: str) -> bool:
+def _flag(raw: Mapping, key: str, where: str) -> bool:
     value = raw.get(key, False)
     if not isinstance(value, bool):
         raise SettingsError(f"{where}.{key}: expected true or false")
+    return value
+
+
+def _predict_flag(raw: Mapping, key: str, method: str, where: str) -> bool:
+    value = _flag(raw, key, where)
     if value and method != "predict":
         raise SettingsError(f"{where}.{key}: only a predict signature can set it")
     return value

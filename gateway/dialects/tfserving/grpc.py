@@ -77,7 +77,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     @_edge
     async def Predict(self, request: predict_pb2.PredictRequest, context):
-        target = await self.service.resolve(_spec(request), grpc=True)
+        target = await self.service.resolve(_spec(request), grpc=True, method="predict")
         specs = dict(target.signature.inputs)
         inputs = {}
         for i, (alias, tp) in enumerate(sorted(request.inputs.items())):

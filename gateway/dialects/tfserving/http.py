@@ -101,7 +101,7 @@ async def _infer(service: Service, spec: Spec, verb: str, body: bytes) -> bytes:
         raise invalid(f"JSON Value: {jsonio.debug_string(doc)} Is not object")
     sig = codec.signature_name(doc)
     if verb == "predict":
-        target = await service.resolve(Spec(spec.name, spec.version, spec.label, sig))
+        target = await service.resolve(Spec(spec.name, spec.version, spec.label, sig), method="predict")
         inputs, row = codec.parse_predict(doc, target.signature, bools=codec.may_hold_bools(body))
         _, outs = await service.predict(target, inputs, timeout=REST_TIMEOUT_S)
         return codec.write_predict(outs, row)

@@ -108,11 +108,23 @@ def realise(name: str, conf: SignatureConf, meta: ModelMetadata) -> Signature:
     feats = _pick(meta.inputs, conf.features, meta.name, "input")
     if conf.method == "regress":
         outs = (_one(meta.outputs, conf.output, meta.name, "outputs"),)
-        return Signature(name, "regress", meta.name, meta.max_batch_size, feats, outs)
+        return Signature(name, "regress", meta.name, meta.max_batch_size, feats, outs,
+                         elementwise=conf.elementwise)
     outs = [_one(meta.outputs, conf.scores, meta.name, "scores")]
     if conf.classes:
         outs.append(_one(meta.outputs, conf.classes, meta.name, "classes"))
-    return Signature(name, "classify", meta.name, meta.max_batch_size, feats, tuple(outs), conf.labels)
+    return Signature(name, "classify", meta.name, meta.max_batch_size, feats, tuple(outs), conf.labels,
+                     elementwise=conf.elementwise)
+
+
+def predict_view(sig: Signature) -> Signature:
+    """A classify/regress signature as Predict sees it in TF Serving, which runs any signature's
+    tensors: its one input under TF's alias ``inputs`` (kClassifyInputs / kRegressInputs), its
+    outputs under ``outputs`` / ``scores`` / ``classes``. With more than one feature there is no
+    such tensor and the signature stays an example signature (Predict refuses it)."""
+    if sig.method == "predict" or len(sig.inputs) != 1:
+        return sig
+    return replace(sig, method="predict", inputs=(("inputs", sig.inputs[0][1]),))
 
 
 def derived(meta: ModelMetadata, examples: bool) -> dict[str, SignatureConf]:
@@ -191,16 +203,19 @@ class Catalog:
                 out[name] = replace(other, own=False)
         return out
 
-    async def resolve(self, spec: Spec, *, grpc: bool = False, method: str = "predict") -> Target:
-        """``method``: the API called (predict, classify, regress); TF Serving words an unknown
-        signature differently in its REST predict, gRPC predict and classify/regress paths."""
+    async def resolve(self, spec: Spec, *, grpc: bool = False, method: str | None = None) -> Target:
+        """``method``: the API called (predict, classify, regress; None: the signature as configured).
+        TF Serving words an unknown signature differently in its REST predict, gRPC predict and
+        classify/regress paths; Predict sees an example signature through ``predict_view``."""
         conf = await self.model(spec.name) if spec.name else None
         version = await self.version(spec, conf)
         sigs = await self.signatures(conf, version)
         name = spec.signature or DEFAULT_SIGNATURE
         sig = sigs.get(name)
         if sig is None:
-            if method != "predict":
+            if method in ("classify", "regress"):
                 raise errors.no_signature(name)
             raise errors.signature_not_found_grpc(name) if grpc else errors.signature_not_found_rest(name)
+        if method == "predict":
+            sig = predict_view(sig)
         return Target(spec.name, version, sig)

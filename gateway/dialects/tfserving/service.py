@@ -41,7 +41,7 @@ class Service:
         self.conf = conf
         self.catalog = Catalog(conf, ctx.upstream)
 
-    async def resolve(self, spec: Spec, *, grpc: bool = False, method: str = "predict") -> Target:
+    async def resolve(self, spec: Spec, *, grpc: bool = False, method: str | None = None) -> Target:
         return await self.catalog.resolve(spec, grpc=grpc, method=method)
 
     async def _infer(self, req: InferRequest, timeout: float | None) -> InferResponse:

@@ -100,9 +100,10 @@ async def test_classify_and_regress_name_a_missing_signature_as_tf_serving_does(
 
 
 def test_elementwise_is_validated():
-    with pytest.raises(SettingsError, match="elementwise: only a predict signature can set it"):
-        config.parse({"models": {"m": {"signatures": {"r": {"method": "regress", "output": "y",
-                                                                "elementwise": True}}}}})
+    # on a regress/classify signature it applies to Predict over it (mapping.predict_view)
+    conf = config.parse({"models": {"m": {"signatures": {"r": {"method": "regress", "output": "y",
+                                                               "elementwise": True}}}}})
+    assert conf.models["m"].signatures["r"].elementwise
     with pytest.raises(SettingsError, match="expected true or false"):
         config.parse({"models": {"m": {"signatures": {"s": {"elementwise": "yes"}}}}})
 
@@ -130,3 +131,13 @@ async def test_half_as_float_shows_fp16_as_float_and_converts_both_ways():
     with pytest.raises(SettingsError, match="half_as_float: only a predict signature can set it"):
         config.parse({"models": {"m": {"signatures": {"r": {"method": "regress", "output": "y",
                                                                 "half_as_float": True}}}}})
+
+
+async def test_predict_over_an_example_signature_runs_its_tensors_as_tf_serving_does():
+    svc, up = service()
+    target = await svc.resolve(Spec("hp3", signature="tensorflow/serving/regress"), method="predict")
+    assert [a for a, _ in target.signature.inputs] == ["inputs"]
+    _, outs = await svc.predict(target, {"inputs": np.array([2.0], np.float32)})
+    assert outs["outputs"][0].tolist() == [4.0] and up.requests[0].inputs[0].name == "x"
+    # the signature as configured for classify/regress and MultiInference (method None)
+    assert (await svc.resolve(Spec("hp3", signature="tensorflow/serving/regress"))).signature.method == "regress"
