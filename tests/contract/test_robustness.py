@@ -23,10 +23,13 @@ def _post(url: str, body: bytes) -> tuple[int, dict]:
         return e.code, json.loads(e.read())
 
 
-def test_tfserving_rest_refuses_json_nested_deeper_than_parsers_go(gateway):
+def test_tfserving_rest_refuses_tensors_nested_deeper_than_tensors_go(gateway):
+    # TF Serving's parser reads any depth (kParseIterativeFlag) and then judges the tensor: a rank
+    # past TensorShape's 254 dims is a client error, answered without recursion
     body = b'{"instances": ' + b"[" * 5000 + b"]" * 5000 + b"}"
     status, out = _post(gateway.url("tfserving_rest") + "/v1/models/saved_model_half_plus_three:predict", body)
-    assert status == 400 and out["error"].startswith("JSON Parse error")
+    assert status == 400 and out["error"].startswith("Failed to process element: 0 of 'instances' list. Error: ")
+    assert out["error"].endswith(" is nested more than 254 levels deep")
 
 
 @pytest.mark.parametrize("shape", [[4294967295, 4294967295], [100000, 100000]])
@@ -53,3 +56,10 @@ def test_tfserving_grpc_broadcast_to_a_huge_shape_is_refused_not_allocated(gatew
             dtype=types_pb2.DT_FLOAT, float_val=[1.0, 2.0, 5.0],
             tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=3)])))
         assert list(stub.Predict(req, timeout=30).outputs["y"].float_val) == [3.5, 4.0, 5.5]
+
+
+def test_tfserving_rest_half_a_surrogate_pair_is_a_parse_error(gateway):
+    # rapidjson refuses "\ud800" alone; the gateway must not let it reach its UTF-8 encoders (a 500)
+    url = gateway.url("tfserving_rest") + "/v1/models/multi_tensor:predict"
+    status, out = _post(url, b'{"inputs": {"tag": ["\\ud800"], "signal": [[1, 2, 3, 4]], "count": [[1]]}}')
+    assert status == 400 and out["error"].startswith("JSON Parse error: The surrogate pair in string is invalid.")

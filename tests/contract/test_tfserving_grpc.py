@@ -191,6 +191,11 @@ def test_errors_have_tf_serving_codes_and_texts(stub, models):
     req = get_model_status_pb2.GetModelStatusRequest()
     req.model_spec.name = "nope"
     assert _code(models.GetModelStatus, req) == (grpc.StatusCode.NOT_FOUND, "Could not find any versions of model nope")
+    # classify/regress word an unknown signature as TF Serving's classifier.cc/regressor.cc
+    creq = classification_pb2.ClassificationRequest()
+    creq.model_spec.name, creq.model_spec.signature_name = HP3, "nope"
+    creq.input.example_list.examples.add().features.feature["x"].float_list.value.append(1.0)
+    assert _code(stub.Classify, creq) == (grpc.StatusCode.INVALID_ARGUMENT, "No signature was found with the name: nope")
     code, _ = _code(models.HandleReloadConfigRequest, model_management_pb2.ReloadConfigRequest())
     assert code == grpc.StatusCode.UNIMPLEMENTED
     # still serving

@@ -78,9 +78,12 @@ def test_classify_and_regress_with_context(rest):
     assert rest("POST", f"/v1/models/{HP3}:regress", req)[2] == b'{"results":[5.0,5.0]}'
 
 
-def test_routing_is_case_insensitive(rest):
-    status, _, body = rest("POST", f"/V1/MODELS/{HP3}:PREDICT", '{"instances": [2.0]}')
+def test_routing_is_case_insensitive_but_the_verb_is_not(rest):
+    # TF Serving's path regex is (?i), but ProcessRequest then compares the verb as written
+    status, _, body = rest("POST", f"/V1/MODELS/{HP3}:predict", '{"instances": [2.0]}')
     assert (status, body) == (200, b'{"predictions":[4.0]}')
+    status, _, body = rest("POST", f"/v1/models/{HP3}:PREDICT", '{"instances": [2.0]}')
+    assert (status, _json(body)) == (400, {"error": f"Malformed request: POST /v1/models/{HP3}:PREDICT"})
 
 
 def test_nan_and_infinity_in_and_out_as_bare_tokens(rest):
@@ -95,9 +98,11 @@ def test_metadata_lists_the_three_signatures_with_tf_dtype_names(rest):
     assert doc["model_spec"] == {"name": HP3, "signature_name": "", "version": "123"}
     sigs = doc["metadata"]["signature_def"]["signature_def"]
     assert set(sigs) == {"serving_default", "tensorflow/serving/regress", "tensorflow/serving/classify"}
+    # serving_default is declared element-wise in tests/config/tfserving.yaml: unknown rank, as TF
     x = sigs["serving_default"]["inputs"]["x"]
-    assert x == {"dtype": "DT_FLOAT", "tensor_shape": {"dim": [{"size": "-1", "name": ""}], "unknown_rank": False},
-                 "name": "x"}
+    assert x == {"dtype": "DT_FLOAT", "tensor_shape": {"dim": [], "unknown_rank": True}, "name": "x"}
+    y = sigs["tensorflow/serving/regress"]["outputs"]["outputs"]
+    assert y["tensor_shape"] == {"dim": [{"size": "-1", "name": ""}], "unknown_rank": False}
     assert sigs["serving_default"]["method_name"] == "tensorflow/serving/predict"
     assert sigs["tensorflow/serving/regress"]["inputs"]["inputs"]["dtype"] == "DT_STRING"
     assert sigs["tensorflow/serving/classify"]["outputs"]["scores"]["dtype"] == "DT_FLOAT"
@@ -153,6 +158,9 @@ ERRORS = [
     ("POST", f"/v1/models/{HP3}:predict", '{"instances": 1.0}', 400, None),
     ("POST", f"/v1/models/{HP3}:predict", '{"instances": []}', 400, None),
     ("POST", f"/v1/models/{HP3}:predict", '{"instances": ["x"]}', 400,
+     "Failed to process element: 0 of 'instances' list. Error: INVALID_ARGUMENT: "
+     'JSON Value: "x" Type: String is not of expected type: float'),
+    ("POST", f"/v1/models/{HP3}:predict", '{"inputs": ["x"]}', 400,
      'JSON Value: "x" Type: String is not of expected type: float'),
     ("POST", f"/v1/models/{HP3}:predict", '{"signature_name": "nope", "instances": [1.0]}', 400,
      'Serving signature name: "nope" not found in signature def'),
@@ -190,3 +198,43 @@ def test_error_texts_with_the_request_document(rest):
     assert _json(raw)["error"].endswith("When method is classify, key 'examples' is expected and was not found")
     raw = rest("POST", f"/v1/models/{HP3}:predict", "{")[2]
     assert _json(raw)["error"].startswith("JSON Parse error: ")
+
+
+# -- TF Serving's path and shape rules ------------------------------------------------------------
+def test_half_plus_three_takes_any_shape_as_tf_serving_does(rest):
+    # its serving_default is declared element-wise (tests/config/tfserving.yaml, gateway.yaml)
+    status, _, body = rest("POST", f"/v1/models/{HP3}:predict", '{"instances": [[1.0, 2.0], [3.0, 4.0]]}')
+    assert (status, body) == (200, b'{"predictions":[[3.5,4.0],[4.5,5.0]]}')
+    assert rest("POST", f"/v1/models/{HP3}:predict", '{"inputs": 2.0}')[2] == b'{"outputs":4.0}'
+    assert rest("POST", f"/v1/models/{HP3}:predict", '{"inputs": [[[1.0]], [[3.0]]]}')[2] == b'{"outputs":[[[3.5]],[[4.5]]]}'
+
+
+def test_metadata_subresource_is_compared_as_written(rest):
+    status, _, body = rest("GET", f"/v1/models/{HP3}/METADATA")  # a status request in TF Serving
+    assert status == 200 and "model_version_status" in _json(body)
+
+
+def test_cors_preflight_answers_have_no_body(rest):
+    assert rest("OPTIONS", f"/v1/models/{HP3}:predict", None, {"Origin": "http://example.com"})[::2] == (200, b"")
+    assert rest("OPTIONS", f"/v1/models/{HP3}:predict")[::2] == (400, b"")
+
+
+def test_version_past_int64_is_a_400_with_an_empty_body(rest):
+    for method, path in (("POST", f"/v1/models/{HP3}/versions/9223372036854775808:predict"),
+                         ("GET", f"/v1/models/{HP3}/versions/9223372036854775808")):
+        status, ctype, body = rest(method, path, '{"instances": [1.0]}' if method == "POST" else None)
+        assert (status, ctype, body) == (400, "application/json", b"")
+    status, _, body = rest("POST", f"/v1/models/{HP3}/versions/9223372036854775807:predict", '{"instances": [1.0]}')
+    assert status == 404 and _json(body)["error"].endswith("9223372036854775807)")
+
+
+def test_classify_and_regress_read_the_body_before_the_model(rest):
+    # FillClassificationRequestFromJson runs before the servable is looked up
+    status, _, body = rest("POST", "/v1/models/nope:regress", '{"examples": [1]}')
+    assert (status, _json(body)) == (400, {"error": "Example must be JSON object but got JSON Number"})
+    status, _, body = rest("POST", f"/v1/models/{HP3}:classify", '{"signature_name": "nope", "examples": [{"x": 1.0}]}')
+    assert (status, _json(body)) == (400, {"error": "No signature was found with the name: nope"})
+
+
+def test_trailing_text_after_the_document_is_ignored(rest):  # rapidjson's kParseStopWhenDoneFlag
+    assert rest("POST", f"/v1/models/{HP3}:predict", '{"instances": [1.0]} trailing')[2] == b'{"predictions":[3.5]}'

@@ -24,140 +24,304 @@ from .mapping import Signature
 _JSON_TYPE = {type(None): "Null", bool: "Bool", dict: "Object", list: "Array", str: "String",
               int: "Number", float: "Number"}
 
+# The dtypes TF Serving's AddValueToTensor converts from JSON; any other is UNIMPLEMENTED (501).
+_INT_RANGE = {"INT32": (-(2**31), 2**31 - 1), "INT16": (-(2**31), 2**31 - 1), "INT8": (-(2**31), 2**31 - 1),
+              "UINT8": (-(2**31), 2**31 - 1), "INT64": (-(2**63), 2**63 - 1), "UINT32": (0, 2**32 - 1),
+              "UINT64": (0, 2**64 - 1)}
+_FLOATS = ("FP32", "FP64")
+_FROM_JSON = set(_INT_RANGE) | set(_FLOATS) | {"BOOL", "BYTES"}
+MAX_RANK = 254  # TF's TensorShape::MaxDimensions(); deeper lists are refused before the recursive fill
+
 
 def tf_type(v2: str) -> str:
     """TF's DataTypeString ("float", "int32", "string", ...)."""
     return datatypes.by_v2(v2).tf_name[3:].lower()
 
 
+def _json_type(value) -> str:
+    if value is True:
+        return "True"
+    if value is False:
+        return "False"
+    return _JSON_TYPE.get(type(value), "Object")
+
+
 def _type_error(value, v2: str) -> GatewayError:
-    kind = "True" if value is True else "False" if value is False else _JSON_TYPE.get(type(value), "Object")
-    return invalid(f"JSON Value: {jsonio.debug_string(value)} Type: {kind} is not of expected type: {tf_type(v2)}")
-
-
-def _first_bad(value, ok):
-    if isinstance(value, list):
-        for v in value:
-            bad = _first_bad(v, ok)
-            if bad is not None:
-                return bad
-        return None
-    return None if ok(value) else (value,)
+    return invalid(f"JSON Value: {jsonio.debug_string(value)} Type: {_json_type(value)} is not of expected "
+                   f"type: {tf_type(v2)}")
 
 
 def _is_b64(v) -> bool:
-    return isinstance(v, dict) and len(v) == 1 and "b64" in v
+    """TF's IsValBase64Object: an object with exactly one key, "b64", holding a string."""
+    return isinstance(v, dict) and len(v) == 1 and isinstance(v.get("b64"), str)
 
 
-def _to_bytes(v, v2: str):
-    if isinstance(v, list):
-        return [_to_bytes(x, v2) for x in v]
-    if isinstance(v, str):
-        return v.encode("utf-8")
-    if _is_b64(v) and isinstance(v["b64"], str):
-        try:
-            return base64.b64decode(v["b64"], validate=True)
-        except (binascii.Error, ValueError):
-            raise invalid(f"Unable to base64 decode: {v['b64'][:64]}") from None
-    raise _type_error(v, v2)
+def _is_element_object(v) -> bool:
+    return isinstance(v, dict) and not _is_b64(v)
 
 
-_CHECKS = {
-    "f": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-    "i": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "b": lambda v: isinstance(v, bool),
-}
-
-
-def to_array(value, v2: str, name: str) -> np.ndarray:
-    """One JSON value (scalar or nested lists) as an ndarray of the signature's dtype."""
-    row = datatypes.by_v2(v2)
-    if v2 in ("FP16", "BF16") or row.tf_name is None:
-        raise unimplemented(f"Conversion of JSON Value: {jsonio.debug_string(value)} to type: {tf_type(v2)}")
+def _b64(v) -> bytes:
+    if not _is_b64(v):
+        raise invalid(f"JSON Value: {jsonio.debug_string(v)} not formatted correctly for base64 data")
+    text = v["b64"]
     try:
-        if row.is_bytes:
-            nested = _to_bytes(value, v2)
-            arr = np.empty((), dtype=object) if not isinstance(nested, list) else None
-            if arr is not None:
-                arr[()] = nested
-                return arr
-            return _object_array(nested)
+        return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise invalid("Unable to base64 decode") from None
+
+
+def _status(err: GatewayError) -> str:
+    """absl's Status::ToString(): "<CODE>: <message>", as TF Serving nests one error in another."""
+    from .errors import TABLE  # errors imports nothing from here; local import keeps the layering flat
+
+    return f"{TABLE[err.kind][0]}: {err.message}"
+
+
+def _shape_text(shape) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+# -- one JSON value -> one tensor, as TF Serving's FillTensorProto --------------------------------
+def _dense_shape(value) -> list[int]:
+    """GetDenseTensorShape: the shape the first element at every level implies."""
+    shape = []
+    while isinstance(value, list):
+        shape.append(len(value))
+        if len(shape) > MAX_RANK:
+            raise invalid(f"JSON Value: {jsonio.debug_string(value)} is nested more than {MAX_RANK} levels deep")
+        if not value:
+            break
+        value = value[0]
+    return shape
+
+
+def _double(v) -> float:
+    try:
+        return float(v)
+    except OverflowError:  # an integer past double range: rapidjson reads it as a double (inf)
+        return float("inf") if v > 0 else float("-inf")
+
+
+def _leaf(v, v2: str):
+    if isinstance(v, dict):
+        if v2 == "BYTES":
+            return _b64(v)
+        raise _type_error(v, v2)
+    if v2 in _FLOATS:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise _type_error(v, v2)
+        return _double(v)
+    if v2 in _INT_RANGE:
+        lo, hi = _INT_RANGE[v2]
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise _type_error(v, v2)
+        return v
+    if v2 == "BOOL":
+        if not isinstance(v, bool):
+            raise _type_error(v, v2)
+        return v
+    if v2 == "BYTES":
+        if not isinstance(v, str):
+            raise _type_error(v, v2)
+        return v.encode("utf-8")
+    raise unimplemented(f"Conversion of JSON Value: {jsonio.debug_string(v)} to type: {tf_type(v2)}")
+
+
+def _fill(value, level: int, shape: list[int], v2: str, out: list) -> None:
+    rank = len(shape)
+    if not isinstance(value, list):
+        if level != rank:
+            raise invalid(f"JSON Value: {jsonio.debug_string(value)} found at incorrect level: {level + 1} in the "
+                          f"JSON DOM. Expected at level: {rank}")
+        out.append(_leaf(value, v2))
+        return
+    if level >= rank:
+        raise invalid(f"Encountered list at unexpected level: {level} expected < {rank}")
+    if len(value) != shape[level]:
+        raise invalid(f"Encountered list at unexpected size: {len(value)} at level: {level} expected size: "
+                      f"{shape[level]}")
+    for v in value:
+        _fill(v, level + 1, shape, v2, out)
+
+
+def _fast(value, v2: str, bools: bool) -> np.ndarray | None:
+    """numpy's own conversion when it provably gives what the exact walk below would (None: walk)."""
+    if v2 not in _FLOATS and v2 not in _INT_RANGE and v2 != "BOOL" or not isinstance(value, list):
+        return None
+    if bools and v2 != "BOOL":  # numpy would read true/false among numbers as 1/0
+        return None
+    try:
         arr = np.asarray(value)
-    except ValueError:
-        raise invalid(f"Input '{name}': nested lists of different lengths (every list at the same "
-                      "depth must have the same length)") from None
-    want = row.numpy.kind
-    check = _CHECKS["f" if want == "f" else "b" if want == "b" else "i"]
-    ok_kinds = {"f": "iuf", "b": "b"}.get(want, "iu")
-    if arr.dtype.kind not in ok_kinds or arr.dtype.kind in "iu" and want == "b":
-        bad = _first_bad(value, check)
-        raise _type_error(bad[0] if bad else value, v2)
-    return arr.astype(row.numpy, copy=False)
+    except (ValueError, OverflowError, TypeError):
+        return None
+    kind = arr.dtype.kind
+    if v2 == "BOOL":
+        return arr if kind == "b" else None
+    if v2 in _FLOATS:
+        if kind not in "iuf":
+            return None
+        with np.errstate(over="ignore"):
+            return arr.astype(datatypes.by_v2(v2).numpy, copy=False)
+    if kind not in "iu":
+        return None
+    lo, hi = _INT_RANGE[v2]
+    if arr.size and (int(arr.min()) < lo or int(arr.max()) > hi):
+        return None
+    return arr.astype(datatypes.by_v2(v2).numpy, copy=False)
 
 
-def _object_array(nested: list) -> np.ndarray:
-    probe = np.array(nested, dtype=object)  # raises ValueError when ragged
-    if any(isinstance(x, list) for x in probe.reshape(-1)):
-        raise ValueError("ragged")
-    return probe
+def to_array(value, v2: str, name: str = "", bools: bool = True) -> np.ndarray:
+    """One JSON value (scalar or nested lists) as an array of the signature's dtype, judged as TF
+    Serving's FillTensorProto judges it: the first element at each level sets the shape, every
+    leaf must sit at the last level, every list must have its level's length, and every value must
+    be of the JSON type the dtype takes (errors in TF Serving's words). ``bools``: whether the body
+    may hold true/false (only then numbers are checked one by one)."""
+    arr = _fast(value, v2, bools)
+    if arr is not None:
+        return arr
+    shape = _dense_shape(value)
+    flat: list = []
+    try:
+        _fill(value, 0, shape, v2, flat)
+    except RecursionError:  # pragma: no cover - MAX_RANK bounds the depth
+        raise invalid("JSON Value: nested too deeply") from None
+    if v2 == "BYTES":
+        arr = np.empty(len(flat), dtype=object)
+        arr[:] = flat
+        return arr.reshape(shape)
+    row = datatypes.by_v2(v2)
+    if v2 in _FLOATS:
+        with np.errstate(over="ignore"):
+            return np.array(flat, dtype=np.float64).astype(row.numpy).reshape(shape)
+    if v2 in ("UINT64",):
+        return np.array(flat, dtype=np.uint64).reshape(shape)
+    if v2 == "BOOL":
+        return np.array(flat, dtype=np.bool_).reshape(shape)
+    # int8/int16/uint8 take any int32 and wrap, as TF's int_val -> Tensor cast does
+    return np.array(flat, dtype=np.int64).astype(row.numpy).reshape(shape)
 
 
 # -- predict requests --------------------------------------------------------------------------
-def parse_predict(doc: dict, sig: Signature) -> tuple[dict[str, np.ndarray], bool]:
-    """({alias: array}, row_format) from a predict body, with TF Serving's checks and texts."""
+def signature_name(doc: dict) -> str:
+    """FillSignature: the optional ``signature_name`` ("" when absent), which must be a string."""
+    sig = doc.get("signature_name", "")
+    if not isinstance(sig, str):
+        raise invalid(f"JSON Value: {jsonio.debug_string(doc)} not formatted correctly. 'signature_name' key "
+                      "must be a string value.")
+    return sig
+
+
+def may_hold_bools(body: bytes) -> bool:
+    """Whether a body may hold a true/false token (the ``bools`` argument of ``parse_predict``)."""
+    return b"true" in body or b"false" in body
+
+
+def parse_predict(doc: dict, sig: Signature, bools: bool = True) -> tuple[dict[str, np.ndarray], bool]:
+    """({alias: array}, row_format) from a predict body, with TF Serving's checks and texts.
+
+    ``bools=False`` promises the body holds no true/false token, which lets numeric tensors take
+    numpy's conversion (see ``to_array``)."""
     has_inst, has_inp = "instances" in doc, "inputs" in doc
     if has_inst and has_inp:
         raise invalid(f"JSON Value: {jsonio.debug_string(doc)} Not formatted correctly expecting only one "
                       "of 'inputs' or 'instances' keys to exist ")
     if not has_inst and not has_inp:
         raise invalid("Missing 'inputs' or 'instances' key")
-    specs = dict(sig.inputs)
+    types = {alias: sig.client_dtype(spec) for alias, spec in sig.inputs}  # alias -> V2 type clients send
     if has_inst:
-        return _rows(doc, specs), True
-    return _columns(doc["inputs"], specs), False
+        return _rows(doc, types, bools), True
+    return _columns(doc["inputs"], types, bools), False
 
 
-def _rows(doc: dict, specs) -> dict[str, np.ndarray]:
+class _Batch:
+    """AddInstanceItem's bookkeeping: every instance of one input must have the first one's size and shape."""
+
+    def __init__(self, v2: str, bools: bool):
+        self.v2, self.bools, self.items = v2, bools, []
+
+    def add(self, value) -> None:
+        arr = to_array(value, self.v2, bools=self.bools)
+        if self.items:
+            first = self.items[0]
+            if first.size != arr.size:
+                raise invalid(f"Expecting tensor size: {first.size} but got: {arr.size}")
+            if first.shape != arr.shape:
+                raise invalid(f"Expecting shape {_shape_text(first.shape)} but got: {_shape_text(arr.shape)}")
+        self.items.append(arr)
+
+    def stacked(self, n: int, v2: str) -> np.ndarray:
+        if not self.items:
+            return np.empty((n,), dtype=datatypes.by_v2(v2).numpy)
+        return np.stack(self.items)
+
+
+def _wrap(i: int, err: GatewayError, key: str | None = None) -> GatewayError:
+    where = f"Failed to process element: {i}" + (f" key: {key}" if key is not None else "")
+    return invalid(f"{where} of 'instances' list. Error: {_status(err)}")
+
+
+def _rows(doc: dict, types: dict[str, str], bools: bool) -> dict[str, np.ndarray]:
     inst = doc["instances"]
     if not isinstance(inst, list):
         raise invalid(f"JSON Value: {jsonio.debug_string(doc)} Expecting 'instances' to be an list/array")
     if not inst:
         raise invalid(f"JSON Value: {jsonio.debug_string(doc)} No values in 'instances' array")
-    if len(specs) == 1:
-        (alias, spec), = specs.items()
-        if not (isinstance(inst[0], dict) and not _is_b64(inst[0])):
-            return {alias: to_array(inst, spec.datatype, alias)}
-    if not all(isinstance(x, dict) and not _is_b64(x) for x in inst):
+    if not isinstance(inst[0], dict) and len(types) > 1:
         raise invalid("instances is a plain list, but expecting list of objects as multiple input tensors "
                       "required as per tensorinfo_map")
-    names = set(specs)
-    for i, x in enumerate(inst):
-        if set(x) != names:
+    if not _is_element_object(inst[0]):
+        alias = next(iter(types))
+        v2 = types[alias]
+        whole = _fast(inst, v2, bools)
+        if whole is not None and whole.ndim >= 1:
+            return {alias: whole}
+        batch = _Batch(v2, bools)
+        for i, elem in enumerate(inst):
+            if _is_element_object(elem):
+                raise invalid(f"Expecting value/list but got object at item {i} of input list")
+            try:
+                batch.add(elem)
+            except GatewayError as e:
+                raise _wrap(i, e) from None
+        return {alias: batch.stacked(len(inst), v2)}
+    batches = {alias: _Batch(v2, bools) for alias, v2 in types.items()}
+    names = sorted(types)
+    for i, elem in enumerate(inst):
+        if not _is_element_object(elem):
+            raise invalid(f"Expecting object but got list at item {i} of input list")
+        for key, value in elem.items():
+            try:
+                if key not in batches:
+                    raise invalid(f"JSON object: does not have named input: {key}")
+                batches[key].add(value)
+            except GatewayError as e:
+                raise _wrap(i, e, key) from None
+        if sorted(elem) != names:
             raise invalid(f"Failed to process element: {i} of 'instances' list. JSON object: "
-                          f"{jsonio.debug_string(x)} keys must be equal to: {','.join(sorted(names))}")
-    return {alias: to_array([x[alias] for x in inst], spec.datatype, alias) for alias, spec in specs.items()}
+                          f"{jsonio.debug_string(elem)} keys must be equal to: {','.join(names)}")
+    return {alias: b.stacked(len(inst), types[alias]) for alias, b in batches.items()}
 
 
-def _columns(inputs, specs) -> dict[str, np.ndarray]:
-    if isinstance(inputs, dict) and not _is_b64(inputs):
+def _columns(inputs, types: dict[str, str], bools: bool) -> dict[str, np.ndarray]:
+    if _is_element_object(inputs):
         out = {}
-        for alias, spec in specs.items():
+        for alias, v2 in types.items():
             if alias not in inputs:
                 raise invalid(f"Missing named input: {alias} in 'inputs' object.")
-            out[alias] = to_array(inputs[alias], spec.datatype, alias)
+            out[alias] = to_array(inputs[alias], v2, alias, bools)
         return out
-    if len(specs) != 1:
+    if len(types) != 1:
         raise invalid("inputs is a plain value/list, but expecting an object as multiple input tensors "
                       "required as per tensorinfo_map")
-    (alias, spec), = specs.items()
-    return {alias: to_array(inputs, spec.datatype, alias)}
+    (alias, v2), = types.items()
+    return {alias: to_array(inputs, v2, alias, bools)}
 
 
 # -- predict responses -------------------------------------------------------------------------
 def fragment(name: str, arr: np.ndarray, v2: str) -> bytes:
     if v2 == "BYTES":
         return jsonio.dump_strings(arr, binary=name.endswith("_bytes"))
-    if v2 in ("FP16", "BF16"):
+    if v2 not in _FROM_JSON and arr.size:  # TF fails on the first value it cannot write
         raise invalid(f"Failed to write JSON value for tensor type: {tf_type(v2)}")
     return jsonio.dump_numeric(arr)
 
@@ -168,6 +332,8 @@ def _key(name: str) -> bytes:
 
 def write_predict(outputs: dict[str, tuple[np.ndarray, str]], row: bool) -> bytes:
     """``{"predictions": ...}`` (row) or ``{"outputs": ...}`` (columnar) from {alias: (array, V2 type)}."""
+    if not outputs:
+        raise invalid("Cannot convert empty tensor map to JSON")
     if not row:
         if len(outputs) == 1:
             (name, (arr, v2)), = outputs.items()
@@ -199,54 +365,67 @@ def _batch_size(outputs) -> int:
 
 # -- classify / regress ------------------------------------------------------------------------
 def parse_examples(doc: dict, method: str) -> tuple[list[Features], Features]:
+    """(examples, context) in TF Serving's order: context first, then the 'examples' checks, then
+    each example (FillClassifyRegressRequestFromJson). Its texts say "classify" for regress too."""
+    context: Features = {}
+    if "context" in doc:
+        context = _example(doc["context"])
     if "examples" not in doc:
         raise invalid(f"JSON Value: {jsonio.debug_string(doc)} When method is classify, key 'examples' is "
                       "expected and was not found")
     examples = doc["examples"]
-    if not isinstance(examples, list) or not examples or not all(isinstance(e, dict) for e in examples):
-        raise invalid(f"JSON Value: {jsonio.debug_string(doc)} Expecting 'examples' to be a non-empty "
-                      "list/array of objects")
-    context = doc.get("context") or {}
-    if not isinstance(context, dict):
-        raise invalid(f"JSON Value: {jsonio.debug_string(doc)} Expecting 'context' to be an object")
-    return [_features(e) for e in examples], _features(context)
+    if not isinstance(examples, list):
+        raise invalid(f"JSON Value: {jsonio.debug_string(doc)} Expecting 'examples' value to be an list/array")
+    if not examples:
+        raise invalid(f"JSON Value: {jsonio.debug_string(doc)} 'examples' value is an empty array")
+    return [_example(e) for e in examples], context
 
 
-def _features(obj: dict) -> Features:
-    return {name: _feature(name, value) for name, value in obj.items()}
+def _example(obj) -> Features:
+    if not isinstance(obj, dict):
+        raise invalid(f"Example must be JSON object but got JSON {_json_type(obj)}")
+    out = {}
+    for name, content in obj.items():
+        kind, values = None, []
+        for v in content if isinstance(content, list) else [content]:
+            kind = _add_feature_value(name, v, kind, values)
+        out[name] = Feature(kind or "float", values)
+    return out
 
 
-def _kind(name: str, v) -> str:
-    if isinstance(v, bool) or isinstance(v, int) and not isinstance(v, bool):
-        if isinstance(v, int) and not isinstance(v, bool) and v > 2**63 - 1:
-            raise invalid(f"Feature: {name} has uint64_t element. Only int64_t is supported.")
-        return "int64"
-    if isinstance(v, float):
-        return "float"
-    if isinstance(v, str) or _is_b64(v):
-        return "bytes"
-    kind = "Null" if v is None else "Array" if isinstance(v, list) else "Object"
-    raise invalid(f"Feature: {name} has element with unexpected JSON type: {kind}")
-
-
-def _feature(name: str, value) -> Feature:
-    values = value if isinstance(value, list) else [value]
-    kinds = [_kind(name, v) for v in values]
-    kind = kinds[0] if kinds else "float"
-    if any(k != kind for k in kinds):
+def _add_feature_value(name: str, v, kind: str | None, values: list) -> str:
+    """AddValueToFeature: one JSON value appended to a feature whose kind its first value set."""
+    if v is None or isinstance(v, list) or isinstance(v, dict) and not _is_b64(v):
+        raise invalid(f"Feature: {name} has element with unexpected JSON type: {_json_type(v)}")
+    if isinstance(v, bool):
+        want, value = "int64", int(v)
+    elif isinstance(v, dict):
+        want, value = "bytes", None
+    elif isinstance(v, str):
+        want, value = "bytes", v.encode("utf-8")
+    elif isinstance(v, float) or isinstance(v, int) and not -(2**63) <= v < 2**64:
+        want, value = "float", _double(v)
+    else:
+        want, value = "int64", v
+    if kind is not None and kind != want:
         raise invalid(f"Unexpected element type in feature: {name} expecting type: {kind}")
-    if kind == "bytes":
-        return Feature("bytes", [_to_bytes(v, "BYTES") for v in values])
-    if kind == "int64":
-        return Feature("int64", [int(v) for v in values])
-    return Feature("float", values)
+    if want == "bytes" and value is None:
+        value = _b64(v)
+    if want == "int64" and value > 2**63 - 1:
+        raise invalid(f"Feature: {name} has uint64_t element. Only int64_t is supported.")
+    values.append(value)
+    return want
 
 
 def write_regress(values: np.ndarray) -> bytes:
+    if not values.size:
+        raise invalid("Cannot convert empty RegressionResults to JSON")
     return b'{"results":' + jsonio.dump_numeric(values) + b"}"
 
 
 def write_classify(labels: list[list[str]], scores: np.ndarray) -> bytes:
+    if not labels:
+        raise invalid("Cannot convert empty ClassificationResults to JSON")
     rows = []
     for labs, sc in zip(labels, scores, strict=True):
         pairs = (b"[" + _key(lab) + b"," + jsonio.dump_numeric(s) + b"]" for lab, s in zip(labs, sc, strict=True))

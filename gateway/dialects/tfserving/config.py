@@ -16,7 +16,12 @@
               tensorflow/serving/classify: {method: classify, features: {x: x}, scores: y}
 
 A signature may name another Triton model (``triton:``). Omitted ``inputs``/``outputs``/
-``features`` mean "every Triton input/output under its own name".
+``features`` mean "every Triton input/output under its own name". ``elementwise: true`` declares
+the model element-wise (on a classify/regress signature: for Predict over it, see ``mapping``): the signature is advertised with unknown rank, as TF
+signatures without a shape are, every input is sent flattened and every output whose size matches
+is reshaped back to the first input's shape (``service.predict``). ``half_as_float: true``
+(predict only) shows the signature's FP16/BF16 tensors to clients as DT_FLOAT, converted at the
+gateway, so REST clients (TF Serving's JSON has no half) can use a half-precision model.
 """
 
 from __future__ import annotations
@@ -44,6 +49,9 @@ class SignatureConf(Strict):
     scores: str = ""  # classify: the Triton output holding scores [N] or [N, C]
     classes: str = ""  # classify: optional BYTES Triton output holding labels [N, C]
     labels: Names = ()  # classify: fixed labels for the C score columns
+    elementwise: bool = False  # a TF signature of unknown rank over an element-wise model: sent
+    #   flattened, answered in the request's shape; on classify/regress it applies to Predict over it
+    half_as_float: bool = False  # predict: FP16/BF16 tensors are DT_FLOAT to clients (converted)
 
     @model_validator(mode="after")
     def _needs(self):
@@ -51,6 +59,8 @@ class SignatureConf(Strict):
             raise ValueError("a classify signature needs 'scores'")
         if self.method == "regress" and not self.output:
             raise ValueError("a regress signature needs 'output'")
+        if self.half_as_float and self.method != "predict":
+            raise ValueError("half_as_float: only a predict signature can set it")
         return self
 
 

@@ -9,6 +9,8 @@ full" (shared_batch_scheduler.h), so REST answers 503 and gRPC UNAVAILABLE.
 
 from __future__ import annotations
 
+import json
+
 import grpc
 import orjson
 from sanic import response
@@ -36,9 +38,22 @@ GRPC_MESSAGE_LIMIT = 1024  # grpc_status_util.cc truncates longer messages
 OVERLOADED = "The batch scheduling queue to which this task was submitted is full"
 
 
+class BareError(GatewayError):
+    """An error TF Serving answers with its status code and an EMPTY body: the ones raised before its
+    handler writes the JSON envelope (an unparsable version number in the path, a refused CORS
+    preflight)."""
+
+    __slots__ = ()
+
+
 def http_error(err: GatewayError) -> tuple[int, bytes]:
-    """(HTTP status, body) for the REST envelope ``{"error": "<message>"}``."""
-    return TABLE[err.kind][1], orjson.dumps({"error": err.message})
+    """(HTTP status, body) for the REST envelope ``{"error": "<message>"}`` (empty for ``BareError``)."""
+    if isinstance(err, BareError):
+        return TABLE[err.kind][1], b""
+    try:
+        return TABLE[err.kind][1], orjson.dumps({"error": err.message})
+    except TypeError:  # a message quoting text orjson cannot write (a lone surrogate): ASCII escapes
+        return TABLE[err.kind][1], json.dumps({"error": err.message}, separators=(",", ":")).encode()
 
 
 def grpc_error(err: GatewayError) -> tuple[grpc.StatusCode, str]:
@@ -82,6 +97,15 @@ def no_version(model: str, version: int) -> GatewayError:
 
 def signature_not_found_rest(sig: str) -> GatewayError:
     return invalid(f'Serving signature name: "{sig}" not found in signature def')
+
+
+def no_signature(sig: str) -> GatewayError:
+    """classify/regress (REST and gRPC): the text of TF Serving's classifier.cc / regressor.cc."""
+    return invalid(f"No signature was found with the name: {sig}")
+
+
+def bad_version(text: str) -> GatewayError:
+    return BareError(ErrorKind.INVALID_ARGUMENT, f"Failed to convert version: {text} to numeric.")
 
 
 def signature_not_found_grpc(sig: str) -> GatewayError:

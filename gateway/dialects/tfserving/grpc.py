@@ -50,14 +50,15 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         return protocodec.model_spec(target.model, version or target.version, target.signature.name)
 
     async def Predict(self, request: predict_pb2.PredictRequest, context):
-        target = await self.service.resolve(_spec(request), grpc=True)
+        target = await self.service.resolve(_spec(request), grpc=True, method="predict")
         specs = dict(target.signature.inputs)
         inputs = {}
         for i, (alias, tp) in enumerate(sorted(request.inputs.items())):
             arr, v2 = protocodec.tensor_from_proto(tp, alias)
             want = specs.get(alias)
-            if want is not None and want.datatype != v2:
-                raise invalid(f"Expects arg[{i}] to be {tf_type(want.datatype)} but {tf_type(v2)} is provided")
+            if want is not None and target.signature.client_dtype(want) != v2:
+                raise invalid(f"Expects arg[{i}] to be {tf_type(target.signature.client_dtype(want))} but "
+                              f"{tf_type(v2)} is provided")
             inputs[alias] = arr
         version, outs = await self.service.predict(target, inputs, list(request.output_filter))
         resp = predict_pb2.PredictResponse(model_spec=self._resolved_spec(target, version))
@@ -66,7 +67,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         return resp
 
     async def _examples(self, request, method: str, context):
-        target = await self.service.resolve(_spec(request), grpc=True)
+        target = await self.service.resolve(_spec(request), grpc=True, method=method)
         exs, ctx = protocodec.examples_from_input(request.input)
         version, result = await self.service.run_examples(target, method, exs, ctx)
         return self._resolved_spec(target, version), result

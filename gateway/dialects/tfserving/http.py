@@ -17,7 +17,7 @@ from sanic import Request, Sanic, response
 from gateway.core.errors import invalid, not_found
 from gateway.edge import Edge, current
 
-from . import codec, jsonio, protocodec
+from . import codec, errors, jsonio, protocodec
 from .mapping import Spec
 from .service import Service
 
@@ -38,34 +38,42 @@ def attach(app: Sanic, edge: Edge, service: Service) -> None:
 
 
 def _version(text: str | None) -> int | None:
+    """absl::SimpleAtoi into int64; past it TF Serving answers 400 with an empty body."""
     if text is None:
         return None
     value = int(text)
     if value >= 2**63:
-        raise invalid(f"Failed to convert version: {text} to numeric.")
+        raise errors.bad_version(text)
     return value
 
 
+_VERBS = ("classify", "regress", "predict")
+
+
 async def dispatch(service: Service, request: Request) -> bytes:
+    """TF Serving's ProcessRequest: its regular expressions match case-insensitively, but the verb
+    and the ``metadata`` subresource are then compared as written, so ``:PREDICT`` is a malformed
+    request and ``/METADATA`` a status request."""
     path, method = request.path, request.method
     if method == "OPTIONS":
-        if not _ORIGIN.fullmatch(request.headers.get("origin", "")):
-            raise invalid("Origin header is missing in CORS preflight")
+        if not _ORIGIN.search(request.headers.get("origin", "")):
+            raise errors.BareError(errors.ErrorKind.FAILED_PRECONDITION, "Origin header is missing in CORS preflight")
         return b""
-    m = _PREDICT.fullmatch(path)
-    if m and method == "POST":
+    m = _PREDICT.fullmatch(path) if method == "POST" else None
+    if m:
         spec = Spec(unquote(m[1]), _version(m[2]), unquote(m[3]) if m[3] else None)
-        call = current()
-        call.model, call.route = spec.name, m[4].lower()
-        return await _infer(service, spec, call.route, request.body)
-    m = _STATUS.fullmatch(path)
-    if m and method == "GET":
+        if m[4] in _VERBS:
+            call = current()
+            call.model, call.route = spec.name, m[4]
+            return await _infer(service, spec, m[4], request.body)
+    m = _STATUS.fullmatch(path) if method == "GET" else None
+    if m:
+        spec = Spec(unquote(m[1]) if m[1] else "", _version(m[2]), unquote(m[3]) if m[3] else None)
         if not m[1]:
             raise invalid("Missing model name in request.")
-        spec = Spec(unquote(m[1]), _version(m[2]), unquote(m[3]) if m[3] else None)
         call = current()
-        call.model, call.route = spec.name, "metadata" if m[4] else "status"
-        return await (_metadata(service, spec) if m[4] else _status(service, spec))
+        call.model, call.route = spec.name, "metadata" if m[4] == "metadata" else "status"
+        return await (_metadata(service, spec) if m[4] == "metadata" else _status(service, spec))
     if _V1.fullmatch(path):
         raise invalid(f"Malformed request: {method} {path}")
     raise not_found(f"Not found: {method} {path}")
@@ -75,16 +83,15 @@ async def _infer(service: Service, spec: Spec, verb: str, body: bytes) -> bytes:
     doc = jsonio.loads(body)
     if not isinstance(doc, dict):
         raise invalid(f"JSON Value: {jsonio.debug_string(doc)} Is not object")
-    sig = doc.get("signature_name", "")
-    if not isinstance(sig, str):
-        raise invalid(f"JSON Value: {jsonio.debug_string(doc)} not formatted correctly. 'signature_name' key "
-                      "must be a string value.")
-    target = await service.resolve(Spec(spec.name, spec.version, spec.label, sig))
+    sig = codec.signature_name(doc)
     if verb == "predict":
-        inputs, row = codec.parse_predict(doc, target.signature)
+        target = await service.resolve(Spec(spec.name, spec.version, spec.label, sig), method="predict")
+        inputs, row = codec.parse_predict(doc, target.signature, bools=codec.may_hold_bools(body))
         _, outs = await service.predict(target, inputs)
         return codec.write_predict(outs, row)
+    # classify/regress: the whole body is read into Examples before the model is looked up
     exs, context = codec.parse_examples(doc, verb)
+    target = await service.resolve(Spec(spec.name, spec.version, spec.label, sig), method=verb)
     _, result = await service.run_examples(target, verb, exs, context)
     return codec.write_regress(result) if verb == "regress" else codec.write_classify(*result)
 

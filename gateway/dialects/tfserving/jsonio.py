@@ -27,7 +27,6 @@ _BARE_INF = re.compile(rb"(?<![A-Za-z\"])(-?)Inf(?!inity)(?![A-Za-z\"])")
 # stdlib json messages -> rapidjson's (GetParseError_En), the texts TF Serving reports
 _RAPIDJSON = {
     "Expecting value": "Invalid value.",
-    "Extra data": "The document root must not be followed by other values.",
     "Expecting ',' delimiter": "Missing a comma or ']' after an array element.",
     "Expecting property name enclosed in double quotes": "Missing a name for object member.",
     "Expecting ':' delimiter": "Missing a colon after a name of object member.",
@@ -38,7 +37,11 @@ _RAPIDJSON = {
 
 
 def loads(body: bytes):
-    """Parse a request body; 400 ``JSON Parse error: ...`` as TF Serving words it."""
+    """Parse a request body; 400 ``JSON Parse error: ...`` as TF Serving words it.
+
+    As rapidjson with ``kParseStopWhenDoneFlag``, whatever follows the first complete value is
+    ignored; as with ``kParseIterativeFlag``, nesting has no depth limit (documents deeper than the
+    stdlib parser goes are read by ``_deep_loads``, without recursion)."""
     if not body or not body.strip():
         raise invalid("JSON Parse error: The document is empty")
     try:
@@ -47,32 +50,174 @@ def loads(body: bytes):
         pass
     text = _BARE_INF.sub(rb"\1Infinity", body)
     try:
-        return json.loads(text)
+        decoded = text.decode("utf-8")
     except UnicodeDecodeError:
         raise invalid("JSON Parse error: Invalid encoding in string. at offset: 0") from None
-    except RecursionError:  # deeper than orjson's 1024 levels: refuse, never a stack overflow
-        raise invalid("JSON Parse error: The document is nested too deeply. at offset: 0") from None
+    try:
+        doc = _DECODER.raw_decode(decoded, len(decoded) - len(decoded.lstrip()))[0]
+    except RecursionError:
+        doc = _deep_loads(decoded)
     except json.JSONDecodeError as e:
         msg = _RAPIDJSON.get(e.msg, e.msg)
         raise invalid(f"JSON Parse error: {msg} at offset: {e.pos}") from None
+    if "\\u" in decoded and _lone_surrogate(doc):  # orjson refuses them; the stdlib parser does not
+        at = _SURROGATE_ESCAPE.search(decoded)
+        raise invalid(f"JSON Parse error: The surrogate pair in string is invalid. at offset: {at.start() if at else 0}")
+    return doc
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _lone_surrogate(doc) -> bool:
+    """Whether any string (key or value) holds a surrogate code point: an escape of half a pair
+    (whole pairs were joined by the parser), which rapidjson refuses."""
+    stack = [doc]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if _SURROGATE.search(v):
+                return True
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+    return False
+
+
+_DECODER = json.JSONDecoder()
+_TOKEN = re.compile(r"""[ \t\n\r]*(?:(\[+)|(\]+)|([{}:,])|("(?:[^"\\\x00-\x1f]|\\.)*")|"""
+                    r"""(-?(?:Infinity|NaN)|NaN|true|false|null)|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?))""")
+_WORDS = {"true": True, "false": False, "null": None, "NaN": float("nan"), "-NaN": float("nan"),
+          "Infinity": float("inf"), "-Infinity": float("-inf")}
+
+
+def _deep_loads(text: str):
+    """An iterative JSON reader (explicit stack) for documents nested deeper than recursion allows."""
+    stack: list[list] = []  # [container, pending key]
+    pos, state, root = 0, "value", None  # state: value | first (value or ]) | key | firstkey | colon | sep | done
+
+    def bad():
+        return invalid(f"JSON Parse error: Invalid value. at offset: {pos}")
+
+    def put(v):
+        nonlocal root
+        if not stack:
+            root = v
+            return "done"
+        top = stack[-1]
+        if isinstance(top[0], list):
+            top[0].append(v)
+        else:
+            top[0][top[1]] = v
+        return "sep"
+
+    while state != "done":
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            raise bad()
+        opens, closes, punct, string, word, number = m.groups()
+        if opens:
+            if state not in ("value", "first"):
+                raise bad()
+            for _ in range(len(opens) - 1):
+                stack.append([[], None])
+            stack.append([[], None])
+            state = "first"
+        elif closes:
+            for _ in closes:
+                if not stack or not isinstance(stack[-1][0], list) or state not in ("sep", "first"):
+                    raise bad()
+                state = put(stack.pop()[0])
+        elif punct == "{":
+            if state not in ("value", "first"):
+                raise bad()
+            stack.append([{}, None])
+            state = "firstkey"
+        elif punct == "}":
+            if not stack or not isinstance(stack[-1][0], dict) or state not in ("sep", "firstkey"):
+                raise bad()
+            state = put(stack.pop()[0])
+        elif punct == ":":
+            if state != "colon":
+                raise bad()
+            state = "value"
+        elif punct == ",":
+            if state != "sep":
+                raise bad()
+            state = "key" if isinstance(stack[-1][0], dict) else "value"
+        elif string is not None:
+            try:
+                value = json.loads(string)
+            except json.JSONDecodeError:
+                raise invalid(f"JSON Parse error: Invalid escape character in string. at offset: {pos}") from None
+            if state in ("key", "firstkey"):
+                stack[-1][1] = value
+                state = "colon"
+            elif state in ("value", "first"):
+                state = put(value)
+            else:
+                raise bad()
+        else:
+            if state not in ("value", "first"):
+                raise bad()
+            if word is not None:
+                value = _WORDS[word]
+            elif "." in number or "e" in number or "E" in number:
+                value = float(number)
+            else:
+                value = int(number)
+            state = put(value)
+        pos = m.end()
+    return root
 
 
 def debug_string(value, limit: int = 256) -> str:
-    """rapidjson's PrettyWriter with single-line arrays, cut at 256 bytes (JsonValueToDebugString)."""
-    text = _pretty(value, 0)
-    return text[:limit]
+    """rapidjson's PrettyWriter with single-line arrays, cut at 256 bytes (JsonValueToDebugString).
+
+    Written without recursion and only as far as the limit, so any depth or size is cheap."""
+    out: list[str] = []
+    size = 0
+    stack = [iter((("v", value, 0),))]
+    while stack and size < limit:
+        item = next(stack[-1], None)
+        if item is None:
+            stack.pop()
+            continue
+        if isinstance(item, str):
+            out.append(item)
+            size += len(item)
+            continue
+        _, v, depth = item
+        if isinstance(v, dict) and v:
+            stack.append(_object_tokens(v, depth))
+        elif isinstance(v, list):
+            stack.append(_array_tokens(v, depth))
+        else:
+            text = "{}" if isinstance(v, dict) else _scalar(v)
+            out.append(text)
+            size += len(text)
+    return "".join(out)[:limit]
 
 
-def _pretty(v, depth: int) -> str:
-    if isinstance(v, dict):
-        if not v:
-            return "{}"
-        pad = "    " * (depth + 1)
-        items = ",\n".join(f"{pad}{_scalar(k)}: {_pretty(x, depth + 1)}" for k, x in v.items())
-        return "{\n" + items + "\n" + "    " * depth + "}"
-    if isinstance(v, list):
-        return "[" + ", ".join(_pretty(x, depth) for x in v) + "]"
-    return _scalar(v)
+def _object_tokens(v: dict, depth: int):
+    pad = "    " * (depth + 1)
+    yield "{\n"
+    for i, (k, x) in enumerate(v.items()):
+        yield (",\n" if i else "") + f"{pad}{_scalar(k)}: "
+        yield ("v", x, depth + 1)
+    yield "\n" + "    " * depth + "}"
+
+
+def _array_tokens(v: list, depth: int):
+    yield "["
+    for i, x in enumerate(v):
+        if i:
+            yield ", "
+        yield ("v", x, depth)
+    yield "]"
 
 
 def _scalar(v) -> str:

@@ -41,10 +41,16 @@ class Signature:
     outputs: tuple[tuple[str, TensorSpec], ...]  # predict: alias; classify: scores/classes; regress: outputs
     labels: tuple[str, ...] = ()
     own: bool = True  # over the TF model's own Triton model (versions and labels apply)
+    elementwise: bool = False  # unknown rank: inputs flattened, outputs reshaped back (config.py)
+    half_as_float: bool = False  # FP16/BF16 tensors are DT_FLOAT to clients, converted here (config.py)
 
     @property
     def method_name(self) -> str:
         return METHODS[self.method]
+
+    def client_dtype(self, spec: TensorSpec) -> str:
+        """The V2 type clients see for one of this signature's tensors (metadata, REST, gRPC)."""
+        return "FP32" if self.half_as_float and spec.datatype in HALF_TYPES else spec.datatype
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +75,7 @@ class Spec:
     signature: str = ""
 
 
+HALF_TYPES = ("FP16", "BF16")
 _NUMERIC = {"BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
             "FP16", "FP32", "FP64", "BF16"}
 
@@ -96,15 +103,28 @@ def realise(name: str, conf: SignatureConf, meta: ModelMetadata) -> Signature:
     if conf.method == "predict":
         ins = _pick(meta.inputs, conf.inputs, meta.name, "input")
         outs = _pick(meta.outputs, conf.outputs, meta.name, "output")
-        return Signature(name, "predict", meta.name, meta.max_batch_size, ins, outs)
+        return Signature(name, "predict", meta.name, meta.max_batch_size, ins, outs,
+                         elementwise=conf.elementwise, half_as_float=conf.half_as_float)
     feats = _pick(meta.inputs, conf.features, meta.name, "input")
     if conf.method == "regress":
         outs = (_one(meta.outputs, conf.output, meta.name, "outputs"),)
-        return Signature(name, "regress", meta.name, meta.max_batch_size, feats, outs)
+        return Signature(name, "regress", meta.name, meta.max_batch_size, feats, outs,
+                         elementwise=conf.elementwise)
     outs = [_one(meta.outputs, conf.scores, meta.name, "scores")]
     if conf.classes:
         outs.append(_one(meta.outputs, conf.classes, meta.name, "classes"))
-    return Signature(name, "classify", meta.name, meta.max_batch_size, feats, tuple(outs), conf.labels)
+    return Signature(name, "classify", meta.name, meta.max_batch_size, feats, tuple(outs), conf.labels,
+                     elementwise=conf.elementwise)
+
+
+def predict_view(sig: Signature) -> Signature:
+    """A classify/regress signature as Predict sees it in TF Serving, which runs any signature's
+    tensors: its one input under TF's alias ``inputs`` (kClassifyInputs / kRegressInputs), its
+    outputs under ``outputs`` / ``scores`` / ``classes``. With more than one feature there is no
+    such tensor and the signature stays an example signature (Predict refuses it)."""
+    if sig.method == "predict" or len(sig.inputs) != 1:
+        return sig
+    return replace(sig, method="predict", inputs=(("inputs", sig.inputs[0][1]),))
 
 
 def derived(meta: ModelMetadata, examples: bool) -> dict[str, SignatureConf]:
@@ -146,6 +166,8 @@ class Catalog:
 
     async def version(self, spec: Spec, conf: ModelConf | None) -> int | None:
         """The version a request names (label resolved); NOT_FOUND as TF Serving words it."""
+        if not spec.name:  # ServerCore::ServableRequestFromModelSpec
+            raise invalid("ModelSpec has no name specified.")
         if spec.version is not None and spec.label:
             raise invalid(f"Both model version ({spec.version}) and model version label ({spec.label}) "
                           "cannot be supplied.")
@@ -181,12 +203,19 @@ class Catalog:
                 out[name] = replace(other, own=False)
         return out
 
-    async def resolve(self, spec: Spec, *, grpc: bool = False) -> Target:
-        conf = await self.model(spec.name)
+    async def resolve(self, spec: Spec, *, grpc: bool = False, method: str | None = None) -> Target:
+        """``method``: the API called (predict, classify, regress; None: the signature as configured).
+        TF Serving words an unknown signature differently in its REST predict, gRPC predict and
+        classify/regress paths; Predict sees an example signature through ``predict_view``."""
+        conf = await self.model(spec.name) if spec.name else None
         version = await self.version(spec, conf)
         sigs = await self.signatures(conf, version)
         name = spec.signature or DEFAULT_SIGNATURE
         sig = sigs.get(name)
         if sig is None:
+            if method in ("classify", "regress"):
+                raise errors.no_signature(name)
             raise errors.signature_not_found_grpc(name) if grpc else errors.signature_not_found_rest(name)
+        if method == "predict":
+            sig = predict_view(sig)
         return Target(spec.name, version, sig)

@@ -138,21 +138,24 @@ def examples_from_input(inp) -> tuple[list[Features], Features]:
 
 
 # -- metadata and status ----------------------------------------------------------------------
-def _info(spec: TensorSpec) -> meta_graph_pb2.TensorInfo:
-    return meta_graph_pb2.TensorInfo(name=spec.name, dtype=datatypes.by_v2(spec.datatype).tf,
-                                     tensor_shape=shape_proto(spec.shape))
+def _info(spec: TensorSpec, sig: Signature | None = None) -> meta_graph_pb2.TensorInfo:
+    shape = shape_proto((), True) if sig is not None and sig.elementwise else shape_proto(spec.shape)
+    v2 = sig.client_dtype(spec) if sig is not None else spec.datatype
+    return meta_graph_pb2.TensorInfo(name=spec.name, dtype=datatypes.by_v2(v2).tf, tensor_shape=shape)
 
 
 def signature_def(sig: Signature) -> meta_graph_pb2.SignatureDef:
+    """An element-wise signature reports every tensor as TF reports a shape it does not know:
+    ``{"dim": [], "unknown_rank": true}``."""
     sd = meta_graph_pb2.SignatureDef(method_name=sig.method_name)
     if sig.method == "predict":
         for alias, spec in sig.inputs:
-            sd.inputs[alias].CopyFrom(_info(spec))
+            sd.inputs[alias].CopyFrom(_info(spec, sig))
     else:  # classify/regress take serialized tf.Examples, as TF's signatures declare
         sd.inputs["inputs"].CopyFrom(meta_graph_pb2.TensorInfo(
             name="tf_example:0", dtype=datatypes.by_v2("BYTES").tf, tensor_shape=shape_proto((), True)))
     for alias, spec in sig.outputs:
-        sd.outputs[alias].CopyFrom(_info(spec))
+        sd.outputs[alias].CopyFrom(_info(spec, sig))
     return sd
 
 

@@ -12,13 +12,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from gateway.context import GatewayContext
+from gateway.core import datatypes
 from gateway.core.errors import invalid
 from gateway.core.tensors import InferRequest, InferResponse, Tensor
 
 from . import errors, examples, shapes
 from .config import TFServingConfig
 from .examples import Features
-from .mapping import Catalog, Signature, Spec, Target
+from .mapping import HALF_TYPES, Catalog, Signature, Spec, Target
 
 Outputs = dict[str, tuple[np.ndarray, str]]  # alias -> (array, V2 datatype)
 
@@ -41,8 +42,8 @@ class Service:
         self.catalog = Catalog(conf, ctx.upstream)
         self.errors = errors.Rendering()
 
-    async def resolve(self, spec: Spec, *, grpc: bool = False) -> Target:
-        return await self.catalog.resolve(spec, grpc=grpc)
+    async def resolve(self, spec: Spec, *, grpc: bool = False, method: str | None = None) -> Target:
+        return await self.catalog.resolve(spec, grpc=grpc, method=method)
 
     async def _infer(self, req: InferRequest, timeout: float | None) -> InferResponse:
         return await self.ctx.upstream.infer(req, timeout=timeout)
@@ -59,16 +60,22 @@ class Service:
         tensors, added = [], []
         for alias, arr in inputs.items():
             spec = specs[alias]
-            fitted, add = shapes.bridge(arr, spec, sig.max_batch_size)
+            if sig.half_as_float and spec.datatype in HALF_TYPES:
+                arr = arr.astype(datatypes.by_v2(spec.datatype).numpy)
+            fitted, add = shapes.bridge(arr.reshape(-1) if sig.elementwise else arr, spec, sig.max_batch_size)
             tensors.append(Tensor(spec.name, fitted, spec.datatype))
             added.append(add)
         req = InferRequest(sig.triton, tensors, target.triton_version, [s.name for _, s in outs])
         resp = await self._infer(req, timeout)
         unbatch = bool(added) and all(added)
+        like = next(iter(inputs.values())).shape if sig.elementwise and inputs else None
         result = {}
         for alias, spec in outs:
             t = resp.output(spec.name)
-            result[alias] = (shapes.unbatch(t.data) if unbatch else t.data, t.datatype)
+            data = shapes.unbatch(t.data) if unbatch else t.data
+            data, v2 = (data.astype(np.float32), "FP32") if sig.half_as_float and t.datatype in HALF_TYPES \
+                else (data, t.datatype)
+            result[alias] = (shapes.restore(data, like) if like is not None else data, v2)
         return resp.version, result
 
     async def run_examples(self, target: Target, method: str, exs: list[Features], context: Features,
@@ -93,7 +100,7 @@ class Service:
         return resp.version, examples.classify_results(resp.output(outs[0]).data, classes, sig.labels, n)
 
     async def metadata(self, spec: Spec) -> tuple[int | None, dict[str, Signature]]:
-        conf = await self.catalog.model(spec.name)
+        conf = await self.catalog.model(spec.name) if spec.name else None
         version = await self.catalog.version(spec, conf)
         if version is None:
             version = await self.catalog.latest(conf)

@@ -11,6 +11,10 @@ bridges only by adding or removing size-1 dimensions (the element order never ch
    every input.
 
 Anything else is sent unchanged and Triton's shape error comes back as INVALID_ARGUMENT.
+
+A signature declared ``elementwise`` (a TF signature of unknown rank over an element-wise Triton
+model) has its inputs flattened to one dim before the rule, and every output holding as many
+elements as the first input is reshaped back to that input's shape (``restore``).
 """
 
 from __future__ import annotations
@@ -40,3 +44,8 @@ def bridge(arr: np.ndarray, spec: TensorSpec, max_batch_size: int) -> tuple[np.n
 
 def unbatch(arr: np.ndarray) -> np.ndarray:
     return arr[0] if arr.ndim and arr.shape[0] == 1 else arr
+
+
+def restore(arr: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """An element-wise model's output in the shape of its input (unchanged when sizes differ)."""
+    return arr.reshape(shape) if arr.size == int(np.prod(shape, dtype=np.int64)) else arr

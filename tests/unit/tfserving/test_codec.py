@@ -39,6 +39,9 @@ def test_loads_accepts_tf_serving_tokens(body, expected):
     (b"  ", "JSON Parse error: The document is empty"),
     (b"{", "JSON Parse error: Missing a name for object member. at offset: 1"),
     (b"[1,]", "JSON Parse error: Invalid value. at offset: 3"),
+    # half a surrogate pair: rapidjson refuses it (the stdlib parser would let it through to a 500)
+    (b'{"instances": ["\\ud800"]}', "JSON Parse error: The surrogate pair in string is invalid. at offset: 16"),
+    (b'{"instances": NaN, "k": "\\udc00"}', "JSON Parse error: The surrogate pair in string is invalid. at offset: 25"),
 ])
 def test_loads_errors_use_rapidjson_words(body, message):
     with pytest.raises(GatewayError) as e:
@@ -104,7 +107,8 @@ def test_half_is_unimplemented_over_rest():
     with pytest.raises(GatewayError) as e:
         codec.to_array([1.0], "FP16", "x")
     assert e.value.kind is ErrorKind.UNIMPLEMENTED
-    assert e.value.message == "Conversion of JSON Value: [1.0] to type: half"
+    # AddValueToTensor judges the leaf value, so the message names the value, not the list
+    assert e.value.message == "Conversion of JSON Value: 1.0 to type: half"
 
 
 def test_write_predict_forms():
@@ -155,3 +159,12 @@ def test_tensor_proto_round_trip_and_broadcast():
     assert protocodec.tensor_from_proto(one, "x")[0].tolist() == [7, 7, 7]
     half = protocodec.tensor_to_proto(np.array([1.5], np.float16), "FP16")
     assert protocodec.tensor_from_proto(half, "x")[0].tolist() == [1.5]
+
+
+def test_loads_keeps_whole_surrogate_pairs_and_escaped_backslashes():
+    assert jsonio.loads(b'{"a": ["\\ud83d\\ude00", "x\\\\ud800"], "b": NaN}')["a"] == ["\U0001f600", "x\\ud800"]
+
+
+def test_error_envelope_never_fails_to_render():
+    status, body = errors.http_error(GatewayError(ErrorKind.INVALID_ARGUMENT, "bad \ud800"))
+    assert (status, body) == (400, b'{"error":"bad \\ud800"}')

@@ -77,3 +77,64 @@ def test_config_is_validated():
     conf = config.TFServingConfig.model_validate({"models": {"m": {"signatures": {
         "c": {"method": "classify", "scores": "y", "labels": ["a", "b"]}}}}})
     assert conf.models["m"].triton == "m" and conf.models["m"].signatures["c"].labels == ("a", "b")
+
+
+async def test_elementwise_signature_flattens_inputs_and_reshapes_outputs():
+    svc, up = service({"models": {"hp3": {"signatures": {"serving_default": {"elementwise": True}}}}})
+    target = await svc.resolve(Spec("hp3"))
+    _, outs = await svc.predict(target, {"x": np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)})
+    assert up.requests[0][0].inputs[0].shape == (4,)  # what Triton's dims [-1] take
+    assert outs["y"][0].tolist() == [[3.5, 4.0], [4.5, 5.0]]
+    _, outs = await svc.predict(target, {"x": np.array(2.0, np.float32)})  # a scalar stays a scalar
+    assert up.requests[1][0].inputs[0].shape == (1,) and outs["y"][0].shape == () and outs["y"][0] == 4.0
+    plain, up2 = service()  # without the declaration the shape goes to Triton unchanged (Triton judges)
+    await plain.predict(await plain.resolve(Spec("hp3")), {"x": np.zeros((2, 2), np.float32)})
+    assert up2.requests[0][0].inputs[0].shape == (2, 2)
+
+
+async def test_classify_and_regress_name_a_missing_signature_as_tf_serving_does():
+    svc, _ = service()
+    for method in ("classify", "regress"):
+        with pytest.raises(GatewayError, match="^No signature was found with the name: nope$"):
+            await svc.resolve(Spec("hp3", signature="nope"), method=method)
+    with pytest.raises(GatewayError, match="^ModelSpec has no name specified.$"):
+        await svc.resolve(Spec(""), grpc=True)
+
+
+def test_elementwise_is_validated():
+    # on a regress/classify signature it applies to Predict over it (mapping.predict_view)
+    conf = config.TFServingConfig.model_validate({"models": {"m": {"signatures": {"r": {
+        "method": "regress", "output": "y", "elementwise": True}}}}})
+    assert conf.models["m"].signatures["r"].elementwise
+    with pytest.raises(ValidationError, match="valid boolean"):
+        config.TFServingConfig.model_validate({"models": {"m": {"signatures": {"s": {"elementwise": "yes"}}}}})
+
+
+async def test_half_as_float_shows_fp16_as_float_and_converts_both_ways():
+    half = ModelMetadata("hp3", ("1",), "python", (TensorSpec("x", "FP16", (-1,)),), (TensorSpec("y", "FP16", (-1,)),))
+
+    def double(req):
+        x = req.inputs[0].data
+        return InferResponse(req.model, "1", [Tensor("y", (x * np.float16(2)).astype(np.float16), "FP16")])
+
+    up = FakeUpstream(metas=[half], infer=double, index=INDEX)
+    section = {"models": {"hp3": {"signatures": {"serving_default": {"half_as_float": True}}}}}
+    svc = Service(GatewayContext(Settings(), up), config.TFServingConfig.model_validate(section))
+    target = await svc.resolve(Spec("hp3"))
+    assert target.signature.client_dtype(target.signature.inputs[0][1]) == "FP32"
+    _, outs = await svc.predict(target, {"x": np.array([1.5, 3.0], np.float32)})
+    assert up.requests[0][0].inputs[0].data.dtype == np.float16 and up.requests[0][0].inputs[0].datatype == "FP16"
+    assert outs["y"][1] == "FP32" and outs["y"][0].dtype == np.float32 and outs["y"][0].tolist() == [3.0, 6.0]
+    with pytest.raises(ValidationError, match="half_as_float: only a predict signature can set it"):
+        config.TFServingConfig.model_validate({"models": {"m": {"signatures": {"r": {
+            "method": "regress", "output": "y", "half_as_float": True}}}}})
+
+
+async def test_predict_over_an_example_signature_runs_its_tensors_as_tf_serving_does():
+    svc, up = service()
+    target = await svc.resolve(Spec("hp3", signature="tensorflow/serving/regress"), method="predict")
+    assert [a for a, _ in target.signature.inputs] == ["inputs"]
+    _, outs = await svc.predict(target, {"inputs": np.array([2.0], np.float32)})
+    assert outs["outputs"][0].tolist() == [4.0] and up.requests[0][0].inputs[0].name == "x"
+    # the signature as configured for classify/regress and MultiInference (method None)
+    assert (await svc.resolve(Spec("hp3", signature="tensorflow/serving/regress"))).signature.method == "regress"
