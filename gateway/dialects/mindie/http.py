@@ -136,7 +136,15 @@ def render_error(_request: Request, exc: Exception):
 
 
 def build(ctx: GatewayContext) -> Sanic:
-    h = Handlers(ctx, MindieConfig.parse(ctx.settings.dialect("mindie")))
+    cfg = MindieConfig.parse(ctx.settings.dialect("mindie"))
+    if cfg.pd.role == "coordinator":  # PD roles: gateway/dialects/mindie/pd/
+        from .pd.coordinator import build as build_coordinator
+
+        return build_coordinator(ctx, cfg)
+    pd = None
+    if cfg.pd.role != "standard":
+        from .pd import instance as pd
+    h = Handlers(ctx, cfg) if pd is None else pd.PdHandlers(ctx, cfg)
     app = make_app("mindie_http", ctx.settings)
     app.error_handler.add(Exception, render_error)
 
@@ -177,4 +185,6 @@ def build(ctx: GatewayContext) -> Sanic:
     for path, name in (("/health", "health"), ("/v2/health/live", "live"), ("/v2/health/ready", "ready")):
         app.add_route(h.health, path, methods=["GET"], name=name)
     app.add_route(h.health, r"/v2/models/<model:[\w\-.]+>/ready", methods=["GET"], name="model_ready")
+    if pd is not None:
+        pd.install(app, h)
     return app
