@@ -96,6 +96,7 @@ class DResultHub:
         self.current = conn
         D_CONNECTIONS.inc()
         resp = await request.respond(content_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        await resp.send(b"", end_stream=False)  # the headers now, not with the first record
         last = time.monotonic()
         try:
             while True:
@@ -225,24 +226,30 @@ class PdHandlers(Handlers):
             return response.json({"error": "not a trusted peer", "error_type": "Forbidden"}, status=403)
         p = json_body(request)
         try:
-            planner = FAMILIES[p["family"]]
-            plan = await planner(p["body"], self.catalog, p["reqId"], **p["kw"])
-            for key, value in p["encoder"].items():
-                setattr(plan.encoder, key, value)
-            plan.req.timeout = p["timeout"]
+            if p["family"] not in FAMILIES or not isinstance(p["body"], dict) or not isinstance(p["kw"], dict):
+                raise ValueError("unknown family or bad body")
             resume = Resume.from_json(p["resume"])
+            str(p["reqId"])
         except (KeyError, TypeError, ValueError) as e:
             raise invalid(f"bad hand-off: {e}") from None
-        task = asyncio.create_task(self._generate(plan, resume, p))
+        task = asyncio.create_task(self._generate(resume, p))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return response.json({"accepted": True, "reqId": p["reqId"]})
 
-    async def _generate(self, plan, resume: Resume, p: dict) -> None:
-        rid, req, enc, name = p["reqId"], plan.req, plan.encoder, plan.model.spec.name
-        skip, produced = int(p.get("skip", 0)), 0
+    async def _generate(self, resume: Resume, p: dict) -> None:
+        rid, skip, produced = p["reqId"], int(p.get("skip", 0)), 0
+        plan = req = enc = None
         D_RUNNING.inc()
         try:
+            try:
+                plan = await FAMILIES[p["family"]](dict(p["body"]), self.catalog, rid, **p["kw"])
+            except GatewayError as e:  # P planned the same body: a failure here is this instance's trouble
+                raise GatewayError(ErrorKind.UNAVAILABLE, f"decode instance cannot plan the request: {e.message}") from None
+            req, enc, name = plan.req, plan.encoder, plan.model.spec.name
+            for key, value in p["encoder"].items():
+                setattr(enc, key, value)
+            req.timeout = p["timeout"]
             async with aclosing(self.phased.generation(req, plan.model, resume)) as events:
                 async for ev in events:
                     if isinstance(ev, Token):
@@ -266,7 +273,7 @@ class PdHandlers(Handlers):
                 log.warning("pd: decode of %s failed (%s); asking for a recompute", rid, err.message)
                 self.hub.push(rid, rec.RETRY, orjson.dumps(again))
             else:
-                self.hub.push(rid, rec.ERROR, enc.error(err) if req.stream else errors.envelope_bytes(err))
+                self.hub.push(rid, rec.ERROR, _error_bytes(p, enc, err))
         finally:
             D_RUNNING.dec()
 
@@ -281,6 +288,18 @@ class PdHandlers(Handlers):
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _error_bytes(p: dict, enc, err: GatewayError) -> bytes:
+    """The error as the user receives it next: in-band in the family's framing, or a JSON body."""
+    stream = bool(p["kw"].get("stream")) or p["body"].get("stream") is True
+    if not stream:
+        return errors.envelope_bytes(err)
+    if enc is not None:
+        return enc.error(err)
+    if p["family"] == "vllm":
+        return errors.envelope_bytes(err) + b"\0"
+    return (b"data:" if p["family"] == "triton" else b"data: ") + errors.envelope_bytes(err) + b"\n\n"
 
 
 def _envelope(req_id: str, stream: bool, output: bytes, *, last: bool):
