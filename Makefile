@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 CONFIG ?= config/local.yaml
 PIP_FLAGS ?= --disable-pip-version-check -q
 
-.PHONY: install browser run test test-unit test-contract proto onnx lint bench clean
+.PHONY: install browser run run-pd test test-unit test-contract proto onnx lint bench clean
 
 install: $(VENV)/.installed $(TRITON_VENV)/.installed .run/legacy-clients/.installed browser
 
@@ -35,6 +35,10 @@ $(TRITON_VENV)/.installed: requirements/triton-stub.txt
 
 run: install
 	$(BIN)/gateway local --config $(CONFIG)
+
+# MindIE PD on 127.0.0.1: local Triton, coordinator :1025, P :2025/:2026, D :3025/:3026 (docs/mindie.md)
+run-pd: install
+	$(BIN)/python -m gateway.dialects.mindie.pd.local --config $(CONFIG)
 
 test: install
 	$(BIN)/python -m pytest tests
