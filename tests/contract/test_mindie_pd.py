@@ -377,3 +377,33 @@ def test_d_that_loses_triton_asks_for_a_recompute_and_another_d_finishes(triton,
         proxy.cut()
         for g in [bad, good] + ([coord] if coord else []):
             stop_gateway(g)
+
+
+def test_p_without_pd_headers_serves_as_a_standard_instance(instances, gateway):
+    body = {"prompt": "plain request", "max_tokens": 5, "stream": True}
+    got = requests.post(instances["p1"].url("mindie_http") + "/generate", json=body).content
+    assert got == requests.post(gateway.url("mindie_http") + "/generate", json=body).content
+
+
+def test_short_prompts_are_not_disaggregated(triton, tmp_path_factory, instances, gateway):
+    d = start_role(triton.grpc_target, tmp_path_factory.mktemp("dc"), {"role": "decode"})
+    coord = None
+    try:
+        coord = start_role(triton.grpc_target, tmp_path_factory.mktemp("cc"), {
+            "role": "coordinator", "prefill": [f"127.0.0.1:{instances['p2'].port('mindie_http')}"],
+            "decode": [f"127.0.0.1:{d.port('mindie_http')}"], "standard": [f"127.0.0.1:{gateway.port('mindie_http')}"],
+            "min_pd_prompt_chars": 12})
+        url = coord.url("mindie_http")
+        wait_ready(url)
+        for prompt in ("short", "a prompt long enough to split"):
+            for stream in (False, True):
+                body = {"model": "tiny_llm", "prompt": prompt, "max_tokens": 6, "stream": stream}
+                got = requests.post(url + "/v1/completions", json=body, timeout=30)
+                want = requests.post(gateway.url("mindie_http") + "/v1/completions", json=body, timeout=30)
+                assert got.headers["content-type"].split(";")[0] == want.headers["content-type"].split(";")[0]
+                assert normalise(got.content) == normalise(want.content)
+        metrics = requests.get(coord.url("admin_http") + "/metrics").text
+        assert 'pd_requests_total{path="alone"} 2.0' in metrics and 'pd_requests_total{path="pd"} 2.0' in metrics
+    finally:
+        for g in [d] + ([coord] if coord else []):
+            stop_gateway(g)
