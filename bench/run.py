@@ -1,6 +1,6 @@
 """`make bench`: every benchmark, one after the other (loopback only, bounded in calls)."""
 
-from bench import dialects, llm_latency, passthrough
+from bench import dialects, llm_latency, passthrough, pd_latency
 
 
 def main() -> int:
@@ -10,6 +10,8 @@ def main() -> int:
     llm_latency.main([])
     print("\n== Translated dialects: GRPS bin_data 16 MiB, TF Serving predict ==", flush=True)
     dialects.main([])
+    print("\n== MindIE PD: standard instance vs coordinator + P + D (TTFT, total) ==", flush=True)
+    pd_latency.main([])
     return 0
 
 

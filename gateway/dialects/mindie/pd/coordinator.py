@@ -307,7 +307,7 @@ class Coordinator:
                         item = await asyncio.wait_for(agent.queue.get(), max(0.0, deadline - time.monotonic()))
                     except TimeoutError:
                         return await fail("Request infer timeout", 408)
-                    if first and item is not LOST:
+                    if first and stream and item is not LOST:  # streams: P's first chunk -> D's next one
                         HANDOFF.labels("coordinator").observe(time.perf_counter() - answered)
                         first = False
                     if item is LOST:

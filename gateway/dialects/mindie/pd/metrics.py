@@ -15,8 +15,8 @@ P_QUEUE = Gauge("pd_prefill_queue_depth", "Requests outstanding on each P instan
                 multiprocess_mode="livesum")
 D_QUEUE = Gauge("pd_decode_queue_depth", "Requests outstanding on each D instance (coordinator)", ["instance"],
                 multiprocess_mode="livesum")
-HANDOFF = Histogram("pd_handoff_seconds", "Hand-off time: P's hand-off call to D (role=prefill); P's answer to "
-                    "D's first record (role=coordinator)", ["role"], buckets=_TIME)
+HANDOFF = Histogram("pd_handoff_seconds", "Hand-off time: P's hand-off call to D (role=prefill); a stream's P "
+                    "answer relayed -> D's first record (role=coordinator)", ["role"], buckets=_TIME)
 ROUTED = Counter("pd_requests", "Requests by the path the coordinator gave them", ["path"])
 RETRIES = Counter("pd_retries", "Requests the coordinator sent again (retry record or D lost)", ["reason"])
 D_RUNNING = Gauge("pd_decode_running", "Generation phases running on this D instance", multiprocess_mode="livesum")
