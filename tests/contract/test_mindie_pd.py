@@ -33,6 +33,7 @@ def instances(triton, tmp_path_factory):
         start("d0", {"role": "decode", "heartbeat_s": 0.3})
         start("p1", {"role": "prefill"})
         start("p2", {"role": "prefill"})
+        start("p3", {"role": "prefill", "phase_split": False})
         start("d1", {"role": "decode"})
         start("d2", {"role": "decode"})
         addr = {n: f"127.0.0.1:{g.port('mindie_http')}" for n, g in started.items()}
@@ -109,6 +110,22 @@ def test_request_finished_on_p_has_is_last_resp_and_nothing_goes_to_d(instances,
     assert env["output"].encode() == requests.post(gateway.url("mindie_http") + "/generate", json=body).content
     time.sleep(0.3)
     assert d0_reader.of("beef") == []
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/chat/completions", {"model": "tiny_llm", "stream": True, "max_tokens": 6,
+                              "messages": [{"role": "user", "content": "relay me"}]}),
+    ("/generate", {"prompt": "relay me", "max_tokens": 6, "stream": True}),
+])
+def test_without_a_phase_split_p_generates_and_relays_the_rest_to_d(instances, d0_reader, gateway, path, body):
+    p, d0 = instances["p3"], instances["d0"]
+    rid = str(abs(hash(path)) % 10**9)
+    env = requests.post(p.url("mindie_http") + path, json=body, headers=pd_headers(rid, d0)).json()
+    assert env["isStream"] is True and env["isLastResp"] is False and env["output"]
+    recs = d0_reader.finished(rid)
+    assert recs[-1].kind == "lastData" and all(x.kind == "data" for x in recs[:-1]) and len(recs) >= 5
+    whole = env["output"].encode() + b"".join(x.body for x in recs)
+    assert normalise(whole) == normalise(requests.post(gateway.url("mindie_http") + path, json=body).content)
 
 
 @pytest.mark.parametrize(("headers", "message"), [

@@ -5,6 +5,7 @@
         pd:
           role: coordinator          # standard (default) | prefill | decode | coordinator
           # prefill
+          phase_split: true          # false: P runs the whole generation and relays the rest to D
           d_port: 1025               # D's port when d-target names only an ip
           handoff_timeout_s: 10      # P -> D hand-off call
           trusted_peers: [127.0.0.1, "::1"]   # who may call D's internal /pd/v1/* routes
@@ -52,6 +53,7 @@ class PdConfig(BaseModel):
 
     role: Role = "standard"
     # prefill
+    phase_split: bool = True
     d_port: int = Field(default=1025, gt=0, lt=65536)
     handoff_timeout_s: float = Field(default=10.0, gt=0)
     trusted_peers: tuple[str, ...] = Field(default=("127.0.0.1", "::1"), strict=False)

@@ -6,8 +6,9 @@ phase on Triton (``context_only``). P answers exactly one JSON envelope
 ``{"reqId", "isStream", "isLastResp", "output"}`` (``isLastResp``/``output`` only when streaming or
 finished), whose ``output`` is the family's bytes so far (OpenAI's role chunk and the first token;
 the whole answer when the request already finished), and hands the generation phase to D over
-``POST /pd/v1/decode`` (below). A model whose profile cannot split (vLLM) runs whole on P, which
-then answers with ``isLastResp: true``. Requests without any PD header are served as a standard
+``POST /pd/v1/decode`` (below). A model whose profile cannot split (vLLM), or ``phase_split:
+false``, runs whole on P: a stream's later chunks are relayed to D one by one
+(``POST /pd/v1/relay``), a non-stream request is answered by P alone (``isLastResp: true``). Requests without any PD header are served as a standard
 instance would (used by the coordinator for short prompts).
 
 D (decode): ``POST /pd/v1/decode`` (JSON, from trusted peers only) starts the generation phase
@@ -176,7 +177,9 @@ class PdHandlers(Handlers):
         req, enc = plan.req, plan.encoder
         skip = int(recompute.get("skip", 0))
         out = bytearray(enc.head() if req.stream and not recompute else b"")
-        split = plan.model.profile.can_split(plan.model.meta)
+        split = self.pd.phase_split and plan.model.profile.can_split(plan.model.meta)
+        if not split and req.stream:
+            return await self._relay(plan, hdr, out, skip)
         events = self.phased.context(req, plan.model) if split else self.service.generate(req, plan.model)
         resume, p_tokens = None, 0
         async with aclosing(events) as evs:
@@ -200,6 +203,60 @@ class PdHandlers(Handlers):
                    "resume": resume.to_json(), "timeout": req.timeout, "p_tokens": p_tokens, "skip": skip}
         await self._handoff(hdr, payload)
         return _envelope(hdr.req_id, req.stream, bytes(out), last=False)
+
+    async def _relay(self, plan, hdr: pdh.PdHeaders, out: bytearray, skip: int):
+        """No phase split: P generates everything; the first chunk goes in the envelope, the rest
+        is relayed to D (``POST /pd/v1/relay``, one record per chunk, in order) for /dresult."""
+        req, enc = plan.req, plan.encoder
+        events = self.service.generate(req, plan.model)
+        try:
+            while True:
+                ev = await anext(events)
+                if isinstance(ev, Done):
+                    metrics.observe(plan.model.spec.name, ev)
+                    await events.aclose()
+                    return _envelope(hdr.req_id, True, bytes(out + enc.done(ev)), last=True)
+                chunk = enc.token(ev)
+                if skip:
+                    skip -= 1
+                    continue
+                out += chunk
+                break
+            await self._handoff(hdr, {"reqId": hdr.req_id, "relay": True})
+        except BaseException:
+            await events.aclose()
+            raise
+        task = asyncio.create_task(self._relay_rest(events, plan, hdr, skip))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return _envelope(hdr.req_id, True, bytes(out), last=False)
+
+    async def _relay_rest(self, events, plan, hdr: pdh.PdHeaders, skip: int) -> None:
+        url = f"http://{hdr.d_host}:{hdr.d_port}/pd/v1/relay"
+        enc = plan.encoder
+        try:
+            async with aclosing(events):  # closing it cancels the Triton request
+                try:
+                    async for ev in events:
+                        if isinstance(ev, Token):
+                            chunk = enc.token(ev)
+                            if skip:
+                                skip -= 1
+                                continue
+                            await self._post_record(url, hdr.req_id, rec.DATA, chunk)
+                        else:
+                            metrics.observe(plan.model.spec.name, ev)
+                            await self._post_record(url, hdr.req_id, rec.LAST, enc.done(ev))
+                except GatewayError as e:
+                    await self._post_record(url, hdr.req_id, rec.ERROR, enc.error(e))
+        except (aiohttp.ClientError, TimeoutError, GatewayError) as e:
+            log.warning("pd: relay of %s to D stopped: %s", hdr.req_id, e)
+
+    async def _post_record(self, url: str, req_id: str, kind: str, body: bytes) -> None:
+        async with self._session.post(url, data=body, headers={"req-id": req_id, "pd-kind": kind,
+                                                               "Content-Type": "application/octet-stream"}) as r:
+            if r.status != 200:
+                raise GatewayError(ErrorKind.UNAVAILABLE, f"D refused a relayed record: {r.status}")
 
     async def _handoff(self, hdr: pdh.PdHeaders, payload: dict) -> None:
         if self._session is None:
@@ -225,6 +282,8 @@ class PdHandlers(Handlers):
         if not self._trusted(request):
             return response.json({"error": "not a trusted peer", "error_type": "Forbidden"}, status=403)
         p = json_body(request)
+        if p.get("relay") is True and isinstance(p.get("reqId"), str):  # P relays the chunks itself
+            return response.json({"accepted": True, "reqId": p["reqId"]})
         try:
             if p["family"] not in FAMILIES or not isinstance(p["body"], dict) or not isinstance(p["kw"], dict):
                 raise ValueError("unknown family or bad body")
@@ -277,6 +336,18 @@ class PdHandlers(Handlers):
         finally:
             D_RUNNING.dec()
 
+    async def relay(self, request: Request):
+        """One record relayed by a P that runs the whole generation: ``req-id``/``pd-kind`` headers."""
+        if self.pd.role != "decode":
+            return bad_request(f"Only the Decode node supports relayed records but you send to {self.pd.role}")
+        if not self._trusted(request):
+            return response.json({"error": "not a trusted peer", "error_type": "Forbidden"}, status=403)
+        rid, kind = request.headers.get("req-id", ""), request.headers.get("pd-kind", "")
+        if not rid or kind not in (rec.DATA, rec.LAST, rec.ERROR):
+            return bad_request("a relayed record needs req-id and pd-kind (data, lastData or error) headers")
+        self.hub.push(rid, kind, request.body or b"")
+        return response.empty(status=200)
+
     async def dresult(self, request: Request):
         if self.pd.role != "decode":
             return bad_request(f"Only the Decode node supports dresult but you send to {self.pd.role}")
@@ -314,4 +385,5 @@ def install(app: Sanic, h: PdHandlers) -> None:
     """The PD routes of a P or D instance (the family routes are the standard ones)."""
     app.add_route(h.dresult, "/dresult", methods=["GET"], name="pd_dresult", stream=False)
     app.add_route(h.decode, "/pd/v1/decode", methods=["POST"], name="pd_decode")
+    app.add_route(h.relay, "/pd/v1/relay", methods=["POST"], name="pd_relay")
     app.register_listener(h.close, "before_server_stop")
