@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 CONFIG ?= gateway.yaml
 PIP_FLAGS ?= --disable-pip-version-check -q
 
-.PHONY: install browser run test test-unit test-contract proto onnx lint bench bench-wrk clean
+.PHONY: install browser run run-pd test test-unit test-contract proto onnx lint bench bench-pd bench-wrk clean
 
 install: $(VENV)/.installed $(VENV)/.bench-installed $(TRITON_VENV)/.installed .run/legacy-clients/.installed browser
 
@@ -36,6 +36,10 @@ $(TRITON_VENV)/.installed: requirements/triton-stub.txt
 run: install
 	$(BIN)/gateway local --config $(CONFIG)
 
+# MindIE PD on 127.0.0.1: local Triton, coordinator :1025, P :2025/:2026, D :3025/:3026 (docs/mindie.md)
+run-pd: install
+	$(BIN)/python -m gateway.dialects.mindie.pd.local --config $(CONFIG)
+
 test: install
 	$(BIN)/python -m pytest tests
 
@@ -63,6 +67,10 @@ lint: $(VENV)/.installed
 # BENCH_QUICK=1 about 2. Writes bench/results/ (results.md, results.png, results.json); settings: bench/run.py.
 bench: $(VENV)/.installed $(TRITON_VENV)/.installed $(VENV)/.bench-installed bench-wrk
 	$(BIN)/python -m bench.run
+
+# MindIE PD: standard instance vs coordinator + P + D (bench/pd_latency.py), on a stack of its own.
+bench-pd: $(VENV)/.installed $(TRITON_VENV)/.installed
+	$(BIN)/python -m bench.pd_latency
 
 # matplotlib for the chart, pinned in requirements/bench.txt, into the gateway's venv.
 $(VENV)/.bench-installed: requirements/bench.txt $(VENV)/.installed

@@ -6,6 +6,13 @@
             ``[1]`` and every sampling value in the ``sampling_parameters`` JSON string.
 Both ask for ``exclude_input_in_output`` (so non-stream text never echoes the prompt) and for
 ``return_num_input_tokens`` / ``return_num_output_tokens`` / ``return_finish_reason`` when declared.
+
+Prefill/decode split (MindIE PD roles, docs/mindie.md): ``trtllm`` maps the two phases onto
+TensorRT-LLM's disaggregated requests when the model declares the ``context_phase_params`` input
+and output (as the backend's ``tensorrt_llm`` model does): request parameter ``request_type`` =
+``context_only`` / ``generation_only``, and the UINT8 ``context_phase_params`` tensor returned by
+the context-only response sent back, as ``[1, N]``, with the generation-only request. ``vllm`` has
+no split: a P instance runs the whole generation there.
 """
 
 from __future__ import annotations
@@ -23,12 +30,22 @@ from .types import Chunk, GenerateRequest
 _OPTIONAL_FLAGS = ("return_num_input_tokens", "return_num_output_tokens", "return_finish_reason")
 
 
+CONTEXT_ONLY = "context_only"
+GENERATION_ONLY = "generation_only"
+CONTEXT_PHASE_PARAMS = "context_phase_params"
+
+
 class Profile(Protocol):
     name: str
 
     def encode(self, req: GenerateRequest, model: str, meta: ModelMetadata, seed: int) -> InferRequest: ...
 
     def decode(self, resp: InferResponse) -> Chunk: ...
+
+    def can_split(self, meta: ModelMetadata) -> bool: ...
+
+    def encode_phase(self, req: GenerateRequest, model: str, meta: ModelMetadata, seed: int, request_type: str,
+                     context_phase_params: bytes | None = None) -> InferRequest: ...
 
 
 def _first(resp: InferResponse, name: str):
@@ -49,11 +66,13 @@ def decode_outputs(resp: InferResponse) -> Chunk:
     """text_output (+ num_input_tokens, num_output_tokens, finish_reason when present)."""
     n_in, n_out, reason = (_first(resp, k) for k in ("num_input_tokens", "num_output_tokens", "finish_reason"))
     reason_text = _text(reason) if reason is not None else None
+    ctx = next((t for t in resp.outputs if t.name == CONTEXT_PHASE_PARAMS), None)
     return Chunk(
         text=_text(_first(resp, "text_output")),
         num_input_tokens=int(n_in) if n_in is not None else None,
         num_output_tokens=int(n_out) if n_out is not None else None,
         finish_reason=None if reason_text in (None, "", "None") else reason_text,
+        context_phase_params=ctx.data.astype(np.uint8).tobytes() if ctx is not None else None,
     )
 
 
@@ -99,6 +118,26 @@ class TrtllmProfile:
     def decode(self, resp: InferResponse) -> Chunk:
         return decode_outputs(resp)
 
+    def can_split(self, meta: ModelMetadata) -> bool:
+        """TensorRT-LLM's disaggregated requests need ``context_phase_params`` both ways."""
+        return any(s.name == CONTEXT_PHASE_PARAMS for s in meta.inputs) and any(
+            s.name == CONTEXT_PHASE_PARAMS for s in meta.outputs)
+
+    def encode_phase(self, req: GenerateRequest, model: str, meta: ModelMetadata, seed: int, request_type: str,
+                     context_phase_params: bytes | None = None) -> InferRequest:
+        if request_type not in (CONTEXT_ONLY, GENERATION_ONLY):
+            raise invalid(f"unknown request_type {request_type!r}")
+        if not self.can_split(meta):
+            raise invalid(f"model {model} has no '{CONTEXT_PHASE_PARAMS}' input and output; it cannot split phases")
+        infer = self.encode(req, model, meta, seed)
+        infer.parameters["request_type"] = request_type
+        if request_type == GENERATION_ONLY:
+            if not context_phase_params:
+                raise invalid("a generation_only request needs the context phase's context_phase_params")
+            data = np.frombuffer(context_phase_params, dtype=np.uint8).reshape(1, -1)
+            infer.inputs.append(Tensor(CONTEXT_PHASE_PARAMS, data))
+        return infer
+
 
 class VllmProfile:
     name = "vllm"
@@ -132,6 +171,13 @@ class VllmProfile:
 
     def decode(self, resp: InferResponse) -> Chunk:
         return decode_outputs(resp)
+
+    def can_split(self, meta: ModelMetadata) -> bool:
+        return False  # Triton's vLLM backend has no context-only / generation-only requests
+
+    def encode_phase(self, req: GenerateRequest, model: str, meta: ModelMetadata, seed: int, request_type: str,
+                     context_phase_params: bytes | None = None) -> InferRequest:
+        raise invalid(f"profile vllm cannot split phases (model {model})")
 
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (TrtllmProfile(), VllmProfile())}

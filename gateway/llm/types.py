@@ -48,6 +48,7 @@ class Chunk:
     num_input_tokens: int | None = None
     num_output_tokens: int | None = None
     finish_reason: str | None = None  # the model's own, when it returns one
+    context_phase_params: bytes | None = None  # a context-only response's hand-off state (PD)
 
 
 @dataclass(frozen=True, slots=True)

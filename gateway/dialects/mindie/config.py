@@ -8,6 +8,7 @@
         models:
           tiny_llm: {profile: trtllm, tokenizer: words, max_tokens: 512, max_new_tokens: 20,
                      chat_template: "{% for m in messages %}..."}
+        pd: {role: standard}          # PD roles (prefill/decode/coordinator): gateway/dialects/mindie/pd/config.py
 
 A request's deadline is the listener's (``listeners.mindie_http.timeout_s``, 600 s like MindIE's
 e2eTimeout; ``limits.stream_timeout_s`` for streams), shortened by the request's own ``timeout``.
@@ -17,6 +18,10 @@ from __future__ import annotations
 
 from gateway.llm.catalog import CatalogSettings
 
+from .pd.config import PdConfig
+
 
 class MindieConfig(CatalogSettings):
-    """The LLM catalogue's settings, at the top level of the section."""
+    """The LLM catalogue's settings at the top level of the section, and the PD role (``pd``)."""
+
+    pd: PdConfig = PdConfig()

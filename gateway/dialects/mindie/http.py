@@ -45,6 +45,7 @@ class Handlers:
         self.catalog = Catalog(ctx.upstream, cfg)
         self.service = GenerationService(ctx.upstream)
         self.errors = errors.Rendering()
+        self.role = cfg.pd.role
 
     async def run(self, request: Request, planner, body: dict | None = None, **kw):
         body = json_body(request) if body is None else body
@@ -119,11 +120,27 @@ def _model_row(name: str, root: str) -> dict:
             "parent": None if name == root else root}
 
 
-def open(ctx: GatewayContext, cfg: MindieConfig) -> Handlers:
+def open(ctx: GatewayContext, cfg: MindieConfig):
+    """The worker's MindIE state for its PD role (gateway/dialects/mindie/pd/): standard Handlers,
+    P/D handlers, or a coordinator."""
+    if cfg.pd.role == "coordinator":
+        from .pd.coordinator import Coordinator
+
+        return Coordinator(ctx, cfg)
+    if cfg.pd.role != "standard":
+        from .pd.instance import PdHandlers
+
+        return PdHandlers(ctx, cfg)
     return Handlers(ctx, cfg)
 
 
-def attach(app: Sanic, edge: Edge, h: Handlers) -> None:
+def attach(app: Sanic, edge: Edge, h) -> None:
+    """MindIE's routes; a PD coordinator has its own (MindIE-MS's user routes), P and D add theirs."""
+    if h.role == "coordinator":
+        from .pd import coordinator
+
+        return coordinator.attach(app, edge, h)
+
     async def native_route(r):
         return await h.run(r, native.plan)
 
@@ -161,3 +178,7 @@ def attach(app: Sanic, edge: Edge, h: Handlers) -> None:
     for path, name in (("/health", "health"), ("/v2/health/live", "live"), ("/v2/health/ready", "ready")):
         edge.route(app, h.health, path, get, name)
     edge.route(app, h.health, r"/v2/models/<model:[\w\-.]+>/ready", get, "model_ready")
+    if h.role != "standard":
+        from .pd import instance
+
+        instance.install(app, edge, h)

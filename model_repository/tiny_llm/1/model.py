@@ -12,8 +12,19 @@ token and stops, so ``max_tokens`` below that ends by length and above it ends b
   ``exclude_input_in_output`` is true (as TensorRT-LLM does);
 * every request ends with the FINAL flag; cancellation is checked before each token and logged
   as ``tiny_llm: request <id> cancelled after <n> tokens``.
+
+Disaggregated serving, with TensorRT-LLM's ``tensorrt_llm`` contract (request parameter
+``request_type``, UINT8 tensor ``context_phase_params``):
+
+* ``context_only``: runs the context phase (the first token only) and answers one response with
+  that token's ``text_output`` and ``context_phase_params`` ([1, N] bytes: the first generated
+  tokens and what the generation phase needs to continue), then FINAL;
+* ``generation_only`` (same inputs plus ``context_phase_params``): continues after the context
+  phase's tokens; its responses carry only the tokens that follow them;
+* absent, ``context_and_generation`` or unknown (as TensorRT-LLM, which logs it): both phases.
 """
 
+import json
 import threading
 import time
 import zlib
@@ -45,6 +56,26 @@ def _words(request, name):
         s = v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
         out.extend(w for w in s.split(",") if w)  # TensorRT-LLM accepts "a,b" in one element too
     return out
+
+
+def _request_type(request) -> str:
+    try:
+        params = json.loads(request.parameters() or "{}")
+    except (AttributeError, ValueError):
+        return "context_and_generation"
+    value = params.get("request_type", "context_and_generation")
+    return value if value in ("context_only", "generation_only") else "context_and_generation"
+
+
+def _context_params(request, prompt: str) -> list:
+    """The first generated tokens carried in ``context_phase_params`` (checked against the prompt)."""
+    t = pb_utils.get_input_tensor_by_name(request, "context_phase_params")
+    if t is None:
+        raise ValueError("generation_only request needs the context_phase_params input")
+    state = json.loads(t.as_numpy().astype(np.uint8).tobytes().decode("utf-8"))
+    if state.get("prompt_crc") != zlib.crc32(prompt.encode("utf-8")):
+        raise ValueError("context_phase_params do not belong to this request")
+    return list(state["first_gen_tokens"])
 
 
 def natural_length(prompt: str) -> int:
@@ -103,22 +134,33 @@ class TritonPythonModel:
         stops = _words(request, "stop_words")
         if max_tokens < 0:
             raise ValueError("max_tokens must be >= 0")
-        text, n = "", 0
-        for token in generate(prompt, seed, temperature):
+        phase = _request_type(request)
+        first = _context_params(request, prompt) if phase == "generation_only" else []
+        text, n, own = "".join(first), len(first), ""
+        tokens = generate(prompt, seed, temperature)
+        for _ in first:  # the context phase produced these already
+            next(tokens)
+        for token in tokens:
             if sender.is_cancelled():
                 self.logger.log_info(f"tiny_llm: request {request.request_id()} cancelled after {n} tokens")
                 break
-            if token == END_TOKEN or n >= max_tokens:
+            if token == END_TOKEN or n >= max_tokens or (phase == "context_only" and n >= 1):
                 break
             time.sleep(self.delay)
             n += 1
             text += token
-            if stream:
+            own += token
+            if stream and phase != "context_only":
                 sender.send(_response(token))
             if any(text.endswith(s) for s in stops):
                 break
-        if not stream and not sender.is_cancelled():
-            sender.send(_response(text if exclude_input else prompt + text))
+        if phase == "context_only":
+            state = {"ctx_request_id": request.request_id(), "prompt_crc": zlib.crc32(prompt.encode("utf-8")),
+                     "first_gen_tokens": [own] if own else []}
+            out = own if stream or exclude_input else prompt + own
+            sender.send(_response(out, json.dumps(state).encode("utf-8")))
+        elif not stream and not sender.is_cancelled():
+            sender.send(_response(own if exclude_input else prompt + text))
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def finalize(self):
@@ -126,6 +168,9 @@ class TritonPythonModel:
             t.join(timeout=2)
 
 
-def _response(text: str):
-    out = np.array([[text.encode("utf-8")]], dtype=np.object_)
-    return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("text_output", out)])
+def _response(text: str, context_phase_params: bytes | None = None):
+    out = [pb_utils.Tensor("text_output", np.array([[text.encode("utf-8")]], dtype=np.object_))]
+    if context_phase_params is not None:
+        params = np.frombuffer(context_phase_params, dtype=np.uint8).reshape(1, -1)
+        out.append(pb_utils.Tensor("context_phase_params", params))
+    return pb_utils.InferenceResponse(output_tensors=out)

@@ -1,0 +1,93 @@
+"""``dialects.mindie.pd``: which PD role this instance plays, as pydantic v2 models.
+
+    dialects:
+      mindie:
+        pd:
+          role: coordinator          # standard (default) | prefill | decode | coordinator
+          # prefill
+          phase_split: true          # false: P runs the whole generation and relays the rest to D
+          d_port: 1025               # D's port when d-target names only an ip
+          handoff_timeout_s: 10      # P -> D hand-off call
+          trusted_peers: [127.0.0.1, "::1"]   # who may call D's internal /pd/v1/* routes
+          # decode
+          heartbeat_s: 5             # `ka:heartbeat` after this much silence on /dresult
+          max_pending_records: 100000
+          # coordinator
+          prefill: ["127.0.0.1:2025", "127.0.0.1:2026"]
+          decode: ["127.0.0.1:3025", "127.0.0.1:3026"]
+          standard: []               # PD-mixed instances for short prompts (else a P runs them alone)
+          min_pd_prompt_chars: 0     # prompts shorter than this are not disaggregated (0 = always split)
+          max_requests: 10000        # in flight; over it: 429 `Too many requests`
+          max_retry: 5
+          infer_timeout_s: 600
+
+Strict, frozen and closed (``extra="forbid"``) so the lead's pydantic configuration schema can
+embed ``PdConfig`` as it is; until then ``MindieConfig.parse`` validates the raw mapping with it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Role = Literal["standard", "prefill", "decode", "coordinator"]
+
+
+def split_host_port(value: str, default_port: int | None = None) -> tuple[str, int]:
+    """``ip:port`` (or ``[v6]:port``) -> (host, port)."""
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        if default_port is None:
+            raise ValueError(f"{value!r} is not host:port")
+        return value, default_port
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{value!r} is not host:port")
+    return host, int(port)
+
+
+class PdConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    role: Role = "standard"
+    # prefill
+    phase_split: bool = True
+    d_port: int = Field(default=1025, gt=0, lt=65536)
+    handoff_timeout_s: float = Field(default=10.0, gt=0)
+    trusted_peers: tuple[str, ...] = Field(default=("127.0.0.1", "::1"), strict=False)
+    # decode
+    heartbeat_s: float = Field(default=5.0, gt=0)
+    max_pending_records: int = Field(default=100_000, gt=0)
+    # coordinator
+    prefill: tuple[str, ...] = Field(default=(), strict=False)
+    decode: tuple[str, ...] = Field(default=(), strict=False)
+    standard: tuple[str, ...] = Field(default=(), strict=False)
+    min_pd_prompt_chars: int = Field(default=0, ge=0)
+    max_requests: int = Field(default=10_000, gt=0)
+    max_retry: int = Field(default=5, ge=0)
+    infer_timeout_s: float = Field(default=600.0, gt=0)
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+
+    @field_validator("prefill", "decode", "standard")
+    @classmethod
+    def _addresses(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            if not isinstance(item, str):
+                raise ValueError(f"{item!r} is not a host:port string")
+            split_host_port(item)
+        return value
+
+    @field_validator("trusted_peers")
+    @classmethod
+    def _peers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            ipaddress.ip_address(item)
+        return value
+
+    @model_validator(mode="after")
+    def _coordinator_needs_instances(self) -> PdConfig:
+        if self.role == "coordinator" and (not self.prefill and not self.standard or not self.decode):
+            raise ValueError("role coordinator needs `decode` and `prefill` (or `standard`) instance lists")
+        return self

@@ -1,0 +1,119 @@
+"""The two phases of one generation, for MindIE's prefill/decode roles (docs/mindie.md, "PD").
+
+``context`` runs the context (prefill) phase as a TensorRT-LLM ``context_only`` request and ends
+with either ``Done`` (the request already finished: length 1, stop string, end token) or
+``Handoff``, whose ``Resume`` is everything the generation phase needs on another instance: the
+``context_phase_params`` bytes, the seed, the text produced and shown so far, the stop matcher's
+held-back text and the timings. ``generation`` runs the ``generation_only`` request from a Resume
+and yields the remaining Token events and the Done of the whole request, exactly as
+``GenerationService.generate`` would have for the unsplit request.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass
+
+from gateway.core.errors import ErrorKind, GatewayError
+from gateway.upstream import Upstream
+
+from .catalog import Resolved
+from .profiles import CONTEXT_ONLY, GENERATION_ONLY
+from .service import GenerationService, _Tally, new_seed
+from .stops import StopMatcher
+from .types import Done, GenerateRequest, Token
+
+
+@dataclass(slots=True)
+class Resume:
+    seed: int
+    context_phase_params: bytes
+    raw: str  # what the model produced in the context phase
+    shown: str  # what the client was given
+    pending: str  # held back by the stop matcher (may start a stop string)
+    n_in: int | None
+    n_out: int | None
+    elapsed_s: float  # since the request reached Triton on P
+    ttft_s: float  # 0.0 when the context phase produced no text
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["context_phase_params"] = base64.b64encode(self.context_phase_params).decode()
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict) -> Resume:
+        obj = dict(obj)
+        obj["context_phase_params"] = base64.b64decode(obj["context_phase_params"])
+        return cls(**obj)
+
+
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    resume: Resume
+
+
+class PhasedGeneration:
+    def __init__(self, upstream: Upstream):
+        self.upstream = upstream
+
+    async def context(self, req: GenerateRequest, model: Resolved) -> AsyncIterator[Token | Done | Handoff]:
+        seed = req.sampling.seed if req.sampling.seed is not None else new_seed()
+        infer = model.profile.encode_phase(req, model.spec.name, model.meta, seed, CONTEXT_ONLY)
+        stops, tally, start = StopMatcher(req.stop), _Tally(), time.perf_counter()
+        params: list[bytes] = []
+        async for tok in self._run(infer, req, model, stops, tally, params):
+            yield tok
+        if not params:
+            raise GatewayError(ErrorKind.UPSTREAM_FAILED, "context-only response without context_phase_params")
+        produced = tally.n_out if tally.n_out is not None else model.tokenizer.count(tally.raw)
+        if stops.hit or produced >= req.max_tokens or not tally.raw or tally.reason:
+            tail = "" if stops.hit else stops.flush()
+            if tail:
+                tally.shown += tail
+                yield Token(tail, model.tokenizer.ids(tail))
+            yield GenerationService._done(req, model, tally, stops.hit, seed, start)
+            return
+        now = time.perf_counter()
+        yield Handoff(Resume(seed=seed, context_phase_params=params[-1], raw=tally.raw, shown=tally.shown,
+                             pending=stops.pending, n_in=tally.n_in, n_out=tally.n_out, elapsed_s=now - start,
+                             ttft_s=(tally.first_at - start) if tally.first_at else 0.0))
+
+    async def generation(self, req: GenerateRequest, model: Resolved, resume: Resume) -> AsyncIterator[Token | Done]:
+        infer = model.profile.encode_phase(req, model.spec.name, model.meta, resume.seed, GENERATION_ONLY,
+                                           resume.context_phase_params)
+        stops = StopMatcher(req.stop)
+        stops.pending = resume.pending
+        tally = _Tally(raw=resume.raw, shown=resume.shown, n_in=resume.n_in, n_out=resume.n_out)
+        start = time.perf_counter() - resume.elapsed_s
+        if resume.ttft_s:
+            tally.first_at = start + resume.ttft_s
+        async for tok in self._run(infer, req, model, stops, tally, []):
+            yield tok
+        tail = "" if stops.hit else stops.flush()
+        if tail:
+            tally.shown += tail
+            yield Token(tail, model.tokenizer.ids(tail))
+        yield GenerationService._done(req, model, tally, stops.hit, resume.seed, start)
+
+    async def _run(self, infer, req, model: Resolved, stops: StopMatcher, tally: _Tally,
+                   params: list[bytes]) -> AsyncIterator[Token]:
+        upstream = self.upstream.stream(infer, timeout=req.timeout)
+        try:
+            async for resp in upstream:
+                chunk = model.profile.decode(resp)
+                if chunk.context_phase_params is not None:
+                    params.append(chunk.context_phase_params)
+                if not tally.first_at and chunk.text:
+                    tally.first_at = time.perf_counter()
+                tally.add(chunk)
+                shown = stops.feed(chunk.text)
+                if shown:
+                    tally.shown += shown
+                    yield Token(shown, model.tokenizer.ids(shown))
+                if stops.hit:
+                    break
+        finally:
+            await upstream.aclose()

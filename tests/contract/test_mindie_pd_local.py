@@ -1,0 +1,60 @@
+"""`make run-pd`'s launcher: Triton, a coordinator, two P and two D instances; SIGINT stops all."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import requests
+import yaml
+
+from tests.support import ROOT, free_port
+
+
+def _refused(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_run_pd_starts_a_cluster_that_answers_and_stops_on_ctrl_c(tmp_path):
+    ports = [free_port() for _ in range(5)]
+    triton = {"http_port": free_port(), "grpc_port": free_port(), "metrics_port": free_port()}
+    cfg = tmp_path / "local.yaml"
+    cfg.write_text(yaml.safe_dump({"local_triton": {"venv": str(ROOT / ".venv-triton"), "workdir": ".run/test-pd-triton",
+                                                    "model_repository": str(ROOT / "model_repository"),
+                                                    "startup_timeout_s": 180, **triton}}))
+    log = open(tmp_path / "launcher.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen([sys.executable, "-m", "gateway.dialects.mindie.pd.local", "--config", str(cfg),
+                             "--ports", ",".join(map(str, ports)), "--admin-base", "0"],
+                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        coord = f"http://127.0.0.1:{ports[0]}"
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, (tmp_path / "launcher.log").read_text()
+            try:
+                if requests.get(coord + "/health", timeout=2).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.5)
+        else:
+            raise AssertionError((tmp_path / "launcher.log").read_text())
+        for port in ports:
+            assert requests.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+        r = requests.post(coord + "/v1/chat/completions", timeout=30, json={
+            "model": "llama2_7b", "stream": True, "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 200 and r.content.endswith(b"data: [DONE]\n\n")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+        text = (tmp_path / "launcher.log").read_text()
+        assert "stopped the PD instances and Triton" in text
+        assert all(_refused(p) for p in ports + [triton["grpc_port"]])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        log.close()

@@ -1,0 +1,144 @@
+"""Helpers for the PD contract tests: gateway instances in a role, and a /dresult reader."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import requests
+
+from gateway.dialects import LISTENERS
+from gateway.dialects.mindie.pd.records import Record, parse_chunk
+from tests.support import free_port, gateway_config, start_gateway
+
+MINDIE = {"aliases": {"llama2_7b": "tiny_llm"},
+          "models": {"tiny_llm": {"profile": "trtllm", "tokenizer": "words"}}}
+
+
+def start_role(triton_target: str, tmp, pd: dict, *, triton: str | None = None):
+    ports = {name: free_port() for name in LISTENERS}
+    cfg = gateway_config(triton or triton_target, ports, {"dialects": {"mindie": {**MINDIE, "pd": pd}}})
+    return start_gateway(cfg, tmp)
+
+
+class DResultReader:
+    """Reads a D instance's GET /dresult in a thread; records parsed as they come."""
+
+    def __init__(self, url: str):
+        self.resp = requests.get(url + "/dresult", stream=True, timeout=(5, 60))
+        self.status = self.resp.status_code
+        self.headers = self.resp.headers
+        self.raw = bytearray()
+        self.chunks: list[tuple[float, bytes]] = []
+        self.records: list[Record] = []
+        self.ended = threading.Event()
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        try:
+            for chunk in self.resp.iter_content(None):
+                with self.lock:
+                    self.raw += chunk
+                    self.chunks.append((time.monotonic(), chunk))
+                    self.records.extend(parse_chunk(chunk))
+        except Exception:  # noqa: BLE001 - the connection was closed under us
+            pass
+        finally:
+            self.ended.set()
+
+    def wait(self, predicate, timeout: float = 20.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                got = predicate(list(self.records))
+            if got:
+                return got
+            if self.ended.is_set():
+                break
+            time.sleep(0.02)
+        with self.lock:
+            raise AssertionError(f"condition not met; records so far: {self.records!r}")
+
+    def of(self, req_id: str) -> list[Record]:
+        with self.lock:
+            return [r for r in self.records if r.req_id == req_id]
+
+    def finished(self, req_id: str, timeout: float = 20.0) -> list[Record]:
+        self.wait(lambda rs: any(r.req_id == req_id and r.kind in ("lastData", "error", "retry") for r in rs), timeout)
+        return self.of(req_id)
+
+    def close(self):
+        self.resp.close()
+
+
+class TcpProxy:
+    """A loopback TCP forwarder that a test can cut (to make an instance lose its Triton)."""
+
+    def __init__(self, target_port: int):
+        import socket
+
+        self.target = target_port
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.conns: list = []
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import socket
+
+        while not self.closed:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst):
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def cut(self):
+        import socket
+
+        self.closed = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accept() of the other thread
+        except OSError:
+            pass
+        self.sock.close()
+        for c in self.conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+                c.close()
+            except OSError:
+                pass
+
+
+_VOLATILE = [(re.compile(rb'"id":"\d+"'), b'"id":"<id>"'), (re.compile(rb'"created":\d+'), b'"created":<created>'),
+             (re.compile(rb'"seed":\d+'), b'"seed":<seed>')]
+
+
+def normalise(raw: bytes) -> bytes:
+    for pattern, repl in _VOLATILE:
+        raw = pattern.sub(repl, raw)
+    return raw

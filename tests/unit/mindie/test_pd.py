@@ -1,0 +1,206 @@
+"""PD pieces without Triton: /dresult records, P header checks, the pd config, the hub, the profile split."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import orjson
+import pytest
+from pydantic import ValidationError
+
+from gateway import settings
+from gateway.core.tensors import InferResponse, ModelMetadata, Tensor, TensorSpec
+from gateway.dialects.mindie.config import MindieConfig
+from gateway.dialects.mindie.pd import headers as pdh
+from gateway.dialects.mindie.pd import records as rec
+from gateway.dialects.mindie.pd.config import PdConfig
+from gateway.dialects.mindie.pd.coordinator import inband_error, prompt_chars
+from gateway.dialects.mindie.pd.instance import DResultHub
+from gateway.llm import profiles
+from gateway.llm.pd import Resume
+from gateway.llm.types import GenerateRequest
+from gateway.settings import SettingsError
+
+# -- records -----------------------------------------------------------------------------------------
+
+
+def test_record_framing_is_mindies():
+    assert rec.record("12", "data", b"data: {}\n\n") == b"reqId:12\0data:data: {}\n\n\0"
+    assert rec.close_record() == b"reqId:0xffffffffffffffff\0close:new connection is to established, close the old one.\0"
+    assert rec.HEARTBEAT == b"ka:heartbeat\0"
+
+
+def test_parser_keeps_a_vllm_bodys_own_nul_and_reads_every_kind():
+    chunk = (rec.record("89", "lastData", b'{"text":["a"]}\0') + rec.HEARTBEAT + rec.record("7", "retry", b"{}")
+             + rec.record("8", "error", b"boom"))
+    got = rec.parse_chunk(chunk)
+    assert got == [rec.Record("89", "lastData", b'{"text":["a"]}\0'), rec.Record("", "ka", b"heartbeat"),
+                   rec.Record("7", "retry", b"{}"), rec.Record("8", "error", b"boom")]
+
+
+def test_parser_resets_req_id_per_chunk_and_ignores_unknown_keys():
+    assert rec.parse_chunk(b"data:orphan\0") == [rec.Record("", "data", b"orphan")]
+    assert rec.parse_chunk(b"reqId:1\0what:x\0data:y\0") == [rec.Record("1", "data", b"y")]
+
+
+def test_round_trip_of_bodies_with_colons_and_newlines():
+    body = b'data: {"a":"b:c"}\n\ndata: [DONE]\n\n'
+    assert rec.parse_chunk(rec.record("1", "lastData", body)) == [rec.Record("1", "lastData", body)]
+
+
+# -- P headers ---------------------------------------------------------------------------------------
+
+GOOD = {"req-id": "12345", "req-type": "prefill", "d-target": "172.17.0.9"}
+
+
+def test_good_headers_with_and_without_port():
+    h = pdh.check(GOOD, 1025)
+    assert (h.req_id, h.d_host, h.d_port, h.recompute) == ("12345", "172.17.0.9", 1025, False)
+    h = pdh.check({**GOOD, "d-target": "127.0.0.1;3025", "is-recompute": "true"}, 1025)
+    assert (h.d_host, h.d_port, h.recompute) == ("127.0.0.1", 3025, True)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"req-id": None}, "DMI request must have req-type, req-id, d-target headers"),
+    ({"req-id": "0x12"}, "Invalid req-id, the character of req-id should be hex char [0-9, a-f, A-F], but got 0x12"),
+    ({"req-type": "Prefill"}, "Parameter req-type must be prefill but got Prefill"),
+    ({"d-target": "::1"}, "Parameter d-target must be an IPv4 address"),
+    ({"d-target": "1.2.3.4;x"}, "Parameter d-target must be an IPv4 address"),
+    ({"is-recompute": "True"}, "Parameter is-recompute is an optional parameter. When it is set, it must be true or false."),
+])
+def test_bad_headers(change, message):
+    headers = {k: v for k, v in {**GOOD, **change}.items() if v is not None}
+    with pytest.raises(pdh.BadPdRequest) as e:
+        pdh.check(headers, 1025)
+    assert str(e.value) == message
+
+
+def test_req_id_of_1024_hex_chars_is_fine_and_1025_is_not():
+    assert pdh.check({**GOOD, "req-id": "f" * 1024}, 1).req_id == "f" * 1024
+    with pytest.raises(pdh.BadPdRequest, match="cannot exceed 1024"):
+        pdh.check({**GOOD, "req-id": "f" * 1025}, 1)
+
+
+# -- config ------------------------------------------------------------------------------------------
+
+
+def test_pd_config_defaults_and_strictness():
+    assert MindieConfig.model_validate({}).pd == PdConfig()
+    assert PdConfig().role == "standard" and PdConfig().heartbeat_s == 5.0
+    cfg = MindieConfig.model_validate({"pd": {"role": "coordinator", "prefill": ["127.0.0.1:2025"],
+                                     "decode": ["127.0.0.1:3025"], "min_pd_prompt_chars": 16}}).pd
+    assert cfg.prefill == ("127.0.0.1:2025",) and cfg.min_pd_prompt_chars == 16
+    with pytest.raises(ValidationError):
+        cfg.role = "decode"  # frozen
+    for bad in ({"role": "flex"}, {"heartbeat_s": "5"}, {"unknown": 1}, {"role": "coordinator"},
+                {"decode": ["no-port"]}, {"trusted_peers": ["example.com"]}):
+        with pytest.raises(SettingsError, match="dialects.mindie.pd"):
+            settings.load(None, env={"GATEWAY__DIALECTS__MINDIE__PD": orjson.dumps(bad).decode()})
+
+
+# -- coordinator helpers -----------------------------------------------------------------------------
+
+
+def test_prompt_chars_of_every_family():
+    assert prompt_chars(b'{"inputs": "abc"}') == 3
+    assert prompt_chars(b'{"prompt": "abcd"}') == 4
+    assert prompt_chars(b'{"text_input": "ab"}') == 2
+    assert prompt_chars(b'{"messages": [{"role": "user", "content": "ab"}, {"content": "cd"}]}') == 4
+    assert prompt_chars(b"not json") is None and prompt_chars(b"[]") is None
+
+
+def test_inband_errors_use_the_familys_framing():
+    assert inband_error("/generate", b'{"prompt": "x"}', "m").endswith(b"\0")
+    assert inband_error("/generate", b'{"inputs": "x", "prompt": "y"}', "m").startswith(b"data: ")
+    assert inband_error("/v2/models/m/generate_stream", b"{}", "m").startswith(b'data:{"error":"m"')
+
+
+# -- D's hub -----------------------------------------------------------------------------------------
+
+
+class FakeResponse:
+    def __init__(self):
+        self.sent: list[tuple[float, bytes]] = []
+        self.ended = False
+
+    async def send(self, data: bytes, end_stream: bool | None = None):
+        self.sent.append((asyncio.get_running_loop().time(), data))
+
+    async def eof(self):
+        self.ended = True
+
+
+class FakeRequest:
+    def __init__(self):
+        self.resp = FakeResponse()
+
+    async def respond(self, **_kw):
+        return self.resp
+
+
+async def test_hub_queues_records_until_a_connection_and_heartbeats_when_idle():
+    hub = DResultHub(heartbeat_s=0.05, max_pending=10)
+    hub.push("1", rec.DATA, b"a")
+    first = FakeRequest()
+    task = asyncio.create_task(hub.serve(first))
+    await asyncio.sleep(0.18)
+    payloads = [d for _, d in first.resp.sent if d]
+    assert payloads[0] == rec.record("1", rec.DATA, b"a")
+    assert payloads.count(rec.HEARTBEAT) >= 2
+    second = FakeRequest()
+    task2 = asyncio.create_task(hub.serve(second))
+    await asyncio.wait_for(task, 1)  # taken over: the old one ends with a close record
+    assert first.resp.sent[-1][1] == rec.close_record() and first.resp.ended
+    hub.push("2", rec.LAST, b"z")
+    await asyncio.sleep(0.02)
+    assert rec.record("2", rec.LAST, b"z") in [d for _, d in second.resp.sent]
+    task2.cancel()
+
+
+def test_hub_bounds_what_it_keeps_without_a_connection():
+    hub = DResultHub(heartbeat_s=5, max_pending=2)
+    for i in range(3):
+        hub.push(str(i), rec.DATA, b"x")
+    assert list(hub.pending) == [rec.record("1", rec.DATA, b"x"), rec.record("2", rec.DATA, b"x")]
+
+
+# -- profile split and Resume ------------------------------------------------------------------------
+
+META = ModelMetadata(name="m", versions=("1",), platform="python",
+                     inputs=(TensorSpec("text_input", "BYTES", (-1, 1)), TensorSpec("max_tokens", "INT32", (-1, 1)),
+                             TensorSpec("context_phase_params", "UINT8", (-1, -1))),
+                     outputs=(TensorSpec("text_output", "BYTES", (-1, -1)),
+                              TensorSpec("context_phase_params", "UINT8", (-1, -1))),
+                     max_batch_size=8, decoupled=True)
+
+
+def test_trtllm_profile_maps_phases_onto_disaggregated_requests():
+    p = profiles.profile("trtllm")
+    req = GenerateRequest(model="m", prompt="hi", max_tokens=4)
+    ctx = p.encode_phase(req, "m", META, 1, profiles.CONTEXT_ONLY)
+    assert ctx.parameters["request_type"] == "context_only"
+    assert "context_phase_params" not in [t.name for t in ctx.inputs]
+    gen = p.encode_phase(req, "m", META, 1, profiles.GENERATION_ONLY, b"\x01\x02\x03")
+    assert gen.parameters["request_type"] == "generation_only"
+    t = next(t for t in gen.inputs if t.name == "context_phase_params")
+    assert t.datatype == "UINT8" and t.shape == (1, 3) and t.data.tobytes() == b"\x01\x02\x03"
+    resp = InferResponse(model="m", version="1", outputs=[Tensor("text_output", np.array([[b" w"]], dtype=object), "BYTES"),
+                                             Tensor("context_phase_params", np.array([[7, 8]], dtype=np.uint8))])
+    chunk = p.decode(resp)
+    assert chunk.text == " w" and chunk.context_phase_params == b"\x07\x08"
+    with pytest.raises(Exception, match="context_phase_params"):
+        p.encode_phase(req, "m", META, 1, profiles.GENERATION_ONLY, None)
+
+
+def test_profiles_without_the_tensors_cannot_split():
+    plain = ModelMetadata(name="m", versions=("1",), platform="python", inputs=META.inputs[:2],
+                          outputs=META.outputs[:1], max_batch_size=8, decoupled=True)
+    assert profiles.profile("trtllm").can_split(META) and not profiles.profile("trtllm").can_split(plain)
+    assert not profiles.profile("vllm").can_split(META)
+
+
+def test_resume_round_trips_through_json():
+    r = Resume(seed=3, context_phase_params=b"\0\xff", raw=" a", shown=" a", pending="", n_in=None, n_out=None,
+               elapsed_s=0.01, ttft_s=0.005)
+    assert Resume.from_json(r.to_json()) == r
