@@ -79,6 +79,8 @@ class Worker:
         except BaseException:
             await self.stop()
             raise
+        if self._http:
+            _touch_up(self._http[0].app)
         ctx.started.set()
         return ctx
 
@@ -149,6 +151,18 @@ class Worker:
         deadline = loop.time() + grace
         while self.ctx is not None and self.ctx.inflight and loop.time() < deadline:
             await asyncio.sleep(0.05)
+
+
+def _touch_up(app) -> None:
+    """Sanic's TouchUp, once per process: it compiles out of sanic's shared HTTP classes the signal
+    dispatches that no app handles (several per request; our apps register none) and the Alt-Svc
+    header code. The classes are shared by every app of the process, so it must run only once,
+    after every HTTP listener exists (``TOUCHUP`` is off in each app's config for that reason)."""
+    from sanic.http import Http
+    from sanic.touchup import TouchUp
+
+    if not getattr(Http, "__touched__", False):
+        TouchUp.run(app)
 
 
 async def _quietly(coro) -> None:

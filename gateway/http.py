@@ -37,7 +37,7 @@ def make_app(name: str, settings: Settings, edge: Edge | None = None) -> Sanic:
             "FALLBACK_ERROR_FORMAT": "json",
             "REQUEST_BUFFER_SIZE": 1 << 20,
             "MOTD": False,
-            "TOUCHUP": False,  # several apps in one process: touch-up rewrites shared classes twice
+            "TOUCHUP": False,  # run once per process by the worker (app._touch_up), not once per app
         }
     )
     if edge is not None:
