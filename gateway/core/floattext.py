@@ -21,12 +21,16 @@ midpoint); float64 parses the short text back.
 
 from __future__ import annotations
 
+import math
+import struct
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
 _F32_TINY = float(np.finfo(np.float32).tiny)
+SMALL = 32  # arrays up to this size take the per-value path (numpy's fixed cost dominates below it)
+_F32 = struct.Struct("f")
 
 
 @dataclass(frozen=True)
@@ -88,11 +92,47 @@ def _short_round_trips_f64(x: np.ndarray, digits: int) -> np.ndarray:
     return ok
 
 
+def _small(values: list[float], f32: bool, style: Style) -> list[str]:
+    """The same texts as the vectorised path, one value at a time (for a handful of values).
+
+    float32 values arrive as the doubles they widen to; "round-trips" is decided by parsing the
+    short text as a double and rounding it to float32, which is exact for six digits (see above).
+    """
+    short_fmt, long_fmt = (f"%.{d}g" for d in (style.f32_digits if f32 else style.f64_digits))
+    out = []
+    for v in values:
+        if v != v:
+            out.append(style.nan)
+            continue
+        if math.isinf(v):
+            out.append(style.inf if v > 0 else style.ninf)
+            continue
+        text = short_fmt % v
+        if f32:
+            ok = _F32.unpack(_F32.pack(float(text)))[0] == v
+            if ok and style.f32_subnormal_long and v != 0 and abs(v) < _F32_TINY:
+                ok = False
+        else:
+            ok = float(text) == v
+        if not ok:
+            text = long_fmt % v
+        if style.whole_suffix and "." not in text and "e" not in text:
+            text += style.whole_suffix
+        out.append(text)
+    return out
+
+
 def join(flat: np.ndarray, style: Style, sep: str = ",") -> str:
     """The text of every element of a 1-D float32/float64 array, joined with ``sep``."""
     if flat.size == 0:
         return ""
     f32 = flat.dtype == np.float32
+    if flat.size <= SMALL:
+        return sep.join(_small(flat.tolist(), bool(f32), style))
+    return _vector(flat, style, sep, bool(f32))
+
+
+def _vector(flat: np.ndarray, style: Style, sep: str, f32: bool) -> str:
     x = flat if f32 else flat.astype(np.float64)
     short_digits, long_digits = style.f32_digits if f32 else style.f64_digits
     if f32:
@@ -119,4 +159,6 @@ def tokens(flat: np.ndarray, style: Style) -> list[str]:
     """The text of every element of a 1-D float32/float64 array."""
     if flat.size == 0:
         return []
-    return join(flat, style, "\0").split("\0")
+    if flat.size <= SMALL:
+        return _small(flat.tolist(), flat.dtype == np.float32, style)
+    return _vector(flat, style, "\0", flat.dtype == np.float32).split("\0")

@@ -121,3 +121,29 @@ def test_subnormal_float32_range_matches_libc():
     arr = np.array([1e-45, 3e-42, 1.1754942e-38, np.finfo(np.float32).tiny, -5e-40], np.float32)
     for style, ref in REFERENCES.items():
         assert floattext.tokens(arr, style) == [ref(float(v), True) for v in arr.tolist()]
+
+
+_SPECIAL32 = [0.0, -0.0, 1.0, 0.1, 3.0, 1e6, 123456.5, 1e-45, 1.17549435e-38, 3.4028235e38, math.nan, math.inf, -math.inf]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(width=32) | st.sampled_from(_SPECIAL32), min_size=1, max_size=floattext.SMALL),
+       st.sampled_from([floattext.TFSERVING, floattext.PROTOBUF]))
+def test_the_small_array_path_writes_what_the_vectorised_path_writes_f32(values, style):
+    x = np.array(values, dtype=np.float32)
+    assert floattext._small(x.tolist(), True, style) == floattext._vector(x, style, "\0", True).split("\0")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats() | st.sampled_from([0.1, 1e16, 123456789.0, 5e-324, 1e308]), min_size=1,
+                max_size=floattext.SMALL),
+       st.sampled_from([floattext.TFSERVING, floattext.PROTOBUF]))
+def test_the_small_array_path_writes_what_the_vectorised_path_writes_f64(values, style):
+    x = np.array(values, dtype=np.float64)
+    assert floattext._small(x.tolist(), False, style) == floattext._vector(x, style, "\0", False).split("\0")
+
+
+def test_both_paths_are_taken_by_size():
+    small, big = np.arange(floattext.SMALL, dtype=np.float32) / 3, np.arange(100, dtype=np.float32) / 3
+    assert floattext.tokens(small, floattext.TFSERVING) == [floattext.tokens(big, floattext.TFSERVING)[i]
+                                                          for i in range(floattext.SMALL)]
