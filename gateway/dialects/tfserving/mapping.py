@@ -145,6 +145,8 @@ class Catalog:
     def __init__(self, conf: TFServingConfig, upstream: Upstream):
         self.conf = conf
         self.upstream = upstream
+        # realised signatures, reused while upstream serves the same (cached) metadata objects
+        self._sigs: dict[tuple, tuple[tuple, dict[str, Signature]]] = {}
 
     async def model(self, name: str) -> ModelConf | None:
         conf = self.conf.models.get(name)
@@ -190,8 +192,17 @@ class Catalog:
         return ready[-1] if ready else None
 
     async def signatures(self, conf: ModelConf, version: int | None) -> dict[str, Signature]:
+        """The model's signatures (read-only: shared by requests while the metadata is unchanged)."""
         v = "" if version is None else str(version)
         own = await self.upstream.model_metadata(conf.triton, v)
+        others = sorted({sc.triton for sc in conf.signatures.values() if sc.triton and sc.triton != conf.triton})
+        metas = (own, *[await self.upstream.model_metadata(t, "") for t in others])
+        # configured signatures are one dict per TF name; exposed models have none (key None)
+        key = (conf.triton, v, conf.derived, id(conf.signatures) if conf.signatures else None)
+        hit = self._sigs.get(key)
+        if hit is not None and len(hit[0]) == len(metas) and all(a is b for a, b in zip(hit[0], metas, strict=True)):
+            return hit[1]
+        other_meta = dict(zip(others, metas[1:], strict=True))
         confs = derived(own, self.conf.derive_example_signatures) if conf.derived else {}
         confs.update(conf.signatures)
         out = {}
@@ -199,8 +210,10 @@ class Catalog:
             if not sc.triton or sc.triton == conf.triton:
                 out[name] = realise(name, sc, own)
             else:
-                other = realise(name, sc, await self.upstream.model_metadata(sc.triton, ""))
-                out[name] = replace(other, own=False)
+                out[name] = replace(realise(name, sc, other_meta[sc.triton]), own=False)
+        if len(self._sigs) >= 1024:  # bounded, like the metadata cache it follows
+            self._sigs.clear()
+        self._sigs[key] = (metas, out)
         return out
 
     async def resolve(self, spec: Spec, *, grpc: bool = False, method: str | None = None) -> Target:

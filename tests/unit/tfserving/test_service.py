@@ -138,3 +138,13 @@ async def test_predict_over_an_example_signature_runs_its_tensors_as_tf_serving_
     assert outs["outputs"][0].tolist() == [4.0] and up.requests[0][0].inputs[0].name == "x"
     # the signature as configured for classify/regress and MultiInference (method None)
     assert (await svc.resolve(Spec("hp3", signature="tensorflow/serving/regress"))).signature.method == "regress"
+
+
+async def test_signatures_are_reused_while_the_metadata_is_the_same_object():
+    svc, up = service()
+    first = (await svc.resolve(Spec("hp3"))).signature
+    assert (await svc.resolve(Spec("hp3"))).signature is first  # not rebuilt per request
+    up.metas["hp3"] = ModelMetadata("hp3", ("123",), "python", (TensorSpec("x", "FP32", (-1, 2)),),
+                                    (TensorSpec("y", "FP32", (-1,)),))  # Triton reloaded the model
+    again = (await svc.resolve(Spec("hp3"))).signature
+    assert again is not first and again.inputs[0][1].shape == (-1, 2)
