@@ -117,13 +117,19 @@ def to_bytes_array(values) -> np.ndarray:
     return out
 
 
-def encode_bytes(arr: np.ndarray) -> bytes:
-    """BYTES tensor → KServe wire form: each element as <uint32 LE length><bytes>, row-major."""
+def bytes_parts(arr: np.ndarray) -> list[bytes]:
+    """BYTES tensor → the pieces of its KServe wire form (<uint32 LE length><bytes> per element,
+    row-major), not yet joined: a caller that joins them with more pieces copies the data once."""
     parts = []
     for v in to_bytes_array(arr).reshape(-1):
         parts.append(_LEN.pack(len(v)))
         parts.append(v)
-    return b"".join(parts)
+    return parts
+
+
+def encode_bytes(arr: np.ndarray) -> bytes:
+    """BYTES tensor → KServe wire form: each element as <uint32 LE length><bytes>, row-major."""
+    return b"".join(bytes_parts(arr))
 
 
 def decode_bytes(buf: bytes | memoryview, shape: tuple[int, ...] | None = None) -> np.ndarray:

@@ -144,6 +144,10 @@ class TritonUpstream:
         if self._channel is None:
             self._channel = grpc.aio.insecure_channel(self.target, options=self.options)
             self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
+            # ModelInfer with requests serialized by codec.serialize_request (tensor data copied once)
+            self._model_infer = self._channel.unary_unary(
+                "/inference.GRPCInferenceService/ModelInfer",
+                response_deserializer=service_pb2.ModelInferResponse.FromString)
 
     async def close(self) -> None:
         if self._channel is not None:
@@ -195,9 +199,11 @@ class TritonUpstream:
     # -- inference -------------------------------------------------------------------------
     async def infer(self, req: InferRequest, *, timeout: float | None = None) -> InferResponse:
         self._request_id(req)
-        msg = codec.encode_request(req)
+        if self._channel is None:
+            raise GatewayError(ErrorKind.INTERNAL, "upstream used before connect()")
+        data = codec.serialize_request(req)
         with _translate():
-            resp = await self.stub.ModelInfer(msg, timeout=self._timeout(timeout))
+            resp = await self._model_infer(data, timeout=self._timeout(timeout))
         return codec.decode_response(resp)
 
     async def stream(self, req: InferRequest, *, timeout: float | None = None) -> AsyncIterator[InferResponse]:

@@ -60,6 +60,51 @@ def _raw(t: Tensor) -> bytes:
     return np.ascontiguousarray(arr).tobytes()
 
 
+_RAW_INPUT_TAG = bytes([service_pb2.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number << 3 | 2])
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _raw_parts(t: Tensor) -> list:
+    """The tensor's raw contents as bytes-like pieces (numeric tensors as a view, not a copy)."""
+    if t.datatype == "BYTES":
+        return datatypes.bytes_parts(t.data)
+    want = datatypes.by_v2(t.datatype).numpy
+    arr = t.data if t.data.dtype == want else t.data.astype(want)
+    return [memoryview(np.ascontiguousarray(arr)).cast("B")]
+
+
+def serialize_request(req: InferRequest) -> bytes:
+    """``encode_request(req)`` as wire bytes, with every tensor's data copied exactly once.
+
+    The message is serialized without its raw contents, then each ``raw_input_contents`` entry is
+    appended as its own field (protobuf lets a repeated field's entries follow the other fields on
+    the wire), so large tensors are not copied into the message and out again.
+    """
+    msg = service_pb2.ModelInferRequest(model_name=req.model, model_version=req.version, id=req.id)
+    pieces: list = [b""]
+    for t in req.inputs:
+        inp = msg.inputs.add(name=t.name, datatype=t.datatype, shape=t.shape)
+        if t.parameters:
+            set_params(inp.parameters, t.parameters)
+        parts = _raw_parts(t)
+        pieces += (_RAW_INPUT_TAG, _varint(sum(len(p) if isinstance(p, bytes) else p.nbytes for p in parts)))
+        pieces += parts
+    for name in req.outputs or ():
+        msg.outputs.add(name=name)
+    if req.parameters:
+        set_params(msg.parameters, req.parameters)
+    pieces[0] = msg.SerializeToString()
+    return b"".join(pieces)
+
+
 def encode_request(req: InferRequest, *, stream: bool = False) -> service_pb2.ModelInferRequest:
     msg = service_pb2.ModelInferRequest(model_name=req.model, model_version=req.version, id=req.id)
     for t in req.inputs:

@@ -117,3 +117,24 @@ def test_absurd_shapes_are_refused_before_anything_is_allocated():
     with pytest.raises(GatewayError, match="negative dimension"):
         element_count([2, -1], "t")
     assert element_count([], "scalar") == 1
+
+
+@pytest.mark.parametrize("datatype,data", [
+    ("FP32", np.arange(6, dtype=np.float32).reshape(2, 3)),
+    ("INT64", np.array([[1, -2]], dtype=np.int64)),
+    ("BYTES", np.array([b"a", b"", "\u00e9".encode()], dtype=object)),
+    ("FP16", np.array([1.5], dtype=np.float32)),  # converted to the declared dtype
+    ("BOOL", np.array([True, False])),
+])
+def test_serialize_request_is_the_encoded_message_on_the_wire(datatype, data):
+    req = InferRequest("m", [Tensor("x", data, datatype, {"p": 1}), Tensor("y", np.array([7], np.int32), "INT32")],
+                       "3", ["out"], {"priority": 2}, "rid")
+    wire = codec.serialize_request(req)
+    assert service_pb2.ModelInferRequest.FromString(wire) == codec.encode_request(req)
+
+
+def test_serialize_request_with_a_large_tensor():
+    big = np.random.default_rng(0).random(300_000).astype(np.float32)  # a multi-byte length varint
+    req = InferRequest("m", [Tensor("x", big, "FP32")])
+    parsed = service_pb2.ModelInferRequest.FromString(codec.serialize_request(req))
+    assert parsed.raw_input_contents[0] == big.tobytes()
