@@ -39,7 +39,9 @@ def _svc(request: Request) -> GrpsService:
     return request.app.ctx.grps
 
 
-def _answer(request: Request, msg: codec.GrpsMessage, ndarray: np.ndarray | None = None):
+def _answer(request: Request, msg: codec.GrpsMessage, ndarray: np.ndarray | bytes | None = None):
+    if isinstance(ndarray, bytes):  # a bin_data answer kept out of the message
+        return response.raw(ndarray, content_type=OCTET)
     pretty = _svc(request).cfg.pretty_json
     if ndarray is not None:
         return response.raw(codec.ndarray_to_json(msg, ndarray, pretty), content_type=JSON)
@@ -77,9 +79,12 @@ async def _predict(request: Request):
     return_ndarray = request.args.get("return-ndarray", "").lower() == "true"
     if streaming and return_ndarray:
         raise invalid("Streaming and ret ndarray are not supported at the same time.")
+    payload = request.body if msg.WhichOneof("data_oneof") == "bin_data" and not msg.bin_data else None
     if streaming:
+        if payload is not None:
+            msg.bin_data = payload
         return await _stream(request, svc, msg, ndarray)
-    out, arr = await svc.predict(msg, ndarray, return_ndarray)
+    out, arr = await svc.predict(msg, ndarray, return_ndarray, payload=payload)
     return _answer(request, out, arr)
 
 
@@ -90,7 +95,8 @@ def _decode_predict(request: Request, svc: GrpsService):
         raise invalid("No content type in headers.")
     media = ctype.split(";", 1)[0].strip().lower()
     if media == OCTET:
-        msg, ndarray, doc = codec.GrpsMessage(bin_data=request.body), None, {}
+        # the body stays out of the message (oneof set, empty): predict takes it as the payload
+        msg, ndarray, doc = codec.GrpsMessage(bin_data=b""), None, {}
     elif media == JSON:
         doc = codec.load_json(request.body)
         msg, ndarray = codec.message_from_json(doc)

@@ -49,14 +49,17 @@ def describe(specs) -> str:
 # -- request --------------------------------------------------------------------------------------
 def to_request(
     msg: codec.GrpsMessage, ndarray: np.ndarray | None, meta: ModelMetadata, target: Target,
-    cfg: GrpsSettings, streaming: bool,
+    cfg: GrpsSettings, streaming: bool, payload: bytes | None = None,
 ) -> InferRequest:
     kind = "ndarray" if ndarray is not None else msg.WhichOneof("data_oneof")
     if kind is None:
         raise invalid("Have no legal member in message (str_data, bin_data, gtensors, ndarray or gmap).")
     if kind in ("str_data", "bin_data"):
         spec = _input_of(meta, target.rule.str_input, "BYTES", "str_data/bin_data")
-        value = msg.str_data.encode("utf-8") if kind == "str_data" else msg.bin_data
+        if kind == "str_data":
+            value = msg.str_data.encode("utf-8")
+        else:
+            value = payload if payload is not None else msg.bin_data
         inputs = [_single(spec, value, meta)]
     elif kind == "ndarray":
         inputs = [_ndarray_input(meta, target.rule.ndarray_input, ndarray)]
@@ -154,9 +157,11 @@ def _check_required(inputs: list[Tensor], meta: ModelMetadata) -> None:
 
 # -- response -------------------------------------------------------------------------------------
 def from_response(
-    resp: InferResponse, kind: str, meta: ModelMetadata, rule: ModelRule, return_ndarray: bool = False
-) -> tuple[codec.GrpsMessage, np.ndarray | None]:
-    """InferResponse → (GrpsMessage with status OK, the ndarray to answer or None)."""
+    resp: InferResponse, kind: str, meta: ModelMetadata, rule: ModelRule, return_ndarray: bool = False,
+    raw: bool = False,
+) -> tuple[codec.GrpsMessage, np.ndarray | bytes | None]:
+    """InferResponse → (GrpsMessage with status OK, the ndarray to answer or None); with ``raw``, a
+    bin_data answer's bytes are the second element and the message carries none."""
     outputs = _ordered(resp.outputs, meta)
     msg = codec.ok()
     if return_ndarray:
@@ -164,6 +169,8 @@ def from_response(
     if kind in ("str_data", "bin_data"):
         text = _bytes_output(outputs, rule.str_output)
         if text is not None:
+            if kind == "bin_data" and raw:
+                return msg, text
             if kind == "bin_data":
                 msg.bin_data = text
             else:

@@ -53,16 +53,20 @@ class GrpsService:
 
     # -- predict --------------------------------------------------------------------------------
     async def predict(
-        self, msg: codec.GrpsMessage, ndarray: np.ndarray | None = None, return_ndarray: bool = False
-    ) -> tuple[codec.GrpsMessage, np.ndarray | None]:
+        self, msg: codec.GrpsMessage, ndarray: np.ndarray | None = None, return_ndarray: bool = False,
+        payload: bytes | None = None,
+    ) -> tuple[codec.GrpsMessage, np.ndarray | bytes | None]:
+        """``payload``: an octet-stream body, kept out of the message (``bin_data`` left empty) so a
+        large binary is not copied into the protobuf and out again; the answer's bytes then come
+        back as the second element, outside the message, too."""
         target = mapping.resolve(msg.model, self.cfg)
         async with self._measured(target) as known:
             meta = await self._metadata(target)
             known.append(target.name)
             kind = "ndarray" if ndarray is not None else msg.WhichOneof("data_oneof")
-            req = mapping.to_request(msg, ndarray, meta, target, self.cfg, streaming=False)
+            req = mapping.to_request(msg, ndarray, meta, target, self.cfg, streaming=False, payload=payload)
             resp = await self._infer(req, meta)
-            return mapping.from_response(resp, kind, meta, target.rule, return_ndarray)
+            return mapping.from_response(resp, kind, meta, target.rule, return_ndarray, raw=payload is not None)
 
     async def predict_stream(
         self, msg: codec.GrpsMessage, ndarray: np.ndarray | None = None
