@@ -248,7 +248,16 @@ class TritonUpstream:
         if pending is None:
             pending = self._pending[key] = asyncio.ensure_future(produce())
             pending.add_done_callback(lambda _f: self._pending.pop(key, None))
-        value = await asyncio.shield(pending)  # a cancelled caller does not cancel the others' fetch
+        # a cancelled or timed-out caller does not cancel the others' fetch; each caller waits no
+        # longer than its own request's deadline (the fetch itself has a fixed one, see _idempotent)
+        call = current()
+        if call is None:
+            value = await asyncio.shield(pending)
+        else:
+            try:
+                value = await asyncio.wait_for(asyncio.shield(pending), call.remaining())
+            except TimeoutError:
+                raise GatewayError(ErrorKind.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
         return self._cache.put(key, value)
 
     async def model_metadata(self, model: str, version: str = "") -> ModelMetadata:

@@ -78,7 +78,8 @@ def _raw_parts(t: Tensor) -> list:
         return datatypes.bytes_parts(t.data)
     want = datatypes.by_v2(t.datatype).numpy
     arr = t.data if t.data.dtype == want else t.data.astype(want)
-    return [memoryview(np.ascontiguousarray(arr)).cast("B")]
+    # as bytes of a uint8 view: extension dtypes (ml_dtypes' bfloat16) export no buffer of their own
+    return [memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))]
 
 
 def serialize_request(req: InferRequest) -> bytes:

@@ -179,6 +179,17 @@ async def test_request_ids_are_echoed_or_generated_on_every_http_answer(worker):
         assert r.status == 404 and orjson.loads(await r.read())["error_type"] == "NotFoundError"
 
 
+async def test_status_and_metadata_calls_are_counted(worker):
+    _, ports, http = worker
+    before = _count("tfserving_rest", "invalid_argument"), _count("grps_grpc", "ok")
+    async with http.get(f"http://127.0.0.1:{ports['tfserving_rest']}/v1/models") as r:  # a status call
+        assert r.status == 400
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{ports['grps_grpc']}") as ch:
+        await grps_pb2_grpc.GrpsServiceStub(ch).CheckLiveness(grps_pb2.GrpsMessage())
+    assert (_count("tfserving_rest", "invalid_argument"), _count("grps_grpc", "ok")) == (before[0] + 1,
+                                                                                         before[1] + 1)
+
+
 async def test_grpc_answers_carry_the_request_id(worker):
     _, ports, _ = worker
     async with grpc.aio.insecure_channel(f"127.0.0.1:{ports['grps_grpc']}") as ch:

@@ -179,6 +179,8 @@ def test_hop_by_hop_metadata_is_not_forwarded():
 
 async def test_requests_over_the_in_flight_limit_get_tritons_queue_full_answer(proxy):
     _, channel, ctx = proxy
+    labels = {"dialect": "v2", "listener": "v2_grpc", "route": "ModelInfer", "model": "", "outcome": "overloaded"}
+    refused_before = REGISTRY.get_sample_value("gateway_requests_total", labels) or 0
     ctx.admission.inflight = ctx.settings.limits.max_inflight  # as if the worker were full
     try:
         for method in ("ModelInfer", "ServerMetadata"):
@@ -191,6 +193,7 @@ async def test_requests_over_the_in_flight_limit_get_tritons_queue_full_answer(p
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
     finally:
         ctx.admission.inflight = 0
+    assert REGISTRY.get_sample_value("gateway_requests_total", labels) == refused_before + 1  # refusals counted
     assert await channel.unary_unary(SVC + "ModelInfer")(b"x", timeout=5) == b"echo:x"
 
 

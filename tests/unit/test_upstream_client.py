@@ -60,6 +60,8 @@ class Scripted(grpc.GenericRpcHandler):
         return r
 
     async def metadata(self, req, context):
+        if req.name == "slow_meta":
+            await asyncio.sleep(3)
         if self.unavailable_left:
             self.unavailable_left -= 1
             await context.abort(grpc.StatusCode.UNAVAILABLE, "connection refused")
@@ -246,3 +248,16 @@ async def test_the_listener_deadline_applies_when_it_is_shorter(upstream):
     finally:
         edge._current.reset(token)
     assert 0 < scripted.last_infer[1] <= 1.6
+
+
+async def test_a_metadata_wait_ends_at_the_requests_deadline_without_failing_the_shared_fetch(upstream):
+    up, _ = upstream
+    token = edge._current.set(edge.Call("r", "predict", timeout=0.3, stream_timeout=0.3))
+    try:
+        with pytest.raises(GatewayError) as err:
+            await up.model_metadata("slow_meta")
+    finally:
+        edge._current.reset(token)
+    assert err.value.kind is ErrorKind.DEADLINE_EXCEEDED
+    meta = await up.model_metadata("slow_meta")  # the fetch went on for the callers without a deadline
+    assert meta.name == "slow_meta"

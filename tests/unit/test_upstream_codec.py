@@ -125,6 +125,7 @@ def test_absurd_shapes_are_refused_before_anything_is_allocated():
     ("BYTES", np.array([b"a", b"", "\u00e9".encode()], dtype=object)),
     ("FP16", np.array([1.5], dtype=np.float32)),  # converted to the declared dtype
     ("BOOL", np.array([True, False])),
+    ("BF16", np.array([1.5, -2.0], dtype=ml_dtypes.bfloat16)),
 ])
 def test_serialize_request_is_the_encoded_message_on_the_wire(datatype, data):
     req = InferRequest("m", [Tensor("x", data, datatype, {"p": 1}), Tensor("y", np.array([7], np.int32), "INT32")],

@@ -60,9 +60,9 @@ def plan(triton: str, ports: list[int], admin_base: int) -> list[tuple[str, dict
     return out
 
 
-def _wait_health(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+def _wait_health(url: str, proc: subprocess.Popen, timeout: float = 60.0, stop: list | None = None) -> None:
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not stop:
         if proc.poll() is not None:
             raise RuntimeError(f"exited with {proc.returncode} before {url} answered")
         try:
@@ -72,6 +72,8 @@ def _wait_health(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> Non
         except OSError:
             pass
         time.sleep(0.2)
+    if stop:
+        return  # asked to stop while waiting: the caller stops everything
     raise TimeoutError(f"{url} not healthy after {timeout}s")
 
 
@@ -83,6 +85,7 @@ def run(config: str | None, ports: list[int], admin_base: int) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     procs: list[subprocess.Popen] = []
     tp = None
+    stop: list[int] = []  # Ctrl-C / SIGTERM once Triton runs: a clean stop, also while instances start
     try:
         try:
             tp = localtriton.start(settings.local_triton, Path.cwd())
@@ -90,7 +93,11 @@ def run(config: str | None, ports: list[int], admin_base: int) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 1
         print(f"{'Triton (local, CPU) KServe V2 gRPC':<40} {tp.grpc_target}", flush=True)
+        signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+        signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
         for name, cfg in plan(tp.grpc_target, ports, admin_base):
+            if stop:
+                return 0
             path = workdir / f"{name}.yaml"
             path.write_text(yaml.safe_dump(cfg))
             log = open(workdir / f"{name}.log", "wb")  # noqa: SIM115 - kept open for the child's life
@@ -98,13 +105,10 @@ def run(config: str | None, ports: list[int], admin_base: int) -> int:
                                     stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
             procs.append(proc)
             port = cfg["listeners"]["mindie_http"]["port"]
-            _wait_health(f"http://127.0.0.1:{port}/health", proc)
+            _wait_health(f"http://127.0.0.1:{port}/health", proc, stop=stop)
             admin = cfg["listeners"]["admin_http"].get("port")
             print(f"{'MindIE PD ' + name:<40} 127.0.0.1:{port}  (admin {f':{admin}' if admin else 'off'}, "
                   f"log {workdir / (name + '.log')})", flush=True)
-        stop = []
-        signal.signal(signal.SIGINT, lambda *_: stop.append(1))
-        signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
         while not stop:
             if any(p.poll() is not None for p in procs):
                 print("error: an instance exited; stopping", file=sys.stderr)
