@@ -51,8 +51,8 @@ def attach(app: Sanic, edge: Edge, state: State) -> None:
     async def health(_request):
         ready = ctx.started.is_set() and not ctx.draining and await ctx.upstream.server_ready()
         metrics.UPSTREAM_READY.set(1 if ready else 0)
-        body = {"status": "ready" if ready else ("draining" if ctx.draining else "not ready"),
-                "upstream": ctx.settings.upstream.grpc}
+        # no internal addresses in the answer: the probe needs the status only
+        body = {"status": "ready" if ready else ("draining" if ctx.draining else "not ready")}
         return response.json(body, status=200 if ready else 503)
 
     async def live(_request):

@@ -215,3 +215,16 @@ async def test_an_unexpected_exception_is_internal_in_the_envelope_and_the_worke
     async with http.get(f"http://127.0.0.1:{ports['tfserving_rest']}/v1/models") as r:
         assert r.status == 400
     assert ctx.admission.inflight == 0
+
+
+async def test_health_names_no_internal_address_and_is_503_while_draining(worker):
+    ctx, ports, http = worker
+    url = f"http://127.0.0.1:{ports['admin_http']}/health"
+    async with http.get(url) as r:  # the upstream here answers no ServerReady: not ready
+        assert r.status == 503 and orjson.loads(await r.read()) == {"status": "not ready"}
+    ctx.draining = True
+    try:
+        async with http.get(url) as r:
+            assert r.status == 503 and orjson.loads(await r.read()) == {"status": "draining"}
+    finally:
+        ctx.draining = False

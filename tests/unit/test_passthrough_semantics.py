@@ -31,9 +31,11 @@ class FakeTriton(grpc.GenericRpcHandler):
     def __init__(self):
         self.seen: dict[str, object] = {}
         self.cancelled = asyncio.Event()
+        self.methods: list[str] = []
 
     def service(self, details):
         name = details.method.rsplit("/", 1)[1]
+        self.methods.append(name)
         if name == "ModelStreamInfer":
             return grpc.stream_stream_rpc_method_handler(self._stream)
         return grpc.unary_unary_rpc_method_handler(getattr(self, "_" + name, self._echo))
@@ -62,14 +64,15 @@ class FakeTriton(grpc.GenericRpcHandler):
 
 
 @pytest.fixture
-async def proxy():
+async def proxy(request):
     fake = FakeTriton()
     upstream = grpc.aio.server(options=[("grpc.max_receive_message_length", -1)])
     upstream.add_generic_rpc_handlers((fake,))
     up_port = upstream.add_insecure_port("127.0.0.1:0")
     await upstream.start()
     port = _port()
-    worker = Worker(worker_settings({"v2_grpc": port}, f"127.0.0.1:{up_port}"))
+    extra = getattr(request, "param", {})
+    worker = Worker(worker_settings({"v2_grpc": port}, f"127.0.0.1:{up_port}", **extra))
     ctx = await worker.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", -1),
                                                                       ("grpc.max_receive_message_length", -1)])
@@ -199,3 +202,25 @@ async def test_requests_over_the_in_flight_limit_get_tritons_queue_full_answer(p
 
 async def _one(item: bytes):
     yield item
+
+
+CONTROL = ("RepositoryModelLoad", "RepositoryModelUnload", "SystemSharedMemoryRegister", "CudaSharedMemoryStatus",
+           "TraceSetting", "LogSettings")
+
+
+async def test_the_control_plane_is_closed_by_default(proxy):
+    fake, channel, _ = proxy
+    for method in CONTROL:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await channel.unary_unary(SVC + method)(b"", timeout=5)
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED, method
+        assert "control_plane" in err.value.details()
+    assert not set(CONTROL) & set(fake.methods)  # never reached Triton
+    assert await channel.unary_unary(SVC + "RepositoryIndex")(b"x", timeout=5) == b"echo:x"  # read-only: open
+
+
+@pytest.mark.parametrize("proxy", [{"DIALECTS__V2__CONTROL_PLANE": "true"}], indirect=True)
+async def test_the_control_plane_can_be_opened(proxy):
+    fake, channel, _ = proxy
+    assert await channel.unary_unary(SVC + "RepositoryModelLoad")(b"m", timeout=5) == b"echo:m"
+    assert "RepositoryModelLoad" in fake.methods

@@ -2,6 +2,8 @@
 
 from gateway.dialect import Dialect, ListenerSpec
 
+from .passthrough import V2Config
+
 DIALECT = Dialect(
     name="v2",
     listeners=(
@@ -9,4 +11,5 @@ DIALECT = Dialect(
                      "gateway.dialects.v2.passthrough:attach"),
     ),
     open="gateway.dialects.v2.passthrough:open",
+    config=V2Config,
 )

@@ -5,7 +5,9 @@ services take precedence, so dialects on other ports are unaffected); the edge w
 (request id, admission, deadline, metrics). For each call we forward the caller's metadata (minus
 hop-by-hop keys), the deadline (the client's, or the listener's default when the client gives
 none or a longer one), and cancellation (the upstream call is cancelled in ``finally``); status
-codes, details and trailing metadata come back exactly as Triton sent them. The message is never
+codes, details and trailing metadata come back exactly as Triton sent them. Triton's control plane
+(model load/unload, shared-memory registration, trace and log settings) answers
+PERMISSION_DENIED unless ``dialects.v2.control_plane`` is true. The message is never
 rewritten: a V2 client's own ``id`` field is Triton's request id.
 """
 
@@ -21,10 +23,15 @@ from gateway.context import GatewayContext
 from gateway.core.errors import GRPC_STATUS, HTTP_STATUS, ErrorKind, GatewayError, from_grpc_code
 from gateway.dialect import GrpcStatus
 from gateway.edge import Edge, current
+from gateway.settings import Strict
 
 SERVICE = "inference.GRPCInferenceService"
 PREFIX = f"/{SERVICE}/"
 STREAMING = frozenset({"ModelStreamInfer"})
+# Triton's control plane: refused with PERMISSION_DENIED unless dialects.v2.control_plane is true
+CONTROL = frozenset({"RepositoryModelLoad", "RepositoryModelUnload", "SystemSharedMemoryStatus",
+                     "SystemSharedMemoryRegister", "SystemSharedMemoryUnregister", "CudaSharedMemoryStatus",
+                     "CudaSharedMemoryRegister", "CudaSharedMemoryUnregister", "TraceSetting", "LogSettings"})
 # RPCs whose request message has the model name in field 1 (the metrics' model label)
 PER_MODEL = frozenset({"ModelInfer", "ModelStreamInfer", "ModelMetadata", "ModelReady", "ModelConfig",
                        "ModelStatistics"})
@@ -79,6 +86,22 @@ def model_name(raw: bytes, max_fields: int = 16) -> str:
     return ""
 
 
+class V2Config(Strict):
+    """``dialects.v2``."""
+
+    control_plane: bool = False  # forward model load/unload, shared memory, trace and log settings
+
+
+class Denied(GatewayError):
+    """An RPC of Triton's control plane while it is closed (PERMISSION_DENIED, as Triton words it)."""
+
+    __slots__ = ()
+
+    def __init__(self, rpc: str):
+        super().__init__(ErrorKind.FAILED_PRECONDITION,
+                         f"{rpc} is not allowed through this gateway (dialects.v2.control_plane is false)")
+
+
 class UpstreamStatus(GatewayError):
     """Triton's own non-OK status, kept exactly (code, details, trailing metadata)."""
 
@@ -102,6 +125,8 @@ class Rendering:
     def grpc(self, err: GatewayError) -> GrpcStatus:
         if isinstance(err, UpstreamStatus):
             return err.status
+        if isinstance(err, Denied):
+            return GrpcStatus(grpc.StatusCode.PERMISSION_DENIED, err.message)
         return GrpcStatus(GRPC_STATUS[err.kind], err.message)
 
 
@@ -109,16 +134,18 @@ class Rendering:
 class State:
     ctx: GatewayContext
     errors: Rendering
+    config: V2Config
 
 
-def open(ctx: GatewayContext, _config) -> State:
-    return State(ctx, Rendering())
+def open(ctx: GatewayContext, config: V2Config) -> State:
+    return State(ctx, Rendering(), config)
 
 
 class Passthrough(grpc.GenericRpcHandler):
     def __init__(self, edge: Edge, state: State):
         self._edge = edge
         self._channel = state.ctx.upstream.channel  # type: ignore[attr-defined]
+        self._control = state.config.control_plane
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
 
     def service(self, handler_call_details):
@@ -136,8 +163,15 @@ class Passthrough(grpc.GenericRpcHandler):
         if name in STREAMING:  # no serializers on either side: bytes
             fn = _stream(self._channel.stream_stream(method))
             return grpc.stream_stream_rpc_method_handler(self._edge.stream(name, fn))
-        fn = _unary(self._channel.unary_unary(method))
+        fn = _denied(name) if name in CONTROL and not self._control else _unary(self._channel.unary_unary(method))
         return grpc.unary_unary_rpc_method_handler(self._edge.unary(name, fn, model_of))
+
+
+def _denied(name: str):
+    async def denied(_request: bytes, _context):
+        raise Denied(name)
+
+    return denied
 
 
 def _unary(upstream):
