@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import logging
 import multiprocessing
 import os
@@ -11,6 +12,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -46,7 +48,7 @@ async def _serve_async(settings: Settings, reuse_port: bool, announce: bool) -> 
     log.info("worker %d serving (upstream %s)", os.getpid(), settings.upstream.grpc)
     await stop.wait()
     log.info("worker %d stopping", os.getpid())
-    await worker.stop()
+    await worker.stop(grace=settings.limits.drain_s)
 
 
 def _run_loop(coro) -> None:
@@ -80,9 +82,13 @@ def serve(settings: Settings, config: str | None) -> int:
     }
     os.environ.update(env)
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_worker_entry, args=(config, env), daemon=False) for _ in range(settings.workers)]
-    for p in procs:
+
+    def spawn():
+        p = ctx.Process(target=_worker_entry, args=(config, env), daemon=False)
         p.start()
+        return p
+
+    procs = [spawn() for _ in range(settings.workers)]
     for line in listener_lines(settings):
         print(line, flush=True)
     stopping = False
@@ -92,19 +98,50 @@ def serve(settings: Settings, config: str | None) -> int:
         stopping = True
         for p in procs:
             if p.is_alive():
-                p.terminate()
+                p.terminate()  # each worker drains (limits.drain_s), then exits
 
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGTERM, _stop)
-    code = 0
     try:
-        for p in procs:
-            p.join()
-            if p.exitcode and not stopping:
-                code = p.exitcode
-                _stop(None, None)
+        return _supervise(procs, spawn, lambda: stopping, _stop)
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+RESTART_WINDOW_S = 60.0
+MAX_RESTARTS = 5  # in RESTART_WINDOW_S; past it the gateway stops instead of crash-looping
+
+
+def _supervise(procs: list, spawn, stopping, stop) -> int:
+    """Restart a worker that dies (logged); stop everything if workers keep dying. Returns the exit code."""
+    from multiprocessing.connection import wait
+
+    from prometheus_client import multiprocess
+
+    restarts: collections.deque[float] = collections.deque()
+    code = 0
+    while not stopping():
+        dead = set(wait([p.sentinel for p in procs], timeout=1.0))
+        for i, p in enumerate(procs):
+            if p.sentinel not in dead or stopping():
+                continue
+            p.join()
+            multiprocess.mark_process_dead(p.pid)  # its live gauges (in-flight) leave the sums
+            now = time.monotonic()
+            restarts.append(now)
+            while restarts and now - restarts[0] > RESTART_WINDOW_S:
+                restarts.popleft()
+            if len(restarts) > MAX_RESTARTS:
+                log.error("workers died %d times in %.0f s (last: pid %d, exit code %s); stopping",
+                          len(restarts), RESTART_WINDOW_S, p.pid, p.exitcode)
+                code = p.exitcode or 1
+                stop(None, None)
+                break
+            procs[i] = spawn()
+            log.warning("worker %d exited with code %s; started worker %d in its place", p.pid, p.exitcode,
+                        procs[i].pid)
+    for p in procs:
+        p.join()
     return code
 
 

@@ -80,6 +80,7 @@ class Limits(Strict):
     keep_alive_s: Seconds = 120.0
     request_read_timeout_s: Seconds = 120.0
     stream_timeout_s: Seconds = 600.0  # default deadline of a streamed (generation) call
+    drain_s: Annotated[float, Field(ge=0)] = 5.0  # on SIGTERM: time given to requests in flight
 
 
 class LocalTriton(Strict):

@@ -138,6 +138,41 @@ def test_two_workers_share_the_ports_aggregate_metrics_and_stop_together(triton,
     assert not [w for w in children if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
 
 
+def test_a_worker_that_dies_is_replaced_and_logged(triton, tmp_path):
+    ports = {name: free_port() for name in ("v2_grpc", "admin_http")}
+    cfg = gateway_config(triton.grpc_target, ports)
+    cfg["workers"] = 2
+    for name in ("tfserving_grpc", "tfserving_rest", "grps_http", "grps_grpc", "mindie_http"):
+        cfg["listeners"][name] = {"enabled": False, "port": free_port()}
+    gw = start_gateway(cfg, tmp_path)
+    try:
+        def workers():
+            out = []
+            for p in psutil.Process(gw.proc.pid).children():
+                try:
+                    if p.status() != psutil.STATUS_ZOMBIE and "spawn_main" in " ".join(p.cmdline()):
+                        out.append(p)
+                except psutil.Error:  # exited between the listing and the look
+                    pass
+            return out
+
+        before = workers()
+        assert len(before) == 2
+        before[0].kill()  # SIGKILL: no goodbye
+        deadline = time.monotonic() + 60
+        now = workers()
+        while time.monotonic() < deadline and not (len(now) == 2 and before[0].pid not in {p.pid for p in now}):
+            time.sleep(0.2)
+            now = workers()
+        assert len(now) == 2 and before[0].pid not in {p.pid for p in now}, gw.log_tail()
+        assert f"worker {before[0].pid} exited with code -9; started worker" in gw.log_path.read_text()
+        for _ in range(20):  # every port still answers, whichever worker the kernel picks
+            assert _get(gw.url("admin_http") + "/live")[0] == 200
+    finally:
+        stop_gateway(gw)
+    assert gw.proc.returncode == 0, gw.log_tail()
+
+
 def test_triton_that_cannot_start_fails_clearly_with_its_log_tail(tmp_path):
 
     import pytest
