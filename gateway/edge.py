@@ -187,8 +187,10 @@ class Edge:
     def on_framework_error(self, request, exc: Exception):
         """Errors sanic raises before a handler runs (no route, bad method, body too large...)."""
         status = getattr(exc, "status_code", 500) or 500
-        kind = {404: ErrorKind.NOT_FOUND, 405: ErrorKind.NOT_FOUND, 408: ErrorKind.DEADLINE_EXCEEDED,
-                413: ErrorKind.RESOURCE_EXHAUSTED}.get(status, ErrorKind.INVALID_ARGUMENT)
+        # a body over limits.max_request_bytes (413, answered as soon as its length is known) is the
+        # client's mistake, rendered as the dialect's invalid-argument envelope with status 413
+        kind = {404: ErrorKind.NOT_FOUND, 405: ErrorKind.NOT_FOUND,
+                408: ErrorKind.DEADLINE_EXCEEDED}.get(status, ErrorKind.INVALID_ARGUMENT)
         if status >= 500:
             err = self._internal(exc)
         else:

@@ -75,7 +75,7 @@ class UpstreamSettings(Strict):
 
 
 class Limits(Strict):
-    max_request_bytes: Annotated[int, Field(ge=1)] = 1 << 30  # HTTP bodies and gRPC messages
+    max_request_bytes: Annotated[int, Field(ge=1)] = 100 << 20  # HTTP bodies (413) and gRPC messages
     max_inflight: Annotated[int, Field(ge=1)] = 1024  # requests in flight per worker before "overloaded"
     keep_alive_s: Seconds = 120.0
     request_read_timeout_s: Seconds = 120.0

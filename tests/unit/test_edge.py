@@ -228,3 +228,34 @@ async def test_health_names_no_internal_address_and_is_503_while_draining(worker
             assert r.status == 503 and orjson.loads(await r.read()) == {"status": "draining"}
     finally:
         ctx.draining = False
+
+
+@pytest.fixture
+async def small_limit_worker():
+    empty = grpc.aio.server()
+    up_port = empty.add_insecure_port("127.0.0.1:0")
+    await empty.start()
+    ports = {name: free_port() for name in ("tfserving_rest", "grps_http", "mindie_http")}
+    w = Worker(worker_settings(ports, f"127.0.0.1:{up_port}", LIMITS__MAX_REQUEST_BYTES="1000"))
+    await w.start()
+    async with aiohttp.ClientSession() as http:
+        yield ports, http
+    await w.stop(grace=0.1)
+    await empty.stop(None)
+
+
+async def test_a_body_over_the_limit_is_413_in_each_envelope_before_it_is_read(small_limit_worker):
+    ports, http = small_limit_worker
+    body = b'{"instances": [' + b"1.0," * 1000 + b"1.0]}"
+    async with http.post(f"http://127.0.0.1:{ports['tfserving_rest']}/v1/models/m:predict", data=body) as r:
+        assert r.status == 413 and orjson.loads(await r.read()) == {"error": "Request body exceeds the size limit"}
+    async with http.post(f"http://127.0.0.1:{ports['grps_http']}/grps/v1/infer/predict", data=body,
+                         headers={"Content-Type": "application/json"}) as r:
+        status = orjson.loads(await r.read())["status"]
+        assert r.status == 413 and status["code"] == 413 and status["status"] == "FAILURE"
+        assert status["msg"].startswith("Bad Request, err: ")
+    async with http.post(f"http://127.0.0.1:{ports['mindie_http']}/v1/chat/completions", data=body) as r:
+        got = orjson.loads(await r.read())
+        assert r.status == 413 and got["error_type"] == "Input Validation Error"
+    async with http.get(f"http://127.0.0.1:{ports['tfserving_rest']}/v1/models") as r:  # still serving
+        assert r.status == 400

@@ -71,7 +71,7 @@ async def proxy(request):
     up_port = upstream.add_insecure_port("127.0.0.1:0")
     await upstream.start()
     port = _port()
-    extra = getattr(request, "param", {})
+    extra = {"LIMITS__MAX_REQUEST_BYTES": str(200 << 20), **getattr(request, "param", {})}
     worker = Worker(worker_settings({"v2_grpc": port}, f"127.0.0.1:{up_port}", **extra))
     ctx = await worker.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", -1),
