@@ -202,18 +202,20 @@ class Edge:
         return resp
 
     # -- gRPC ----------------------------------------------------------------------------------
+    def _grpc_begin(self, route: str, request, context, model_of):
+        """The request's Call (id and deadline from the metadata), made current; its trailing metadata."""
+        call = self.begin(route, _metadata_value(context.invocation_metadata(), REQUEST_ID), _grpc_timeout(context))
+        if model_of is not None:
+            call.model = model_of(request)
+        return call, _current.set(call), ((REQUEST_ID, call.request_id),)
+
     def unary(self, route: str, fn: Callable[[Any, Any], Awaitable[Any]],
               model_of: Callable[[Any], str] | None = None):
         """A unary gRPC behaviour ``fn(request, context)`` behind the edge."""
         errors, admission = self.errors, self.admission
 
         async def handler(request, context):
-            call = self.begin(route, _metadata_value(context.invocation_metadata(), REQUEST_ID),
-                              _grpc_timeout(context))
-            if model_of is not None:
-                call.model = model_of(request)
-            token = _current.set(call)
-            trailing = ((REQUEST_ID, call.request_id),)
+            call, token, trailing = self._grpc_begin(route, request, context, model_of)
             outcome, answer = "internal", None
             try:
                 self._admit()
@@ -245,12 +247,7 @@ class Edge:
         errors, admission = self.errors, self.admission
 
         async def handler(request, context):
-            call = self.begin(route, _metadata_value(context.invocation_metadata(), REQUEST_ID),
-                              _grpc_timeout(context))
-            if model_of is not None:
-                call.model = model_of(request)
-            token = _current.set(call)
-            trailing = ((REQUEST_ID, call.request_id),)
+            call, token, trailing = self._grpc_begin(route, request, context, model_of)
             outcome, failure = "internal", None
             try:
                 self._admit()

@@ -105,16 +105,21 @@ def test_local_announces_listeners_and_leaves_nothing_behind_on_sigterm(tmp_path
     assert not leftovers, [(p.pid, p.cmdline()) for p in leftovers]
 
 
-def test_two_workers_share_the_ports_aggregate_metrics_and_stop_together(triton, tmp_path):
-    import numpy as np
-    import tritonclient.grpc as grpcclient
-
+def _two_workers(triton, tmp_path):
+    """A gateway with two worker processes and only the V2 and admin listeners."""
     ports = {name: free_port() for name in ("v2_grpc", "admin_http")}
     cfg = gateway_config(triton.grpc_target, ports)
     cfg["workers"] = 2
     for name in ("tfserving_grpc", "tfserving_rest", "grps_http", "grps_grpc", "mindie_http"):
         cfg["listeners"][name] = {"enabled": False, "port": free_port()}
-    gw = start_gateway(cfg, tmp_path)
+    return start_gateway(cfg, tmp_path)
+
+
+def test_two_workers_share_the_ports_aggregate_metrics_and_stop_together(triton, tmp_path):
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    gw = _two_workers(triton, tmp_path)
     try:
         children = psutil.Process(gw.proc.pid).children()
         workers = [p for p in children if "spawn_main" in " ".join(p.cmdline())]
@@ -139,12 +144,7 @@ def test_two_workers_share_the_ports_aggregate_metrics_and_stop_together(triton,
 
 
 def test_a_worker_that_dies_is_replaced_and_logged(triton, tmp_path):
-    ports = {name: free_port() for name in ("v2_grpc", "admin_http")}
-    cfg = gateway_config(triton.grpc_target, ports)
-    cfg["workers"] = 2
-    for name in ("tfserving_grpc", "tfserving_rest", "grps_http", "grps_grpc", "mindie_http"):
-        cfg["listeners"][name] = {"enabled": False, "port": free_port()}
-    gw = start_gateway(cfg, tmp_path)
+    gw = _two_workers(triton, tmp_path)
     try:
         def workers():
             out = []
