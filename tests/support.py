@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +84,18 @@ def worker_settings(ports: dict[str, int], upstream: str, **extra: str):
             env[f"GATEWAY__LISTENERS__{name.upper()}__PORT"] = str(ports[name])
     env.update({f"GATEWAY__{k}": v for k, v in extra.items()})
     return settings.load(None, env=env)
+
+
+def http_call(base: str, method: str, path: str, body: bytes | str | None = None, headers: dict | None = None,
+              timeout: float = 60) -> tuple[int, str | None, bytes]:
+    """(status, Content-Type, body) of one HTTP call, error statuses included (no exception)."""
+    data = body.encode() if isinstance(body, str) else body
+    req = urllib.request.Request(base + path, data=data, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.headers.get("Content-Type"), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Content-Type"), e.read()
 
 
 def gateway_config(triton_target: str, ports: dict[str, int], extra: dict | None = None) -> dict:

@@ -21,8 +21,6 @@ gateway's documented answer instead (docs/tfserving.md, "Ported TF Serving tests
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 
 import grpc
 import ml_dtypes
@@ -41,6 +39,7 @@ from gateway._proto.tensorflow_serving.apis import (
     regression_pb2,
 )
 from gateway._proto.tensorflow_serving.apis.get_model_metadata_pb2 import SignatureDefMap
+from tests.support import http_call
 
 M = "saved_model_half_plus_two_2_versions"
 
@@ -49,14 +48,8 @@ M = "saved_model_half_plus_two_2_versions"
 def rest(gateway):
     base = gateway.url("tfserving_rest")
 
-    def call(method: str, path: str, body: bytes | str | None = None):
-        data = body.encode() if isinstance(body, str) else body
-        req = urllib.request.Request(base + path, data=data, method=method)
-        try:
-            with urllib.request.urlopen(req, timeout=60) as r:
-                return r.status, r.headers.get("Content-Type"), r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.headers.get("Content-Type"), e.read()
+    def call(method: str, path: str, body: bytes | str | None = None, headers: dict | None = None):
+        return http_call(base, method, path, body, headers, timeout=60)
 
     return call
 

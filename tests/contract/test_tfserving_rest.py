@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import base64
 import json
-import urllib.error
-import urllib.request
 
 import pytest
+
+from tests.support import http_call
 
 HP3 = "saved_model_half_plus_three"
 
@@ -18,13 +18,7 @@ def rest(gateway):
     base = gateway.url("tfserving_rest")
 
     def call(method: str, path: str, body: bytes | str | None = None, headers: dict | None = None):
-        data = body.encode() if isinstance(body, str) else body
-        req = urllib.request.Request(base + path, data=data, method=method, headers=headers or {})
-        try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                return r.status, r.headers.get("Content-Type"), r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.headers.get("Content-Type"), e.read()
+        return http_call(base, method, path, body, headers, timeout=30)
 
     return call
 
