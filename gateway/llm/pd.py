@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import asdict, dataclass
 
 from gateway.core.errors import ErrorKind, GatewayError
@@ -21,7 +22,7 @@ from gateway.upstream import Upstream
 
 from .catalog import Resolved
 from .profiles import CONTEXT_ONLY, GENERATION_ONLY
-from .service import GenerationService, _Tally, new_seed
+from .service import Tally, ending, new_seed, tokens
 from .stops import StopMatcher
 from .types import Done, GenerateRequest, Token
 
@@ -62,19 +63,17 @@ class PhasedGeneration:
     async def context(self, req: GenerateRequest, model: Resolved) -> AsyncIterator[Token | Done | Handoff]:
         seed = req.sampling.seed if req.sampling.seed is not None else new_seed()
         infer = model.profile.encode_phase(req, model.spec.name, model.meta, seed, CONTEXT_ONLY)
-        stops, tally, start = StopMatcher(req.stop), _Tally(), time.perf_counter()
+        stops, tally, start = StopMatcher(req.stop), Tally(), time.perf_counter()
         params: list[bytes] = []
-        async for tok in self._run(infer, req, model, stops, tally, params):
-            yield tok
+        async with aclosing(tokens(self.upstream, infer, req, model, stops, tally, params)) as toks:
+            async for tok in toks:  # closing this generator closes the stream at once
+                yield tok
         if not params:
             raise GatewayError(ErrorKind.UPSTREAM_FAILED, "context-only response without context_phase_params")
         produced = tally.n_out if tally.n_out is not None else model.tokenizer.count(tally.raw)
         if stops.hit or produced >= req.max_tokens or not tally.raw or tally.reason:
-            tail = "" if stops.hit else stops.flush()
-            if tail:
-                tally.shown += tail
-                yield Token(tail, model.tokenizer.ids(tail))
-            yield GenerationService._done(req, model, tally, stops.hit, seed, start)
+            for ev in ending(req, model, tally, stops, seed, start):
+                yield ev
             return
         now = time.perf_counter()
         yield Handoff(Resume(seed=seed, context_phase_params=params[-1], raw=tally.raw, shown=tally.shown,
@@ -86,34 +85,12 @@ class PhasedGeneration:
                                            resume.context_phase_params)
         stops = StopMatcher(req.stop)
         stops.pending = resume.pending
-        tally = _Tally(raw=resume.raw, shown=resume.shown, n_in=resume.n_in, n_out=resume.n_out)
+        tally = Tally(raw=resume.raw, shown=resume.shown, n_in=resume.n_in, n_out=resume.n_out)
         start = time.perf_counter() - resume.elapsed_s
         if resume.ttft_s:
             tally.first_at = start + resume.ttft_s
-        async for tok in self._run(infer, req, model, stops, tally, []):
-            yield tok
-        tail = "" if stops.hit else stops.flush()
-        if tail:
-            tally.shown += tail
-            yield Token(tail, model.tokenizer.ids(tail))
-        yield GenerationService._done(req, model, tally, stops.hit, resume.seed, start)
-
-    async def _run(self, infer, req, model: Resolved, stops: StopMatcher, tally: _Tally,
-                   params: list[bytes]) -> AsyncIterator[Token]:
-        upstream = self.upstream.stream(infer, timeout=req.timeout)
-        try:
-            async for resp in upstream:
-                chunk = model.profile.decode(resp)
-                if chunk.context_phase_params is not None:
-                    params.append(chunk.context_phase_params)
-                if not tally.first_at and chunk.text:
-                    tally.first_at = time.perf_counter()
-                tally.add(chunk)
-                shown = stops.feed(chunk.text)
-                if shown:
-                    tally.shown += shown
-                    yield Token(shown, model.tokenizer.ids(shown))
-                if stops.hit:
-                    break
-        finally:
-            await upstream.aclose()
+        async with aclosing(tokens(self.upstream, infer, req, model, stops, tally)) as toks:
+            async for tok in toks:  # closing this generator closes the stream at once
+                yield tok
+        for ev in ending(req, model, tally, stops, resume.seed, start):
+            yield ev

@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 
 from gateway.upstream import Upstream
@@ -29,7 +30,7 @@ def new_seed() -> int:
 
 
 @dataclass(slots=True)
-class _Tally:
+class Tally:
     raw: str = ""  # everything the model produced
     shown: str = ""  # what the client was given
     n_in: int | None = None
@@ -67,44 +68,64 @@ class GenerationService:
     async def generate(self, req: GenerateRequest, model: Resolved) -> AsyncIterator[Event]:
         seed = req.sampling.seed if req.sampling.seed is not None else new_seed()
         infer = model.profile.encode(req, model.spec.name, model.meta, seed)
-        stops = StopMatcher(req.stop)
-        tally = _Tally()
-        start = time.perf_counter()
-        upstream = self.upstream.stream(infer, timeout=req.timeout)
-        try:
-            async for resp in upstream:
-                chunk = model.profile.decode(resp)
-                if not tally.first_at and chunk.text:
-                    tally.first_at = time.perf_counter()
-                tally.add(chunk)
-                shown = stops.feed(chunk.text)
-                if shown:
-                    tally.shown += shown
-                    yield Token(shown, model.tokenizer.ids(shown))
-                if stops.hit:
-                    break
-        finally:
-            await upstream.aclose()  # early exit or client gone: cancels the Triton request
-        tail = "" if stops.hit else stops.flush()
-        if tail:
-            tally.shown += tail
-            yield Token(tail, model.tokenizer.ids(tail))
-        yield self._done(req, model, tally, stops.hit, seed, start)
+        stops, tally, start = StopMatcher(req.stop), Tally(), time.perf_counter()
+        async with aclosing(tokens(self.upstream, infer, req, model, stops, tally)) as toks:
+            async for tok in toks:  # closing this generator closes the stream at once
+                yield tok
+        for ev in ending(req, model, tally, stops, seed, start):
+            yield ev
 
-    @staticmethod
-    def _done(req: GenerateRequest, model: Resolved, tally: _Tally, stopped: bool, seed: int, start: float) -> Done:
-        produced = tally.n_out if tally.n_out is not None else model.tokenizer.count(tally.raw)
-        prompt_tokens = tally.n_in if tally.n_in is not None else model.tokenizer.count(req.prompt)
-        reason, derived = finish_reason(tally.reason, stopped, produced, req.max_tokens)
-        now = time.perf_counter()
-        return Done(
-            finish_reason=reason,
-            finish_derived=derived,
-            text=tally.shown,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=produced,
-            token_ids=model.tokenizer.ids(tally.shown),
-            seed=seed,
-            ttft_s=(tally.first_at or now) - start,
-            e2e_s=now - start,
-        )
+
+async def tokens(upstream: Upstream, infer, req: GenerateRequest, model: Resolved, stops: StopMatcher,
+                 tally: Tally, params: list[bytes] | None = None) -> AsyncIterator[Token]:
+    """One ModelStreamInfer call as Token events: decoded by the profile, counted in ``tally``, held
+    back and cut by the stop strings. ``params`` collects context_phase_params (PD's context phase).
+    Closing early (stop string, client gone) closes the upstream stream, which cancels the Triton request.
+    """
+    stream = upstream.stream(infer, timeout=req.timeout)
+    try:
+        async for resp in stream:
+            chunk = model.profile.decode(resp)
+            if params is not None and chunk.context_phase_params is not None:
+                params.append(chunk.context_phase_params)
+            if not tally.first_at and chunk.text:
+                tally.first_at = time.perf_counter()
+            tally.add(chunk)
+            shown = stops.feed(chunk.text)
+            if shown:
+                tally.shown += shown
+                yield Token(shown, model.tokenizer.ids(shown))
+            if stops.hit:
+                break
+    finally:
+        await stream.aclose()
+
+
+def ending(req: GenerateRequest, model: Resolved, tally: Tally, stops: StopMatcher, seed: int,
+           start: float) -> list[Event]:
+    """The events that end a generation: the held-back tail (unless a stop string ended it), then Done."""
+    out: list[Event] = []
+    tail = "" if stops.hit else stops.flush()
+    if tail:
+        tally.shown += tail
+        out.append(Token(tail, model.tokenizer.ids(tail)))
+    out.append(done_event(req, model, tally, stops.hit, seed, start))
+    return out
+
+
+def done_event(req: GenerateRequest, model: Resolved, tally: Tally, stopped: bool, seed: int, start: float) -> Done:
+    produced = tally.n_out if tally.n_out is not None else model.tokenizer.count(tally.raw)
+    prompt_tokens = tally.n_in if tally.n_in is not None else model.tokenizer.count(req.prompt)
+    reason, derived = finish_reason(tally.reason, stopped, produced, req.max_tokens)
+    now = time.perf_counter()
+    return Done(
+        finish_reason=reason,
+        finish_derived=derived,
+        text=tally.shown,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=produced,
+        token_ids=model.tokenizer.ids(tally.shown),
+        seed=seed,
+        ttft_s=(tally.first_at or now) - start,
+        e2e_s=now - start,
+    )
