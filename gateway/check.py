@@ -196,10 +196,12 @@ def _version(v: str) -> str:
 
 
 def render_table(report: Report) -> str:
+    """Per dialect, a table of NAME, TRITON MODEL, VERSION and DETAIL, each row followed by its
+    inputs and outputs; then the findings, errors first, and the counts."""
     triton = ("unreachable" if not report.reachable else "reachable, ready" if report.ready
               else "reachable, NOT ready")
     lines = [f"Triton {report.upstream}: {triton}"]
-    head = ("NAME", "TRITON MODEL", "VERSION", "INPUTS", "OUTPUTS", "DETAIL")
+    head = ("NAME", "TRITON MODEL", "VERSION", "DETAIL")
     for d in report.dialects:
         ports = ", ".join(f"{n} :{p}" for n, p in d["listeners"].items())
         lines += ["", f"{d['name']} ({ports})" if d["enabled"] else f"{d['name']} (all listeners disabled: skipped)"]
@@ -209,18 +211,24 @@ def render_table(report: Report) -> str:
         if not rows:
             lines.append("  (nothing exposed)")
             continue
-        table = [head] + [(r.name, r.model, _version(r.version) if r.model else "",
-                           ", ".join(map(str, r.inputs)), ", ".join(map(str, r.outputs)), r.detail)
-                          for r in rows]
-        widths = [max(len(t[i]) for t in table) for i in range(len(head))]
-        for t in table:
-            lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(t, widths, strict=True)).rstrip())
+        cells = [head] + [(r.name, r.model, _version(r.version) if r.model else "", r.detail) for r in rows]
+        widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
+        lines.append(_line(head, widths))
+        for r, c in zip(rows, cells[1:], strict=True):
+            lines.append(_line(c, widths))
+            for label, tensors in (("in: ", r.inputs), ("out:", r.outputs)):
+                if tensors:
+                    lines.append(f"      {label} {', '.join(map(str, tensors))}")
     if report.findings:
         lines += ["", "Findings:"]
         for f in sorted(report.findings, key=lambda f: f.level != "error"):
             lines.append(f"  {f.level.upper():<7} {f.dialect} {f.name}: {f.message}")
     lines += ["", f"{report.errors} error(s), {report.warnings} warning(s)"]
     return "\n".join(lines)
+
+
+def _line(cells, widths) -> str:
+    return "  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
 
 
 def main(settings: Settings, as_json: bool = False) -> int:

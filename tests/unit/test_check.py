@@ -173,6 +173,18 @@ async def test_tf_classify_classes_must_be_bytes(tmp_path):
     assert "two: signature 'cls': classes output 'c' is INT32, not BYTES (class labels)" in errors(r)
 
 
+async def test_tf_regress_output_with_several_values_per_example(tmp_path):
+    scale = ModelMetadata("scale", ("1",), "python", (TensorSpec("signal", "FP32", (-1, 4)),),
+                          (TensorSpec("scaled", "FP32", (-1, 4)),), max_batch_size=8)
+    r = await report(tmp_path, {"tfserving": {"models": {"mine": {"triton": "scale", "derived": False, "signatures": {
+        "reg": {"method": "regress", "features": {"signal": "signal"}, "output": "scaled"}}}}}},
+        metas=[scale, ECHO, TINY])
+    msg = ("signature '{}': regress output 'scaled' has shape [-1, 4]; Regress needs one value per example "
+           "([batch] or [batch, 1])")
+    assert errors(r, "tfserving") == ["mine: " + msg.format("reg")]  # configured: an error
+    assert warnings(r, "tfserving") == ["scale: " + msg.format("tensorflow/serving/regress")]  # derived: a warning
+
+
 # -- GRPS findings ------------------------------------------------------------------------------
 async def test_grps_configured_name_on_a_missing_model_or_version(tmp_path):
     r = await report(tmp_path, {"grps": {"models": {
@@ -317,7 +329,8 @@ def test_table_shows_sections_rows_and_findings(tmp_path):
     r.findings.append(check.Finding("error", "tfserving", "half", "boom"))
     text = check.render_table(r)
     assert "tfserving (tfserving_rest :8501)" in text
-    assert "half  hp3           123      input=x FP32[-1]" in text
+    assert "  half  hp3           123      serving_default [predict]" in text
+    assert "\n      in:  input=x FP32[-1]\n" in text
     assert "ERROR   tfserving half: boom" in text
     assert text.endswith("1 error(s), 0 warning(s)")
 

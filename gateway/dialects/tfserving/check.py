@@ -55,7 +55,7 @@ async def _model(ctx: CheckContext, catalog: Catalog, name: str) -> list:
         detail = f"{sname} [{sig.method}]" + (f" labels: {labels}" if labels else "")
         out.append(ctx.row(name, sig.triton, version, ios(sig.inputs, sig.client_dtype),
                            ios(sig.outputs, sig.client_dtype), detail))
-        out += _types(ctx, name, sname, sig)
+        out += _types(ctx, name, sname, sig, configured=sname in model.signatures)
     return out
 
 
@@ -86,7 +86,7 @@ async def _signatures(ctx: CheckContext, conf: TFServingConfig, model: ModelConf
     return sigs
 
 
-def _types(ctx: CheckContext, name: str, sname: str, sig: Signature) -> list:
+def _types(ctx: CheckContext, name: str, sname: str, sig: Signature, configured: bool) -> list:
     out = []
     tensors = [*sig.inputs, *sig.outputs]
     no_json = sorted({f"{s.name} {sig.client_dtype(s)}" for _, s in tensors
@@ -101,8 +101,18 @@ def _types(ctx: CheckContext, name: str, sname: str, sig: Signature) -> list:
             if datatypes.by_v2(spec.datatype).numpy.kind not in examples._ACCEPTS:
                 out.append(ctx.error(name, f"signature '{sname}': feature '{feature}' -> input '{spec.name}' is "
                                            f"{spec.datatype}, which no tf.Example feature can fill"))
+    if sig.method == "regress" and not _one_per_example(sig.outputs[0][1].shape):
+        spec = sig.outputs[0][1]
+        # examples.regress_values refuses any other shape; a derived signature only warns (not configured)
+        level = ctx.error if configured else ctx.warning
+        out.append(level(name, f"signature '{sname}': regress output '{spec.name}' has shape {list(spec.shape)}; "
+                               "Regress needs one value per example ([batch] or [batch, 1])"))
     if sig.method == "classify" and len(sig.outputs) > 1 and sig.outputs[1][1].datatype != "BYTES":
         spec = sig.outputs[1][1]
         out.append(ctx.error(name, f"signature '{sname}': classes output '{spec.name}' is {spec.datatype}, "
                                    "not BYTES (class labels)"))
     return out
+
+
+def _one_per_example(shape: tuple[int, ...]) -> bool:
+    return len(shape) <= 1 or len(shape) == 2 and shape[1] in (1, -1)
