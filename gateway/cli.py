@@ -1,4 +1,5 @@
-"""Command line: ``gateway serve`` (the gateway alone) and ``gateway local`` (local Triton + gateway)."""
+"""Command line: ``gateway serve`` (the gateway alone), ``gateway local`` (local Triton + gateway) and
+``gateway check`` (how each dialect's names map onto Triton's models)."""
 
 from __future__ import annotations
 
@@ -198,12 +199,20 @@ def main(argv: list[str] | None = None) -> int:
     ):
         p = sub.add_parser(name, help=help_)
         p.add_argument("--config", "-c", help="YAML settings file (gateway.yaml is the commented reference)")
+    check = sub.add_parser("check", help="connect to Triton and show how each dialect's names map onto its models; "
+                                         "exit 1 on a mismatch (gateway/check.py)")
+    check.add_argument("--config", "-c", help="YAML settings file (gateway.yaml is the commented reference)")
+    check.add_argument("--json", action="store_true", help="JSON instead of a table")
     args = parser.parse_args(argv)
     try:
         s = settings_mod.load(args.config)
     except (OSError, settings_mod.SettingsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.command == "check":
+        from gateway import check as check_mod
+
+        return check_mod.main(s, as_json=args.json)
     _setup_logging(s.log_level)
     if args.command == "serve":
         return serve(s, args.config)

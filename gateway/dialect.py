@@ -7,6 +7,9 @@
       open          (WorkerContext, config) -> its per-worker state, created once per worker and
                     shared by all its listeners; the state carries ``errors`` (ErrorRendering) and
                     may define ``async start()`` / ``async close()``
+      check         optional "module:function": async (gateway.check.CheckContext) -> list of Row and
+                    Finding, what ``gateway check`` reports for the dialect, built from the same
+                    mapping code its requests use
     ListenerSpec.attach
       HTTP:  attach(app: sanic.Sanic, edge: Edge, state) -> None   routes added with edge.route(...)
       gRPC:  attach(server: grpc.aio.Server, edge: Edge, state) -> None   handlers wrapped by
@@ -73,6 +76,7 @@ class Dialect:
     listeners: tuple[ListenerSpec, ...]
     open: str  # "module:function": (WorkerContext, config) -> state with ``errors``
     config: type[BaseModel] = NoConfig
+    check: str | None = None  # "module:function" for ``gateway check`` (gateway/check.py)
 
 
 def load(target: str) -> Callable:

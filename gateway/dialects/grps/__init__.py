@@ -12,4 +12,5 @@ DIALECT = Dialect(
     ),
     open="gateway.dialects.grps.service:open",
     config=GrpsSettings,
+    check="gateway.dialects.grps.check:check",
 )

@@ -14,4 +14,5 @@ DIALECT = Dialect(
     ),
     open="gateway.dialects.mindie.http:open",
     config=MindieConfig,
+    check="gateway.dialects.mindie.check:check",
 )

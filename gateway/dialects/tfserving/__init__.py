@@ -15,4 +15,5 @@ DIALECT = Dialect(
     ),
     open="gateway.dialects.tfserving.service:open",
     config=TFServingConfig,
+    check="gateway.dialects.tfserving.check:check",
 )

@@ -12,4 +12,5 @@ DIALECT = Dialect(
     ),
     open="gateway.dialects.v2.passthrough:open",
     config=V2Config,
+    check="gateway.dialects.v2.check:check",
 )
