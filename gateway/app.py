@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from gateway import access
 from gateway.context import GatewayContext
 from gateway.dialect import Dialect, load
 from gateway.dialects import CATALOGUE
@@ -64,8 +65,10 @@ class Worker:
         if self.upstream_factory is not None:
             return self.upstream_factory(self.settings)
         u = self.settings.upstream
+        creds, tls_options = access.channel_credentials(u.tls) if u.tls is not None else (None, ())
         return TritonUpstream(u.grpc, default_timeout=u.timeout_s, cache_ttl=u.cache_ttl_s, retries=u.retries,
-                              stream_timeout=self.settings.limits.stream_timeout_s, lb_policy=u.lb_policy)
+                              stream_timeout=self.settings.limits.stream_timeout_s, lb_policy=u.lb_policy,
+                              credentials=creds, extra_options=tls_options)
 
     async def start(self) -> GatewayContext:
         upstream = self._upstream()
@@ -92,7 +95,8 @@ class Worker:
         for spec, lst in zip(dialect.listeners, listeners, strict=True):
             if not lst.enabled:
                 continue
-            edge = Edge(dialect.name, lst.name, state.errors, ctx.admission, lst.timeout_s, lst.stream_timeout_s)
+            edge = Edge(dialect.name, lst.name, state.errors, ctx.admission, lst.timeout_s, lst.stream_timeout_s,
+                        keys=access.listener_keys(lst))
             attach = load(spec.attach)
             if lst.transport == "grpc":
                 await self._start_grpc(lst, attach, edge, state)
@@ -104,7 +108,10 @@ class Worker:
         attach(server, edge, state)
         host = f"[{lst.host}]" if ":" in lst.host else lst.host
         try:
-            bound = server.add_insecure_port(f"{host}:{lst.port}")
+            if lst.tls is not None:
+                bound = server.add_secure_port(f"{host}:{lst.port}", access.server_credentials(lst.tls))
+            else:
+                bound = server.add_insecure_port(f"{host}:{lst.port}")
         except RuntimeError:
             bound = 0
         if not bound:
@@ -116,7 +123,8 @@ class Worker:
         app = make_app(lst.name, self.settings, edge)
         attach(app, edge, state)
         sock = bind_socket(lst, self.reuse_port)
-        srv = await app.create_server(sock=sock, return_asyncio_server=True, access_log=False)
+        tls = access.server_ssl(lst.tls) if lst.tls is not None else None
+        srv = await app.create_server(sock=sock, ssl=tls, return_asyncio_server=True, access_log=False)
         await srv.startup()
         await srv.before_start()
         await srv.after_start()

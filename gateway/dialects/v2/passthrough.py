@@ -19,8 +19,16 @@ from dataclasses import dataclass
 import grpc
 from sanic import response
 
+from gateway.access import AUTHORIZATION
 from gateway.context import GatewayContext
-from gateway.core.errors import GRPC_STATUS, HTTP_STATUS, ErrorKind, GatewayError, from_grpc_code
+from gateway.core.errors import (
+    GRPC_STATUS,
+    HTTP_STATUS,
+    ErrorKind,
+    GatewayError,
+    from_grpc_code,
+    public_details,
+)
 from gateway.dialect import GrpcStatus
 from gateway.edge import Edge, current
 from gateway.settings import Strict
@@ -39,9 +47,10 @@ _HOP_KEYS = frozenset({"user-agent", "te", "content-type", "host", "connection"}
 MAX_NAME = 256
 
 
-def forward_metadata(md) -> tuple[tuple[str, str | bytes], ...]:
+def forward_metadata(md, drop: frozenset[str] = frozenset()) -> tuple[tuple[str, str | bytes], ...]:
+    """``drop``: more keys kept from Triton (``authorization`` when it carried this gateway's API key)."""
     return tuple(
-        (k, v) for k, v in (md or ()) if k not in _HOP_KEYS and not k.startswith(("grpc-", ":"))
+        (k, v) for k, v in (md or ()) if k not in _HOP_KEYS and k not in drop and not k.startswith(("grpc-", ":"))
     )
 
 
@@ -108,7 +117,7 @@ class UpstreamStatus(GatewayError):
     __slots__ = ("status",)
 
     def __init__(self, err: grpc.aio.AioRpcError):
-        details = err.details() or ""
+        details = public_details(err.code(), err.details()) or ""  # Triton's address never reaches the client
         super().__init__(from_grpc_code(err.code(), details).kind, details)
         self.status = GrpcStatus(err.code(), details, tuple(err.trailing_metadata() or ()))
 
@@ -147,6 +156,7 @@ class Passthrough(grpc.GenericRpcHandler):
         self._channel = state.ctx.upstream.channel  # type: ignore[attr-defined]
         self._control = state.config.control_plane
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
+        self._drop = frozenset({AUTHORIZATION}) if edge.keys is not None else frozenset()
 
     def service(self, handler_call_details):
         method = handler_call_details.method
@@ -161,9 +171,12 @@ class Passthrough(grpc.GenericRpcHandler):
         name = method[len(PREFIX):]
         model_of = model_name if name in PER_MODEL else None
         if name in STREAMING:  # no serializers on either side: bytes
-            fn = _stream(self._channel.stream_stream(method))
+            fn = _stream(self._channel.stream_stream(method), self._drop)
             return grpc.stream_stream_rpc_method_handler(self._edge.stream(name, fn))
-        fn = _denied(name) if name in CONTROL and not self._control else _unary(self._channel.unary_unary(method))
+        if name in CONTROL and not self._control:
+            fn = _denied(name)
+        else:
+            fn = _unary(self._channel.unary_unary(method), self._drop)
         return grpc.unary_unary_rpc_method_handler(self._edge.unary(name, fn, model_of))
 
 
@@ -174,10 +187,10 @@ def _denied(name: str):
     return denied
 
 
-def _unary(upstream):
+def _unary(upstream, drop: frozenset[str]):
     async def unary(request: bytes, context):
         call = upstream(request, timeout=current().remaining(),
-                        metadata=forward_metadata(context.invocation_metadata()))
+                        metadata=forward_metadata(context.invocation_metadata(), drop))
         try:
             return await call
         except grpc.aio.AioRpcError as err:
@@ -188,7 +201,7 @@ def _unary(upstream):
     return unary
 
 
-def _stream(upstream):
+def _stream(upstream, drop: frozenset[str]):
     async def stream(request_iterator, context) -> AsyncIterator[bytes]:
         edge_call = current()
 
@@ -199,7 +212,7 @@ def _stream(upstream):
                 yield item
 
         call = upstream(requests(), timeout=edge_call.remaining(stream=True),
-                        metadata=forward_metadata(context.invocation_metadata()))
+                        metadata=forward_metadata(context.invocation_metadata(), drop))
         try:
             async for item in call:
                 yield item

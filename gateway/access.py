@@ -1,0 +1,129 @@
+"""Access and transport: API keys per listener, TLS on listeners and to Triton, models per dialect.
+
+    ApiKeys         the keys of one listener (``listeners.<name>.api_keys`` / ``api_keys_file``);
+                    the edge asks it about every request before admission
+    server_ssl      an ``ssl.SSLContext`` for an HTTP listener's ``tls`` (mTLS with ``client_ca_file``)
+    server_credentials / channel_credentials
+                    the same for a gRPC listener, and for the channel to Triton (``upstream.tls``)
+    ModelScope      the Triton models one dialect may reach (``dialects.<name>.triton_models``): a
+                    restricted view of the Upstream handed to the dialect's ``open``
+
+A key is presented as ``Authorization: Bearer <key>`` (HTTP header or gRPC metadata): what the
+OpenAI, TGI and vLLM clients send; TF Serving, GRPS and MindIE have no API keys of their own.
+Keys are compared as SHA-256 digests with ``hmac.compare_digest`` against every configured key,
+without an early exit, so neither the answer's timing nor its content tells which key came close.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ssl
+from collections.abc import Iterable
+from pathlib import Path
+
+import grpc
+
+from gateway.core.errors import ErrorKind, GatewayError
+
+AUTHORIZATION = "authorization"
+UNAUTHENTICATED_MESSAGE = "Missing or invalid API key (send Authorization: Bearer <key>)"
+
+
+def read_keys_file(path: str) -> list[str]:
+    """One key a line; blank lines and lines starting with ``#`` are ignored; OSError if unreadable."""
+    keys = []
+    for line in Path(path).read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keys.append(line)
+    return keys
+
+
+def bearer(value: str | bytes | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` value (scheme case-insensitive), else None."""
+    if isinstance(value, bytes):
+        value = value.decode("latin-1")
+    if not value:
+        return None
+    scheme, _, token = value.strip().partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()
+
+
+class ApiKeys:
+    """The keys one listener accepts (digests only are kept)."""
+
+    __slots__ = ("_digests",)
+
+    def __init__(self, keys: Iterable[str]):
+        self._digests = tuple(_digest(k) for k in keys)
+        if not self._digests:
+            raise ValueError("ApiKeys needs at least one key")
+
+    def __len__(self) -> int:
+        return len(self._digests)
+
+    def valid(self, token: str | None) -> bool:
+        """Constant time over every key: each one is compared, whatever the earlier ones gave."""
+        given = _digest(token if token is not None else "")
+        found = False
+        for digest in self._digests:
+            found |= hmac.compare_digest(given, digest)
+        return found and token is not None
+
+    def check(self, authorization: str | bytes | None) -> None:
+        """Raise UNAUTHENTICATED unless ``authorization`` is ``Bearer <one of the keys>``."""
+        if not self.valid(bearer(authorization)):
+            raise GatewayError(ErrorKind.UNAUTHENTICATED, UNAUTHENTICATED_MESSAGE)
+
+    def check_metadata(self, metadata) -> None:
+        """The same for gRPC invocation metadata (``authorization: Bearer <key>``)."""
+        value = None
+        for k, v in metadata or ():
+            if k == AUTHORIZATION:
+                value = v
+                break
+        self.check(value)
+
+
+def listener_keys(listener) -> ApiKeys | None:
+    """The listener's ApiKeys, or None when it requires none."""
+    keys = [k.get_secret_value() if hasattr(k, "get_secret_value") else k for k in listener.api_keys]
+    return ApiKeys(keys) if keys else None
+
+
+# -- TLS ------------------------------------------------------------------------------------------
+def _read(path: str | None) -> bytes | None:
+    return Path(path).read_bytes() if path else None
+
+
+def server_ssl(tls) -> ssl.SSLContext:
+    """An HTTP listener's TLS (TLS 1.2+); with ``client_ca_file`` a client certificate is required."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(tls.cert_file, tls.key_file)
+    if tls.client_ca_file:
+        ctx.load_verify_locations(cafile=tls.client_ca_file)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+def server_credentials(tls) -> grpc.ServerCredentials:
+    """A gRPC listener's TLS; with ``client_ca_file`` a client certificate is required (mTLS)."""
+    ca = _read(tls.client_ca_file)
+    return grpc.ssl_server_credentials([(_read(tls.key_file), _read(tls.cert_file))],
+                                       root_certificates=ca, require_client_auth=ca is not None)
+
+
+def channel_credentials(tls) -> tuple[grpc.ChannelCredentials, tuple[tuple[str, str], ...]]:
+    """``upstream.tls`` -> (credentials, extra channel options): the CA to trust (None: the system's),
+    the client certificate for mTLS, and the name Triton's certificate must carry."""
+    creds = grpc.ssl_channel_credentials(root_certificates=_read(tls.ca_file), private_key=_read(tls.key_file),
+                                         certificate_chain=_read(tls.cert_file))
+    options = (("grpc.ssl_target_name_override", tls.server_name),) if tls.server_name else ()
+    return creds, options
