@@ -20,6 +20,7 @@ import hashlib
 import hmac
 import ssl
 from collections.abc import Iterable
+from contextlib import aclosing
 from pathlib import Path
 
 import grpc
@@ -127,3 +128,77 @@ def channel_credentials(tls) -> tuple[grpc.ChannelCredentials, tuple[tuple[str, 
                                          certificate_chain=_read(tls.cert_file))
     options = (("grpc.ssl_target_name_override", tls.server_name),) if tls.server_name else ()
     return creds, options
+
+
+# -- models per dialect -------------------------------------------------------------------------------
+def unknown_model(name: str) -> GatewayError:
+    """Triton's own answer for a model it does not have: a model outside the scope is not there."""
+    return GatewayError(ErrorKind.NOT_FOUND, f"Request for unknown model: '{name}' is not found")
+
+
+class ModelScope:
+    """The Upstream as one dialect sees it when ``dialects.<name>.triton_models`` lists models: calls
+    naming another model answer NOT_FOUND in Triton's words (each dialect renders it as its own
+    not-found), and the repository index lists only these models. Everything else is delegated."""
+
+    def __init__(self, upstream, models: Iterable[str]):
+        self.upstream = upstream
+        self.models = frozenset(models)
+
+    def allows(self, model: str) -> bool:
+        return model in self.models
+
+    def _check(self, model: str) -> None:
+        if model not in self.models:
+            raise unknown_model(model)
+
+    async def infer(self, req, *, timeout: float | None = None):
+        self._check(req.model)
+        return await self.upstream.infer(req, timeout=timeout)
+
+    async def stream(self, req, *, timeout: float | None = None):
+        self._check(req.model)
+        async with aclosing(self.upstream.stream(req, timeout=timeout)) as items:  # closed at once with us
+            async for resp in items:
+                yield resp
+
+    async def model_metadata(self, model: str, version: str = ""):
+        self._check(model)
+        return await self.upstream.model_metadata(model, version)
+
+    async def model_config(self, model: str, version: str = ""):
+        self._check(model)
+        return await self.upstream.model_config(model, version)
+
+    async def model_ready(self, model: str, version: str = "") -> bool:
+        return model in self.models and await self.upstream.model_ready(model, version)
+
+    async def repository_index(self):
+        return [e for e in await self.upstream.repository_index() if e.name in self.models]
+
+    def __getattr__(self, name: str):  # server_ready, server_metadata, connect, close, channel...
+        return getattr(self.upstream, name)
+
+
+def scoped(upstream, models: Iterable[str]):
+    """``upstream`` restricted to ``models``; unchanged when the list is empty (every model)."""
+    models = tuple(models)
+    return ModelScope(upstream, models) if models else upstream
+
+
+class _ScopedContext:
+    """A worker's GatewayContext with the upstream replaced by a ModelScope; everything else (admission,
+    draining, started...) is read from the worker's own context, live."""
+
+    def __init__(self, ctx, upstream):
+        self._ctx = ctx
+        self.upstream = upstream
+
+    def __getattr__(self, name: str):
+        return getattr(self._ctx, name)
+
+
+def scoped_context(ctx, models: Iterable[str]):
+    """The context handed to a dialect's ``open``: ``ctx`` itself unless ``models`` restricts it."""
+    models = tuple(models)
+    return _ScopedContext(ctx, ModelScope(ctx.upstream, models)) if models else ctx

@@ -21,6 +21,7 @@ DIALECT = Dialect(
     listeners=(ListenerSpec("admin_http", 9090, "http", "admin HTTP (/health, /live, /metrics)",
                             "gateway.admin:attach"),),
     open="gateway.admin:open",
+    reaches_models=False,
 )
 
 

@@ -88,7 +88,9 @@ class Worker:
         return ctx
 
     async def _start_dialect(self, dialect: Dialect, listeners: list[Listener], ctx: GatewayContext) -> None:
-        state = load(dialect.open)(ctx, self.settings.dialect(dialect.name))
+        config = self.settings.dialect(dialect.name)
+        models = getattr(config, "triton_models", ())  # the dialect sees only these models (empty: all)
+        state = load(dialect.open)(access.scoped_context(ctx, models), config)
         self._states.append(state)
         if hasattr(state, "start"):
             await state.start()

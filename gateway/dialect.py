@@ -73,6 +73,7 @@ class Dialect:
     listeners: tuple[ListenerSpec, ...]
     open: str  # "module:function": (WorkerContext, config) -> state with ``errors``
     config: type[BaseModel] = NoConfig
+    reaches_models: bool = True  # its section takes ``triton_models`` (gateway.access.ModelScope)
 
 
 def load(target: str) -> Callable:

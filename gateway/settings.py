@@ -183,7 +183,16 @@ class Settings:
 def _dialect_models() -> dict[str, type[BaseModel]]:
     from gateway.dialects import CATALOGUE
 
-    return {d.name: d.config for d in CATALOGUE}
+    return {d.name: _section(d) for d in CATALOGUE}
+
+
+def _section(d) -> type[BaseModel]:
+    """A dialect's section: its own model, plus ``triton_models`` when it reaches Triton's models
+    (the allowlist gateway.access.ModelScope enforces for every dialect alike; empty: every model)."""
+    if not d.reaches_models:
+        return d.config
+    return create_model(f"{d.config.__name__}Section", __base__=d.config,
+                        triton_models=(Names, ()))
 
 
 @cache
@@ -194,8 +203,9 @@ def schema() -> type[BaseModel]:
     listeners = create_model("Listeners", __base__=Strict, **{
         spec.name: (ListenerSettings, ListenerSettings()) for d in CATALOGUE for spec in d.listeners
     })
+    sections = _dialect_models()
     dialects = create_model("Dialects", __base__=Strict, **{
-        d.name: (d.config, d.config()) for d in CATALOGUE
+        d.name: (sections[d.name], sections[d.name]()) for d in CATALOGUE
     })
     return create_model(
         "GatewayFile", __base__=Strict,
