@@ -33,7 +33,7 @@ from typing import Any
 import grpc
 
 from gateway import metrics
-from gateway.access import AUTHORIZATION, ApiKeys
+from gateway.access import AUTHORIZATION, UNAUTHENTICATED_MESSAGE, ApiKeys, bearer
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.dialect import ErrorRendering, GrpcStatus
 
@@ -206,9 +206,13 @@ class Edge:
             err = self._internal(exc)
         else:
             err = GatewayError(kind, str(exc) or "error")
+        if self.keys is not None and not self.keys.valid(bearer(request.headers.get(AUTHORIZATION))):
+            err, status = GatewayError(ErrorKind.UNAUTHENTICATED, UNAUTHENTICATED_MESSAGE), 401  # no route probing
         call = self.begin("_unrouted", request.headers.get(REQUEST_ID))
         self.finish(call, err.kind.value)
         resp = self.errors.http(err, status=None if status >= 500 else status)
+        if err.kind is ErrorKind.UNAUTHENTICATED:
+            resp.headers["www-authenticate"] = "Bearer"
         resp.headers[REQUEST_ID] = call.request_id
         return resp
 

@@ -155,6 +155,11 @@ async def test_http_listeners_answer_401_in_their_envelope(keyed):
     async with http.get(tf, headers=BEARER) as r:  # past the key: TF Serving's own answer
         assert r.status == 400 and orjson.loads(await r.read()) == {"error": "Missing model name in request."}
     assert _count("tfserving_rest", "unauthenticated") == before + 4
+    # sanic's own refusals (no such route) do not tell an unauthenticated client which routes exist
+    async with http.get(f"http://127.0.0.1:{ports['tfserving_rest']}/no/such/route") as r:
+        assert r.status == 401 and orjson.loads(await r.read()) == {"error": MESSAGE}
+    async with http.get(f"http://127.0.0.1:{ports['tfserving_rest']}/no/such/route", headers=BEARER) as r:
+        assert r.status == 404
 
     grps = f"http://127.0.0.1:{ports['grps_http']}/grps/v1/health/live"
     async with http.post(grps, json={}) as r:
