@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from gateway import access
 from gateway.context import GatewayContext
 from gateway.dialect import Dialect, load
 from gateway.dialects import CATALOGUE
 from gateway.edge import Edge
 from gateway.http import make_app
 from gateway.settings import Listener, Settings
-from gateway.upstream import TritonUpstream, Upstream
+from gateway.upstream import Upstream
 
 log = logging.getLogger("gateway")
 
@@ -63,9 +64,7 @@ class Worker:
     def _upstream(self) -> Upstream:
         if self.upstream_factory is not None:
             return self.upstream_factory(self.settings)
-        u = self.settings.upstream
-        return TritonUpstream(u.grpc, default_timeout=u.timeout_s, cache_ttl=u.cache_ttl_s, retries=u.retries,
-                              stream_timeout=self.settings.limits.stream_timeout_s, lb_policy=u.lb_policy)
+        return access.triton_client(self.settings)
 
     async def start(self) -> GatewayContext:
         upstream = self._upstream()
@@ -85,14 +84,17 @@ class Worker:
         return ctx
 
     async def _start_dialect(self, dialect: Dialect, listeners: list[Listener], ctx: GatewayContext) -> None:
-        state = load(dialect.open)(ctx, self.settings.dialect(dialect.name))
+        config = self.settings.dialect(dialect.name)
+        models = getattr(config, "triton_models", ())  # the dialect sees only these models (empty: all)
+        state = load(dialect.open)(access.scoped_context(ctx, models), config)
         self._states.append(state)
         if hasattr(state, "start"):
             await state.start()
         for spec, lst in zip(dialect.listeners, listeners, strict=True):
             if not lst.enabled:
                 continue
-            edge = Edge(dialect.name, lst.name, state.errors, ctx.admission, lst.timeout_s, lst.stream_timeout_s)
+            edge = Edge(dialect.name, lst.name, state.errors, ctx.admission, lst.timeout_s, lst.stream_timeout_s,
+                        keys=access.listener_keys(lst))
             attach = load(spec.attach)
             if lst.transport == "grpc":
                 await self._start_grpc(lst, attach, edge, state)
@@ -104,7 +106,10 @@ class Worker:
         attach(server, edge, state)
         host = f"[{lst.host}]" if ":" in lst.host else lst.host
         try:
-            bound = server.add_insecure_port(f"{host}:{lst.port}")
+            if lst.tls is not None:
+                bound = server.add_secure_port(f"{host}:{lst.port}", access.server_credentials(lst.tls))
+            else:
+                bound = server.add_insecure_port(f"{host}:{lst.port}")
         except RuntimeError:
             bound = 0
         if not bound:
@@ -116,7 +121,8 @@ class Worker:
         app = make_app(lst.name, self.settings, edge)
         attach(app, edge, state)
         sock = bind_socket(lst, self.reuse_port)
-        srv = await app.create_server(sock=sock, return_asyncio_server=True, access_log=False)
+        tls = access.server_ssl(lst.tls) if lst.tls is not None else None
+        srv = await app.create_server(sock=sock, ssl=tls, return_asyncio_server=True, access_log=False)
         await srv.startup()
         await srv.before_start()
         await srv.after_start()

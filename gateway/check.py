@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from gateway.access import scoped
 from gateway.core.errors import GatewayError
 from gateway.core.tensors import TensorSpec
 from gateway.settings import Settings
@@ -164,7 +165,9 @@ async def collect(settings: Settings, upstream: Upstream) -> Report:
                                 "listeners": {lst.name: lst.port for lst in listeners if lst.enabled}})
         if not enabled:
             continue
-        ctx = CheckContext(settings, d.name, settings.dialect(d.name), upstream)
+        config = settings.dialect(d.name)
+        # the dialect's view, as its requests will have it (dialects.<name>.triton_models)
+        ctx = CheckContext(settings, d.name, config, scoped(upstream, getattr(config, "triton_models", ())))
         try:
             items = await load(d.check)(ctx)
         except GatewayError as e:
@@ -178,11 +181,9 @@ async def collect(settings: Settings, upstream: Upstream) -> Report:
 
 async def run(settings: Settings) -> Report:
     """Connect to ``upstream.grpc`` with the gateway's own client, collect, close."""
-    from gateway.upstream.client import TritonUpstream
+    from gateway.access import triton_client
 
-    up = settings.upstream
-    client = TritonUpstream(up.grpc, default_timeout=min(up.timeout_s, 10.0), cache_ttl=300.0,
-                            retries=up.retries, lb_policy=up.lb_policy)
+    client = triton_client(settings, default_timeout=min(settings.upstream.timeout_s, 10.0), cache_ttl=300.0)
     await client.connect()
     try:
         return await collect(settings, client)

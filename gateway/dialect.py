@@ -77,6 +77,7 @@ class Dialect:
     open: str  # "module:function": (WorkerContext, config) -> state with ``errors``
     config: type[BaseModel] = NoConfig
     check: str | None = None  # "module:function" for ``gateway check`` (gateway/check.py)
+    reaches_models: bool = True  # its section takes ``triton_models`` (gateway.access.ModelScope)
 
 
 def load(target: str) -> Callable:

@@ -3,6 +3,9 @@
     request id   from ``X-Request-Id`` / ``x-request-id`` metadata, else generated; Triton gets it
                  as the request id (upstream), the client gets it back (response header, or gRPC
                  trailing metadata)
+    API key      on a listener with keys (gateway/access.py), ``Authorization: Bearer <key>`` or
+                 the dialect's UNAUTHENTICATED answer (401), before admission; routes declared
+                 ``public`` (admin /health, /live) stay open for probes
     admission    at most ``limits.max_inflight`` requests in flight per worker; over it, the
                  dialect's own overloaded answer (``errors.overloaded``)
     deadline     the listener's default (``timeout_s`` / ``stream_timeout_s``), or the client's
@@ -30,6 +33,7 @@ from typing import Any
 import grpc
 
 from gateway import metrics
+from gateway.access import AUTHORIZATION, UNAUTHENTICATED_MESSAGE, ApiKeys, bearer
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.dialect import ErrorRendering, GrpcStatus
 
@@ -120,7 +124,8 @@ class Edge:
     """The edge of one listener: wraps its handlers (HTTP routes, gRPC methods)."""
 
     def __init__(self, dialect: str, listener: str, errors: ErrorRendering, admission: Admission,
-                 timeout_s: float, stream_timeout_s: float):
+                 timeout_s: float, stream_timeout_s: float, keys: ApiKeys | None = None):
+        self.keys = keys  # the listener's API keys (None: open)
         self.dialect = dialect
         self.listener = listener
         self.errors = errors
@@ -146,18 +151,22 @@ class Edge:
 
     # -- HTTP ----------------------------------------------------------------------------------
     def route(self, app, handler: Callable[..., Awaitable[Any]], uri: str, methods: list[str], name: str,
-              admit: bool = True) -> None:
-        """Add ``handler(request, **path_params)`` to a sanic app behind the edge, as route ``name``."""
-        app.add_route(self.http(name, handler, admit), uri, methods=methods, name=name)
+              admit: bool = True, public: bool = False) -> None:
+        """Add ``handler(request, **path_params)`` to a sanic app behind the edge, as route ``name``
+        (``public``: no API key asked, for probes)."""
+        app.add_route(self.http(name, handler, admit, public), uri, methods=methods, name=name)
 
-    def http(self, route: str, handler: Callable[..., Awaitable[Any]], admit: bool = True):
+    def http(self, route: str, handler: Callable[..., Awaitable[Any]], admit: bool = True, public: bool = False):
         errors, admission = self.errors, self.admission
+        keys = None if public else self.keys
 
         async def endpoint(request, **params):
             call = self.begin(route, request.headers.get(REQUEST_ID))
             token = _current.set(call)
             outcome, resp = "internal", None
             try:
+                if keys is not None:
+                    keys.check(request.headers.get(AUTHORIZATION))
                 if admit:
                     self._admit()
                     try:
@@ -169,6 +178,8 @@ class Edge:
                 outcome = "ok"
             except GatewayError as err:
                 outcome, resp = err.kind.value, errors.http(err)
+                if err.kind is ErrorKind.UNAUTHENTICATED:
+                    resp.headers["www-authenticate"] = "Bearer"  # RFC 6750
             except asyncio.CancelledError:
                 outcome = "cancelled"
                 raise
@@ -195,9 +206,13 @@ class Edge:
             err = self._internal(exc)
         else:
             err = GatewayError(kind, str(exc) or "error")
+        if self.keys is not None and not self.keys.valid(bearer(request.headers.get(AUTHORIZATION))):
+            err, status = GatewayError(ErrorKind.UNAUTHENTICATED, UNAUTHENTICATED_MESSAGE), 401  # no route probing
         call = self.begin("_unrouted", request.headers.get(REQUEST_ID))
         self.finish(call, err.kind.value)
         resp = self.errors.http(err, status=None if status >= 500 else status)
+        if err.kind is ErrorKind.UNAUTHENTICATED:
+            resp.headers["www-authenticate"] = "Bearer"
         resp.headers[REQUEST_ID] = call.request_id
         return resp
 
@@ -218,6 +233,8 @@ class Edge:
             call, token, trailing = self._grpc_begin(route, request, context, model_of)
             outcome, answer = "internal", None
             try:
+                if self.keys is not None:
+                    self.keys.check_metadata(context.invocation_metadata())
                 self._admit()
                 try:
                     answer = await fn(request, context)
@@ -250,6 +267,8 @@ class Edge:
             call, token, trailing = self._grpc_begin(route, request, context, model_of)
             outcome, failure = "internal", None
             try:
+                if self.keys is not None:
+                    self.keys.check_metadata(context.invocation_metadata())
                 self._admit()
                 try:
                     async for item in fn(request, context):

@@ -31,7 +31,16 @@ from types import MappingProxyType
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 ENV_PREFIX = "GATEWAY__"
 
@@ -51,12 +60,42 @@ Seconds = Annotated[float, Field(gt=0)]
 Names = Annotated[tuple[str, ...], Field(strict=False)]  # a YAML list of strings; a bare string is refused
 
 
+class ListenerTls(Strict):
+    """``listeners.<name>.tls``: PEM files; ``client_ca_file`` makes clients present a certificate (mTLS)."""
+
+    cert_file: str
+    key_file: str
+    client_ca_file: str | None = None
+
+
+class UpstreamTls(Strict):
+    """``upstream.tls``: TLS to Triton (``tls: {}``: the system's CAs); cert_file + key_file: mTLS."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    server_name: str | None = None  # the name Triton's certificate must carry, when not the target's host
+
+    @model_validator(mode="after")
+    def _pair(self):
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file go together (a client certificate and its key)")
+        return self
+
+
+ApiKey = Annotated[SecretStr, Field(min_length=1)]
+
+
 class ListenerSettings(Strict):
     host: str | None = None  # None: the top-level ``host``
     port: Port | None = None  # None: the dialect's default port
     enabled: bool = True
     timeout_s: Seconds | None = None  # deadline of a unary call (None: the listener's default)
     stream_timeout_s: Seconds | None = None  # deadline of a streamed call (None: limits.stream_timeout_s)
+    # access (gateway/access.py): keys required as ``Authorization: Bearer <key>`` (none: open)
+    api_keys: Annotated[tuple[ApiKey, ...], Field(strict=False)] = ()
+    api_keys_file: str | None = None  # one key a line (# comments); adds to api_keys
+    tls: ListenerTls | None = None
 
 
 class UpstreamSettings(Strict):
@@ -66,6 +105,7 @@ class UpstreamSettings(Strict):
     timeout_s: Seconds = 60.0  # default deadline of a unary call when the listener declares none
     cache_ttl_s: Annotated[float, Field(ge=0)] = 2.0  # metadata / readiness cache
     retries: Annotated[int, Field(ge=1)] = 3  # attempts for idempotent calls on UNAVAILABLE
+    tls: UpstreamTls | None = None  # None: plaintext gRPC to Triton
 
     @field_validator("grpc")
     @classmethod
@@ -114,6 +154,8 @@ class Listener:
     enabled: bool
     timeout_s: float
     stream_timeout_s: float
+    api_keys: tuple[SecretStr, ...] = ()  # api_keys and the keys of api_keys_file (empty: open)
+    tls: ListenerTls | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +183,16 @@ class Settings:
 def _dialect_models() -> dict[str, type[BaseModel]]:
     from gateway.dialects import CATALOGUE
 
-    return {d.name: d.config for d in CATALOGUE}
+    return {d.name: _section(d) for d in CATALOGUE}
+
+
+def _section(d) -> type[BaseModel]:
+    """A dialect's section: its own model, plus ``triton_models`` when it reaches Triton's models
+    (the allowlist gateway.access.ModelScope enforces for every dialect alike; empty: every model)."""
+    if not d.reaches_models:
+        return d.config
+    return create_model(f"{d.config.__name__}Section", __base__=d.config,
+                        triton_models=(Names, ()))
 
 
 @cache
@@ -152,8 +203,9 @@ def schema() -> type[BaseModel]:
     listeners = create_model("Listeners", __base__=Strict, **{
         spec.name: (ListenerSettings, ListenerSettings()) for d in CATALOGUE for spec in d.listeners
     })
+    sections = _dialect_models()
     dialects = create_model("Dialects", __base__=Strict, **{
-        d.name: (d.config, d.config()) for d in CATALOGUE
+        d.name: (sections[d.name], sections[d.name]()) for d in CATALOGUE
     })
     return create_model(
         "GatewayFile", __base__=Strict,
@@ -282,12 +334,30 @@ def _resolve(doc: BaseModel, source: str) -> Settings:
                 host=s.host or doc.host, port=s.port or spec.port, enabled=s.enabled,
                 timeout_s=s.timeout_s or spec.timeout_s or doc.upstream.timeout_s,
                 stream_timeout_s=s.stream_timeout_s or doc.limits.stream_timeout_s,
+                api_keys=s.api_keys + _keys_file(spec.name, s.api_keys_file, source), tls=s.tls,
             )
     return Settings(
         upstream=doc.upstream, listeners=MappingProxyType(listeners), limits=doc.limits,
         local_triton=doc.local_triton, workers=doc.workers, log_level=doc.log_level,
         dialects=MappingProxyType({d.name: getattr(doc.dialects, d.name) for d in CATALOGUE}), source=source,
     )
+
+
+def _keys_file(listener: str, path: str | None, source: str) -> tuple[SecretStr, ...]:
+    """The keys of ``listeners.<name>.api_keys_file``; a file without keys is refused (the listener
+    would look protected and be open)."""
+    if path is None:
+        return ()
+    from gateway.access import read_keys_file
+
+    where = f"{source or 'settings'}: listeners.{listener}.api_keys_file"
+    try:
+        keys = read_keys_file(path)
+    except (OSError, UnicodeDecodeError) as e:
+        raise SettingsError(f"{where}: cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+    if not keys:
+        raise SettingsError(f"{where}: {path} holds no key (one a line)")
+    return tuple(SecretStr(k) for k in keys)
 
 
 def _check_ports(s: Settings) -> None:

@@ -12,9 +12,12 @@ dialect renders an ErrorKind in its own envelope through a table of its own
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Mapping
 
 import grpc
+
+log = logging.getLogger("gateway.upstream")
 
 
 class ErrorKind(enum.Enum):
@@ -30,6 +33,7 @@ class ErrorKind(enum.Enum):
     UNIMPLEMENTED = "unimplemented"
     UPSTREAM_FAILED = "upstream_failed"  # Triton answered with an internal error
     INTERNAL = "internal"  # a bug in the gateway
+    UNAUTHENTICATED = "unauthenticated"  # no valid API key for a listener that requires one
 
 
 class GatewayError(Exception):
@@ -78,10 +82,31 @@ _FROM_GRPC: dict[grpc.StatusCode, ErrorKind] = {
 }
 
 
+# grpc-core's own words when the channel cannot reach Triton: they name Triton's address, which a
+# client is not told (the text is logged instead); Triton's own UNAVAILABLE answers keep their text
+_TRANSPORT_WORDS = ("failed to connect", "errors resolving", "dns resolution", "socket closed", "connection reset",
+                    "handshake", "ipv4:", "ipv6:", "unix:", "connections to all backends")
+UNREACHABLE = "Triton is unreachable"
+_last_logged: list[str] = [""]
+
+
+def public_details(code: grpc.StatusCode | None, details: str | None) -> str | None:
+    """``details`` as a client may see them: a transport failure's text (with Triton's address) is
+    replaced by UNREACHABLE and logged (each new text once in a row)."""
+    if code is grpc.StatusCode.UNAVAILABLE and details:
+        low = details.lower()
+        if any(w in low for w in _TRANSPORT_WORDS):
+            if details != _last_logged[0]:
+                _last_logged[0] = details
+                log.warning("upstream unreachable: %s", details)
+            return UNREACHABLE
+    return details
+
+
 def from_grpc_code(code: grpc.StatusCode | None, details: str | None) -> GatewayError:
     """Triton's gRPC status → GatewayError (used only at the upstream edge)."""
     kind = _FROM_GRPC.get(code, ErrorKind.UPSTREAM_FAILED) if code is not None else ErrorKind.UPSTREAM_FAILED
-    return GatewayError(kind, details or (code.name if code else "upstream error"))
+    return GatewayError(kind, public_details(code, details) or (code.name if code else "upstream error"))
 
 
 # A generic rendering used by listeners that have no dialect of their own (admin) and as the
@@ -99,6 +124,7 @@ GRPC_STATUS: dict[ErrorKind, grpc.StatusCode] = {
     ErrorKind.UNIMPLEMENTED: grpc.StatusCode.UNIMPLEMENTED,
     ErrorKind.UPSTREAM_FAILED: grpc.StatusCode.INTERNAL,
     ErrorKind.INTERNAL: grpc.StatusCode.INTERNAL,
+    ErrorKind.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
 }
 
 HTTP_STATUS: dict[ErrorKind, int] = {
@@ -114,6 +140,7 @@ HTTP_STATUS: dict[ErrorKind, int] = {
     ErrorKind.UNIMPLEMENTED: 501,
     ErrorKind.UPSTREAM_FAILED: 500,
     ErrorKind.INTERNAL: 500,
+    ErrorKind.UNAUTHENTICATED: 401,
 }
 
 

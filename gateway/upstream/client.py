@@ -126,9 +126,11 @@ class TritonUpstream:
     own, the edge's request id; outside a request, ``default_timeout`` / ``stream_timeout`` apply."""
 
     def __init__(self, target: str, *, default_timeout: float = 60.0, cache_ttl: float = 2.0, retries: int = 3,
-                 stream_timeout: float = 600.0, lb_policy: str = "pick_first"):
+                 stream_timeout: float = 600.0, lb_policy: str = "pick_first",
+                 credentials: grpc.ChannelCredentials | None = None, extra_options: tuple = ()):
         self.target = target
-        self.options = channel_options(lb_policy)
+        self.options = (*channel_options(lb_policy), *extra_options)
+        self.credentials = credentials  # TLS / mTLS to Triton (gateway.access.channel_credentials); None: plaintext
         self.default_timeout = default_timeout
         self.stream_timeout = stream_timeout
         self.retries = retries
@@ -142,7 +144,10 @@ class TritonUpstream:
     async def connect(self) -> None:
         """Create the channel in the running loop (call from a server-start hook)."""
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self.target, options=self.options)
+            if self.credentials is not None:
+                self._channel = grpc.aio.secure_channel(self.target, self.credentials, options=self.options)
+            else:
+                self._channel = grpc.aio.insecure_channel(self.target, options=self.options)
             self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
             # ModelInfer with requests serialized by codec.serialize_request (tensor data copied once)
             self._model_infer = self._channel.unary_unary(

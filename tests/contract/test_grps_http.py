@@ -114,7 +114,7 @@ def test_seed_metadata_server_and_model_are_yaml(url):
     assert r["status"] == OK
     doc = yaml.safe_load(r["str_data"])
     assert "saved_model_half_plus_three-123" in doc["models"] and "tiny_llm-1" in doc["models"]
-    assert doc["grps"]["gateway_config"]["default_model"] == "grps_echo-1"
+    assert "gateway_config" not in doc["grps"]  # only with dialects.grps.server_metadata_config: true
     r = requests.post(f"{url}/grps/v1/metadata/model", json={"str_data": "saved_model_half_plus_three-123"},
                       timeout=10).json()
     doc = yaml.safe_load(r["str_data"])

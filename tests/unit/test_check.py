@@ -377,3 +377,15 @@ def test_exit_code_follows_errors_only(level, code):
     r = check.Report("x", True, True)
     r.findings.append(check.Finding(level, "grps", "n", "m"))
     assert r.exit_code == code
+
+
+# -- dialects.<name>.triton_models: check sees what the dialect's requests will see ------------------
+async def test_a_mapping_outside_the_dialects_triton_models_is_an_error(tmp_path):
+    grps = {"triton_models": ["grps_echo"],
+            "models": {"half-1.0.0": {"triton_model": "saved_model_half_plus_three", "ndarray_input": "x",
+                                      "ndarray_output": "y"}}}
+    r = await report(tmp_path, {"grps": grps})
+    assert any(e.startswith("half-1.0.0:") and "saved_model_half_plus_three" in e for e in errors(r, "grps")), r.findings
+    assert not errors(r, "tfserving")  # the other dialects still reach every model
+    r = await report(tmp_path, {"grps": {**grps, "triton_models": []}})
+    assert not errors(r, "grps"), r.findings

@@ -29,14 +29,22 @@ K = ErrorKind
 HTTP = {
     "tfserving": {K.INVALID_ARGUMENT: 400, K.NOT_FOUND: 404, K.FAILED_PRECONDITION: 400, K.NOT_READY: 503,
                   K.UNAVAILABLE: 503, K.DEADLINE_EXCEEDED: 504, K.RESOURCE_EXHAUSTED: 429, K.OVERLOADED: 503,
-                  K.CANCELLED: 499, K.UNIMPLEMENTED: 501, K.UPSTREAM_FAILED: 500, K.INTERNAL: 500},
+                  K.CANCELLED: 499, K.UNIMPLEMENTED: 501, K.UPSTREAM_FAILED: 500, K.INTERNAL: 500,
+                  K.UNAUTHENTICATED: 401},
     "grps": {K.INVALID_ARGUMENT: 400, K.NOT_FOUND: 404, K.FAILED_PRECONDITION: 400, K.NOT_READY: 503,
              K.UNAVAILABLE: 503, K.DEADLINE_EXCEEDED: 500, K.RESOURCE_EXHAUSTED: 503, K.OVERLOADED: 503,
-             K.CANCELLED: 500, K.UNIMPLEMENTED: 500, K.UPSTREAM_FAILED: 500, K.INTERNAL: 500},
+             K.CANCELLED: 500, K.UNIMPLEMENTED: 500, K.UPSTREAM_FAILED: 500, K.INTERNAL: 500,
+             K.UNAUTHENTICATED: 401},
     "mindie": {K.INVALID_ARGUMENT: 422, K.NOT_FOUND: 404, K.FAILED_PRECONDITION: 424, K.NOT_READY: 503,
                K.UNAVAILABLE: 503, K.DEADLINE_EXCEEDED: 500, K.RESOURCE_EXHAUSTED: 429, K.OVERLOADED: 429,
-               K.CANCELLED: 500, K.UNIMPLEMENTED: 501, K.UPSTREAM_FAILED: 424, K.INTERNAL: 500},
+               K.CANCELLED: 500, K.UNIMPLEMENTED: 501, K.UPSTREAM_FAILED: 424, K.INTERNAL: 500,
+               K.UNAUTHENTICATED: 401},
+    "admin": {K.UNAUTHENTICATED: 401},  # /metrics on an admin listener with keys
 }
+# gRPC status of a request without a valid key, on every gRPC listener (GRPS: brpc's ERPCAUTH, a
+# status rather than OK + FAILURE body, since brpc refuses it before GRPS runs)
+UNAUTHENTICATED_GRPC = {"tfserving": grpc.StatusCode.UNAUTHENTICATED, "grps": grpc.StatusCode.UNAUTHENTICATED,
+                        "v2": grpc.StatusCode.UNAUTHENTICATED}
 # gRPC status of the over-limit answer: TF Serving's batch queue (UNAVAILABLE), brpc ELIMIT
 # (UNAVAILABLE), Triton's queue (UNAVAILABLE)
 OVERLOADED = {
@@ -63,11 +71,13 @@ def test_every_dialect_renders_every_error_kind(dialect):
     for kind in ErrorKind:
         err = GatewayError(kind, "what happened")
         resp = errors.http(err)
-        if dialect.name in HTTP:
+        if kind in HTTP.get(dialect.name, {}):
             assert resp.status == HTTP[dialect.name][kind], (dialect.name, kind)
         else:
             assert 400 <= resp.status < 600
         answer = errors.grpc(err)
+        if kind is K.UNAUTHENTICATED and dialect.name in UNAUTHENTICATED_GRPC:
+            assert answer.code == UNAUTHENTICATED_GRPC[dialect.name], dialect.name
         assert isinstance(answer, GrpcStatus) or dialect.name == "grps", (dialect.name, kind)
         if isinstance(answer, GrpcStatus):
             assert answer.code is not grpc.StatusCode.OK

@@ -6,6 +6,8 @@
         start_online: true               # GRPS itself starts offline; set false to imitate it
         http_error_status: true          # false: answer errors with HTTP 200 (the C++ server)
         pretty_json: true                # JSON text byte-identical to the C++ server (false: compact)
+        server_metadata_config: false    # true: ServerMetadata also returns this section (as GRPS
+                                         #   returns its yml files); false: version, online, models
         default_max_tokens: 64           # for models with a max_tokens input (tiny_llm)
         streaming:
           ctrl_mode: query_param         # query_param | header_param | body_param
@@ -61,6 +63,7 @@ class GrpsSettings(Strict):
     start_online: bool = True
     http_error_status: bool = True
     pretty_json: bool = True
+    server_metadata_config: bool = False  # ServerMetadata shows this section only when true
     default_max_tokens: Annotated[int, Field(ge=1)] = 64
     streaming: Streaming = Streaming()
     models: dict[str, ModelRule] = {}

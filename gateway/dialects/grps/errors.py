@@ -4,10 +4,12 @@ GRPS reports every error in ``GrpsMessage.status`` as ``{code, msg, status: FAIL
 HTTP-like code. The HTTP side answers with the same HTTP status (unless configured to answer 200 like
 the C++ server); gRPC always answers grpc OK with the error in the body, as GRPS does.
 
-Overloaded is the exception: GRPS runs on brpc, which refuses a request past the server's
+Overloaded and unauthenticated are the exceptions: GRPS runs on brpc, which refuses a request past the server's
 ``max_concurrency`` before GRPS sees it, with ELIMIT "Reached server's max_concurrency=N": HTTP 503
 and gRPC UNAVAILABLE (brpc ErrorCodeToStatusCode / ErrorCodeToGrpcStatus). The gateway writes that
-text in GRPS's envelope on HTTP (so GRPS clients can parse it) and as the gRPC status.
+text in GRPS's envelope on HTTP (so GRPS clients can parse it) and as the gRPC status. A request
+without a valid API key is refused the same way, before GRPS, as brpc's authenticator refuses one
+(ERPCAUTH: HTTP 401, gRPC UNAUTHENTICATED).
 """
 
 from __future__ import annotations
@@ -39,7 +41,12 @@ TABLE: dict[ErrorKind, tuple[int, str]] = {
     ErrorKind.UNIMPLEMENTED: (500, "Not supported: "),
     ErrorKind.UPSTREAM_FAILED: (500, "Inference failed: "),
     ErrorKind.INTERNAL: (500, "Internal error: "),
+    ErrorKind.UNAUTHENTICATED: (401, ""),
 }
+
+# refused before GRPS runs (by brpc): the real HTTP status always, a gRPC status instead of OK + body
+_BEFORE_GRPS = {ErrorKind.OVERLOADED: grpc.StatusCode.UNAVAILABLE,
+                ErrorKind.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED}
 
 
 def render(err: GatewayError) -> tuple[int, str]:
@@ -72,12 +79,12 @@ class Rendering:
     def http(self, err: GatewayError, status: int | None = None):
         msg = self.message(err, status)
         code = msg.status.code
-        if not self.cfg.http_error_status and err.kind is not ErrorKind.OVERLOADED:
+        if not self.cfg.http_error_status and err.kind not in _BEFORE_GRPS:
             code = 200  # the C++ server answers HTTP 200 with the failure in the body
         body = codec.message_to_json(msg, self.cfg.pretty_json)
         return response.raw(body, status=code, content_type="application/json")
 
     def grpc(self, err: GatewayError) -> GrpcStatus | codec.GrpsMessage:
-        if err.kind is ErrorKind.OVERLOADED:
-            return GrpcStatus(grpc.StatusCode.UNAVAILABLE, err.message)
+        if err.kind in _BEFORE_GRPS:
+            return GrpcStatus(_BEFORE_GRPS[err.kind], err.message)
         return self.message(err)

@@ -100,9 +100,14 @@ class GrpsService:
 
     # -- metadata -------------------------------------------------------------------------------
     async def server_metadata(self) -> codec.GrpsMessage:
+        """GRPS answers its server.yml and inference.yml; the gateway answers its version, switch and
+        models, and its GRPS section (model mappings) only with ``server_metadata_config: true``."""
         index = await self.ctx.upstream.repository_index()
+        grps = {"version": VERSION, "online": self.online}
+        if self.cfg.server_metadata_config:
+            grps["gateway_config"] = self.cfg.as_dict()
         doc = {
-            "grps": {"version": VERSION, "gateway_config": self.cfg.as_dict(), "online": self.online},
+            "grps": grps,
             "models": sorted(f"{e.name}-{e.version}" for e in index if e.state == "READY" and e.version),
         }
         return self._yaml(doc)

@@ -17,6 +17,7 @@ from sanic import response
 
 from gateway.core.errors import GRPC_STATUS, ErrorKind, GatewayError
 from gateway.dialect import GrpcStatus
+from gateway.edge import current
 
 VALIDATION = "Input Validation Error"
 
@@ -33,7 +34,16 @@ TABLE: dict[ErrorKind, tuple[int, str]] = {
     ErrorKind.UNIMPLEMENTED: (501, "Not Implemented"),
     ErrorKind.UPSTREAM_FAILED: (424, "Generation Error"),
     ErrorKind.INTERNAL: (500, "Incomplete Generation"),
+    ErrorKind.UNAUTHENTICATED: (401, "Unauthorized"),
 }
+# MindIE has no API keys. On the OpenAI routes a refused key is answered as OpenAI does (the openai
+# SDK raises AuthenticationError); the other families keep MindIE's envelope with status 401.
+OPENAI_ROUTES = frozenset({"chat", "completions", "models", "model"})
+
+
+def openai_unauthenticated(err: GatewayError) -> dict:
+    return {"error": {"message": err.message, "type": "invalid_request_error", "param": None,
+                      "code": "invalid_api_key"}}
 
 
 def message(err: GatewayError) -> str:
@@ -59,6 +69,9 @@ class Rendering:
 
     def http(self, err: GatewayError, status: int | None = None):
         code, body = envelope(err)
+        call = current()
+        if err.kind is ErrorKind.UNAUTHENTICATED and call is not None and call.route in OPENAI_ROUTES:
+            body = openai_unauthenticated(err)
         return response.raw(orjson.dumps(body), status=status or code, content_type="application/json")
 
     def grpc(self, err: GatewayError) -> GrpcStatus:  # no gRPC listener; kept for completeness

@@ -32,6 +32,8 @@ TABLE: dict[ErrorKind, tuple[str, int, grpc.StatusCode]] = {
     ErrorKind.UNIMPLEMENTED: ("UNIMPLEMENTED", 501, grpc.StatusCode.UNIMPLEMENTED),
     ErrorKind.UPSTREAM_FAILED: ("INTERNAL", 500, grpc.StatusCode.INTERNAL),
     ErrorKind.INTERNAL: ("INTERNAL", 500, grpc.StatusCode.INTERNAL),
+    # TF Serving has no API keys; an absl UNAUTHENTICATED status is 401 in ToHTTPStatusCode
+    ErrorKind.UNAUTHENTICATED: ("UNAUTHENTICATED", 401, grpc.StatusCode.UNAUTHENTICATED),
 }
 
 GRPC_MESSAGE_LIMIT = 1024  # grpc_status_util.cc truncates longer messages

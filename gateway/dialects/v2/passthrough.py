@@ -8,19 +8,33 @@ none or a longer one), and cancellation (the upstream call is cancelled in ``fin
 codes, details and trailing metadata come back exactly as Triton sent them. Triton's control plane
 (model load/unload, shared-memory registration, trace and log settings) answers
 PERMISSION_DENIED unless ``dialects.v2.control_plane`` is true. The message is never
-rewritten: a V2 client's own ``id`` field is Triton's request id.
+rewritten: a V2 client's own ``id`` field is Triton's request id. With ``dialects.v2.triton_models``
+(the ModelScope of gateway/access.py), a request naming another model is NOT_FOUND before it reaches
+Triton (a stream ends NOT_FOUND at the first such message), and the repository index and every
+model's statistics are decoded and filtered; the gateway's API key (``authorization``) is not
+forwarded to Triton.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import grpc
 from sanic import response
+from tritonclient.grpc import service_pb2
 
+from gateway.access import AUTHORIZATION, ModelScope, unknown_model
 from gateway.context import GatewayContext
-from gateway.core.errors import GRPC_STATUS, HTTP_STATUS, ErrorKind, GatewayError, from_grpc_code
+from gateway.core.errors import (
+    GRPC_STATUS,
+    HTTP_STATUS,
+    ErrorKind,
+    GatewayError,
+    from_grpc_code,
+    public_details,
+)
 from gateway.dialect import GrpcStatus
 from gateway.edge import Edge, current
 from gateway.settings import Strict
@@ -39,9 +53,10 @@ _HOP_KEYS = frozenset({"user-agent", "te", "content-type", "host", "connection"}
 MAX_NAME = 256
 
 
-def forward_metadata(md) -> tuple[tuple[str, str | bytes], ...]:
+def forward_metadata(md, drop: frozenset[str] = frozenset()) -> tuple[tuple[str, str | bytes], ...]:
+    """``drop``: more keys kept from Triton (``authorization`` when it carried this gateway's API key)."""
     return tuple(
-        (k, v) for k, v in (md or ()) if k not in _HOP_KEYS and not k.startswith(("grpc-", ":"))
+        (k, v) for k, v in (md or ()) if k not in _HOP_KEYS and k not in drop and not k.startswith(("grpc-", ":"))
     )
 
 
@@ -57,8 +72,8 @@ def _varint(buf: bytes, i: int) -> tuple[int, int]:
     raise ValueError("varint longer than 10 bytes")
 
 
-def model_name(raw: bytes, max_fields: int = 16) -> str:
-    """Field 1 (a string) of a serialized request, read without decoding the rest.
+def model_name(raw: bytes, max_fields: int = 16, field: int = 1) -> str:
+    """Field 1 (a string; or ``field``) of a serialized request, read without decoding the rest.
 
     Serializers write fields in number order, so it is the first; the scan gives up after a few
     fields or at anything malformed (Triton will say what is wrong with the request).
@@ -72,7 +87,7 @@ def model_name(raw: bytes, max_fields: int = 16) -> str:
             wire = key & 7
             if wire == 2:
                 length, i = _varint(raw, i)
-                if key >> 3 == 1:
+                if key >> 3 == field:
                     return raw[i:i + min(length, MAX_NAME)].decode("utf-8", "replace")
                 i += length
             elif wire == 0:
@@ -108,7 +123,7 @@ class UpstreamStatus(GatewayError):
     __slots__ = ("status",)
 
     def __init__(self, err: grpc.aio.AioRpcError):
-        details = err.details() or ""
+        details = public_details(err.code(), err.details()) or ""  # Triton's address never reaches the client
         super().__init__(from_grpc_code(err.code(), details).kind, details)
         self.status = GrpcStatus(err.code(), details, tuple(err.trailing_metadata() or ()))
 
@@ -145,8 +160,11 @@ class Passthrough(grpc.GenericRpcHandler):
     def __init__(self, edge: Edge, state: State):
         self._edge = edge
         self._channel = state.ctx.upstream.channel  # type: ignore[attr-defined]
+        # dialects.v2.triton_models: the models this listener may name (None: every model)
+        self._scope = state.ctx.upstream if isinstance(state.ctx.upstream, ModelScope) else None
         self._control = state.config.control_plane
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
+        self._drop = frozenset({AUTHORIZATION}) if edge.keys is not None else frozenset()
 
     def service(self, handler_call_details):
         method = handler_call_details.method
@@ -161,9 +179,14 @@ class Passthrough(grpc.GenericRpcHandler):
         name = method[len(PREFIX):]
         model_of = model_name if name in PER_MODEL else None
         if name in STREAMING:  # no serializers on either side: bytes
-            fn = _stream(self._channel.stream_stream(method))
+            fn = _stream(self._channel.stream_stream(method), self._drop, self._scope)
             return grpc.stream_stream_rpc_method_handler(self._edge.stream(name, fn))
-        fn = _denied(name) if name in CONTROL and not self._control else _unary(self._channel.unary_unary(method))
+        if name in CONTROL and not self._control:
+            fn = _denied(name)
+        else:
+            fn = _unary(self._channel.unary_unary(method), self._drop)
+            if self._scope is not None:
+                fn = _scoped(name, fn, self._scope)
         return grpc.unary_unary_rpc_method_handler(self._edge.unary(name, fn, model_of))
 
 
@@ -174,10 +197,10 @@ def _denied(name: str):
     return denied
 
 
-def _unary(upstream):
+def _unary(upstream, drop: frozenset[str]):
     async def unary(request: bytes, context):
         call = upstream(request, timeout=current().remaining(),
-                        metadata=forward_metadata(context.invocation_metadata()))
+                        metadata=forward_metadata(context.invocation_metadata(), drop))
         try:
             return await call
         except grpc.aio.AioRpcError as err:
@@ -188,23 +211,68 @@ def _unary(upstream):
     return unary
 
 
-def _stream(upstream):
+# RPCs that name a model in another field than 1, and answers that list models (filtered by a scope)
+_MODEL_FIELD = {"RepositoryModelLoad": 2, "RepositoryModelUnload": 2}
+_LISTINGS = {"RepositoryIndex": (service_pb2.RepositoryIndexResponse, "models"),
+             "ModelStatistics": (service_pb2.ModelStatisticsResponse, "model_stats")}
+
+
+def _scoped(name: str, fn, scope: ModelScope):
+    """A unary RPC restricted to the scope's models: a request naming another model is NOT_FOUND in
+    Triton's words before it reaches Triton; a listing (repository index, statistics of every model)
+    is decoded and filtered; other RPCs pass unchanged."""
+    field = _MODEL_FIELD.get(name, 1 if name in PER_MODEL else None)
+    listing = _LISTINGS.get(name)
+    if field is None and listing is None:
+        return fn
+
+    async def scoped(request: bytes, context):
+        if field is not None:
+            model = model_name(request, field=field)
+            if not scope.allows(model) and not (model == "" and listing is not None):
+                raise unknown_model(model)
+        answer = await fn(request, context)
+        if listing is not None:
+            cls, attr = listing
+            msg = cls.FromString(answer)
+            kept = [m for m in getattr(msg, attr) if scope.allows(m.name)]
+            del getattr(msg, attr)[:]
+            getattr(msg, attr).extend(kept)
+            answer = msg.SerializeToString()
+        return answer
+
+    return scoped
+
+
+def _stream(upstream, drop: frozenset[str], scope: ModelScope | None = None):
     async def stream(request_iterator, context) -> AsyncIterator[bytes]:
         edge_call = current()
+        refused: list[str] = []
 
         async def requests():
             async for item in request_iterator:
+                name = model_name(item)
                 if not edge_call.model:
-                    edge_call.model = model_name(item)
+                    edge_call.model = name
+                if scope is not None and not scope.allows(name):
+                    refused.append(name)  # the whole stream ends NOT_FOUND (below); nothing more is sent
+                    call.cancel()
+                    return
                 yield item
 
         call = upstream(requests(), timeout=edge_call.remaining(stream=True),
-                        metadata=forward_metadata(context.invocation_metadata()))
+                        metadata=forward_metadata(context.invocation_metadata(), drop))
         try:
             async for item in call:
                 yield item
+            if refused:
+                raise unknown_model(refused[0])
         except grpc.aio.AioRpcError as err:
             raise UpstreamStatus(err) from None
+        except asyncio.CancelledError:
+            if refused:  # we cancelled the upstream call ourselves
+                raise unknown_model(refused[0]) from None
+            raise
         finally:
             call.cancel()  # the caller went away or failed: stop Triton's work
 

@@ -64,3 +64,15 @@ async def test_readiness_needs_online_and_triton_ready():
     assert (await offline.ready()).status.code == 503
     offline.set_online(True)
     assert (await offline.ready()).status.code == 200
+
+
+async def test_server_metadata_shows_the_configuration_only_when_enabled():
+    import yaml
+
+    rule = {"your_model-1.0.0": {"triton_model": "internal_model_name", "triton_version": "7"}}
+    doc = yaml.safe_load((await service(_upstream(), models=rule).server_metadata()).str_data)
+    assert doc == {"grps": {"version": "v1.1.0", "online": True}, "models": ["gen-1"]}
+    assert "internal_model_name" not in yaml.safe_dump(doc)
+    doc = yaml.safe_load((await service(_upstream(), models=rule, server_metadata_config=True)
+                          .server_metadata()).str_data)
+    assert doc["grps"]["gateway_config"]["models"]["your_model-1.0.0"]["triton_model"] == "internal_model_name"

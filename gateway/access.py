@@ -1,0 +1,218 @@
+"""Access and transport: API keys per listener, TLS on listeners and to Triton, models per dialect.
+
+    ApiKeys         the keys of one listener (``listeners.<name>.api_keys`` / ``api_keys_file``);
+                    the edge asks it about every request before admission
+    server_ssl      an ``ssl.SSLContext`` for an HTTP listener's ``tls`` (mTLS with ``client_ca_file``)
+    server_credentials / channel_credentials
+                    the same for a gRPC listener, and for the channel to Triton (``upstream.tls``)
+    ModelScope      the Triton models one dialect may reach (``dialects.<name>.triton_models``): a
+                    restricted view of the Upstream handed to the dialect's ``open``
+
+A key is presented as ``Authorization: Bearer <key>`` (HTTP header or gRPC metadata): what the
+OpenAI, TGI and vLLM clients send; TF Serving, GRPS and MindIE have no API keys of their own.
+Keys are compared as SHA-256 digests with ``hmac.compare_digest`` against every configured key,
+without an early exit, so neither the answer's timing nor its content tells which key came close.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ssl
+from collections.abc import Iterable
+from contextlib import aclosing
+from pathlib import Path
+
+import grpc
+
+from gateway.core.errors import ErrorKind, GatewayError
+
+AUTHORIZATION = "authorization"
+UNAUTHENTICATED_MESSAGE = "Missing or invalid API key (send Authorization: Bearer <key>)"
+
+
+def read_keys_file(path: str) -> list[str]:
+    """One key a line; blank lines and lines starting with ``#`` are ignored; OSError if unreadable."""
+    keys = []
+    for line in Path(path).read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keys.append(line)
+    return keys
+
+
+def bearer(value: str | bytes | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` value (scheme case-insensitive), else None."""
+    if isinstance(value, bytes):
+        value = value.decode("latin-1")
+    if not value:
+        return None
+    scheme, _, token = value.strip().partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()
+
+
+class ApiKeys:
+    """The keys one listener accepts (digests only are kept)."""
+
+    __slots__ = ("_digests",)
+
+    def __init__(self, keys: Iterable[str]):
+        self._digests = tuple(_digest(k) for k in keys)
+        if not self._digests:
+            raise ValueError("ApiKeys needs at least one key")
+
+    def __len__(self) -> int:
+        return len(self._digests)
+
+    def valid(self, token: str | None) -> bool:
+        """Constant time over every key: each one is compared, whatever the earlier ones gave."""
+        given = _digest(token if token is not None else "")
+        found = False
+        for digest in self._digests:
+            found |= hmac.compare_digest(given, digest)
+        return found and token is not None
+
+    def check(self, authorization: str | bytes | None) -> None:
+        """Raise UNAUTHENTICATED unless ``authorization`` is ``Bearer <one of the keys>``."""
+        if not self.valid(bearer(authorization)):
+            raise GatewayError(ErrorKind.UNAUTHENTICATED, UNAUTHENTICATED_MESSAGE)
+
+    def check_metadata(self, metadata) -> None:
+        """The same for gRPC invocation metadata (``authorization: Bearer <key>``)."""
+        value = None
+        for k, v in metadata or ():
+            if k == AUTHORIZATION:
+                value = v
+                break
+        self.check(value)
+
+
+def listener_keys(listener) -> ApiKeys | None:
+    """The listener's ApiKeys, or None when it requires none."""
+    keys = [k.get_secret_value() if hasattr(k, "get_secret_value") else k for k in listener.api_keys]
+    return ApiKeys(keys) if keys else None
+
+
+# -- TLS ------------------------------------------------------------------------------------------
+def _read(path: str | None) -> bytes | None:
+    return Path(path).read_bytes() if path else None
+
+
+def server_ssl(tls) -> ssl.SSLContext:
+    """An HTTP listener's TLS (TLS 1.2+); with ``client_ca_file`` a client certificate is required."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(tls.cert_file, tls.key_file)
+    if tls.client_ca_file:
+        ctx.load_verify_locations(cafile=tls.client_ca_file)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+def server_credentials(tls) -> grpc.ServerCredentials:
+    """A gRPC listener's TLS; with ``client_ca_file`` a client certificate is required (mTLS)."""
+    ca = _read(tls.client_ca_file)
+    return grpc.ssl_server_credentials([(_read(tls.key_file), _read(tls.cert_file))],
+                                       root_certificates=ca, require_client_auth=ca is not None)
+
+
+def channel_credentials(tls) -> tuple[grpc.ChannelCredentials, tuple[tuple[str, str], ...]]:
+    """``upstream.tls`` -> (credentials, extra channel options): the CA to trust (None: the system's),
+    the client certificate for mTLS, and the name Triton's certificate must carry."""
+    creds = grpc.ssl_channel_credentials(root_certificates=_read(tls.ca_file), private_key=_read(tls.key_file),
+                                         certificate_chain=_read(tls.cert_file))
+    options = (("grpc.ssl_target_name_override", tls.server_name),) if tls.server_name else ()
+    return creds, options
+
+
+def triton_client(settings, **overrides):
+    """The upstream client ``settings`` describe (address, deadlines, retries, balancing, TLS), as the
+    worker and ``gateway check`` both use it; ``overrides`` replace constructor arguments."""
+    from gateway.upstream import TritonUpstream
+
+    u = settings.upstream
+    creds, tls_options = channel_credentials(u.tls) if u.tls is not None else (None, ())
+    args = dict(default_timeout=u.timeout_s, cache_ttl=u.cache_ttl_s, retries=u.retries,
+                stream_timeout=settings.limits.stream_timeout_s, lb_policy=u.lb_policy,
+                credentials=creds, extra_options=tls_options)
+    args.update(overrides)
+    return TritonUpstream(u.grpc, **args)
+
+
+# -- models per dialect -------------------------------------------------------------------------------
+def unknown_model(name: str) -> GatewayError:
+    """Triton's own answer for a model it does not have: a model outside the scope is not there."""
+    return GatewayError(ErrorKind.NOT_FOUND, f"Request for unknown model: '{name}' is not found")
+
+
+class ModelScope:
+    """The Upstream as one dialect sees it when ``dialects.<name>.triton_models`` lists models: calls
+    naming another model answer NOT_FOUND in Triton's words (each dialect renders it as its own
+    not-found), and the repository index lists only these models. Everything else is delegated."""
+
+    def __init__(self, upstream, models: Iterable[str]):
+        self.upstream = upstream
+        self.models = frozenset(models)
+
+    def allows(self, model: str) -> bool:
+        return model in self.models
+
+    def _check(self, model: str) -> None:
+        if model not in self.models:
+            raise unknown_model(model)
+
+    async def infer(self, req, *, timeout: float | None = None):
+        self._check(req.model)
+        return await self.upstream.infer(req, timeout=timeout)
+
+    async def stream(self, req, *, timeout: float | None = None):
+        self._check(req.model)
+        async with aclosing(self.upstream.stream(req, timeout=timeout)) as items:  # closed at once with us
+            async for resp in items:
+                yield resp
+
+    async def model_metadata(self, model: str, version: str = ""):
+        self._check(model)
+        return await self.upstream.model_metadata(model, version)
+
+    async def model_config(self, model: str, version: str = ""):
+        self._check(model)
+        return await self.upstream.model_config(model, version)
+
+    async def model_ready(self, model: str, version: str = "") -> bool:
+        return model in self.models and await self.upstream.model_ready(model, version)
+
+    async def repository_index(self):
+        return [e for e in await self.upstream.repository_index() if e.name in self.models]
+
+    def __getattr__(self, name: str):  # server_ready, server_metadata, connect, close, channel...
+        return getattr(self.upstream, name)
+
+
+def scoped(upstream, models: Iterable[str]):
+    """``upstream`` restricted to ``models``; unchanged when the list is empty (every model)."""
+    models = tuple(models)
+    return ModelScope(upstream, models) if models else upstream
+
+
+class _ScopedContext:
+    """A worker's GatewayContext with the upstream replaced by a ModelScope; everything else (admission,
+    draining, started...) is read from the worker's own context, live."""
+
+    def __init__(self, ctx, upstream):
+        self._ctx = ctx
+        self.upstream = upstream
+
+    def __getattr__(self, name: str):
+        return getattr(self._ctx, name)
+
+
+def scoped_context(ctx, models: Iterable[str]):
+    """The context handed to a dialect's ``open``: ``ctx`` itself unless ``models`` restricts it."""
+    models = tuple(models)
+    return _ScopedContext(ctx, ModelScope(ctx.upstream, models)) if models else ctx
