@@ -1,8 +1,8 @@
 """Logging: JSON lines (text when stderr is a terminal), one access line per request.
 
-    log_level     the level of every logger but the access log
+    log_level     the level of every logger; the access lines are INFO (WARNING and above hide them)
     log_format    auto (text on a terminal, else JSON lines) | json | text
-    access_log    one INFO line per answered request on ``gateway.access``, whatever ``log_level``
+    access_log    one INFO line per answered request on ``gateway.access`` (false: none at any level)
 
 A JSON line holds ``ts`` (UTC, ISO 8601), ``level``, ``logger``, ``pid``, ``msg``, the record's
 structured ``fields`` (``log.info("...", extra={"fields": {...}})``) and ``exc`` for a traceback.
@@ -81,8 +81,8 @@ def setup(level: str = "INFO", fmt: str = "auto", access_log: bool = True, strea
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
-    # the access log is switched by access_log alone, not by log_level
-    ACCESS.setLevel(logging.INFO if access_log else logging.CRITICAL + 1)
+    # access lines are INFO records under log_level, like any other; access_log: false silences them
+    ACCESS.setLevel(logging.NOTSET if access_log else logging.CRITICAL + 1)
 
 
 def _isatty(stream) -> bool:

@@ -83,15 +83,16 @@ def test_text_values_cannot_forge_a_line(restore_logging):
     assert len(out.getvalue().splitlines()) == 1 and "\\n" in out.getvalue()
 
 
-def test_access_log_off_and_level_independent(restore_logging):
+def test_access_lines_are_info_and_access_log_false_silences_them(restore_logging):
     out = io.StringIO()
-    logs.setup("WARNING", "json", access_log=True, stream=out)
+    logs.setup("INFO", "json", access_log=True, stream=out)
     logs.access("a", "d", "l", "r", "m", 200, "ok", 0, 0, 0.0)
-    logging.getLogger("gateway.other").info("hidden at WARNING")
-    assert [line["request_id"] for line in _lines(out)] == ["a"]
-    logs.setup("INFO", "json", access_log=False, stream=out)
+    logs.setup("WARNING", "json", access_log=True, stream=out)
     logs.access("b", "d", "l", "r", "m", 200, "ok", 0, 0, 0.0)
-    assert [line.get("request_id") for line in _lines(out)] == ["a"]
+    logs.setup("INFO", "json", access_log=False, stream=out)
+    logs.access("c", "d", "l", "r", "m", 200, "ok", 0, 0, 0.0)
+    logging.getLogger("gateway.other").info("still logged")
+    assert [line.get("request_id", line["msg"]) for line in _lines(out)] == ["a", "still logged"]
 
 
 def test_the_settings_are_checked():
