@@ -23,11 +23,10 @@ from gateway.settings import Settings
 log = logging.getLogger("gateway")
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s",
-    )
+def _setup_logging(s: Settings) -> None:
+    from gateway import logs
+
+    logs.setup(s.log_level, s.log_format, s.access_log)
 
 
 async def _serve_async(settings: Settings, reuse_port: bool, announce: bool) -> None:
@@ -64,7 +63,7 @@ def _run_loop(coro) -> None:
 def _worker_entry(config: str | None, env: dict[str, str]) -> None:
     os.environ.update(env)
     s = settings_mod.load(config)
-    _setup_logging(s.log_level)
+    _setup_logging(s)
     _run_loop(_serve_async(s, reuse_port=True, announce=False))
 
 
@@ -213,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         from gateway import check as check_mod
 
         return check_mod.main(s, as_json=args.json)
-    _setup_logging(s.log_level)
+    _setup_logging(s)
     if args.command == "serve":
         return serve(s, args.config)
     return local(s, args.config)

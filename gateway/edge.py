@@ -13,7 +13,8 @@
     handler      the dialect's code; it may name the model (``current().model = ...``)
     errors       GatewayError (or anything unexpected, logged, as INTERNAL) rendered by the
                  dialect's ErrorRendering, on HTTP and gRPC alike
-    metrics      one observation per request: dialect, listener, route, model, outcome
+    metrics      one observation per request: dialect, listener, route, model, outcome, status, bytes;
+                 and one access log line (``access_log``, gateway/logs.py)
 
 The request's ``Call`` lives in a context variable for the duration of the handler, so the upstream
 client takes the deadline and the request id from it without every dialect passing them along.
@@ -32,7 +33,7 @@ from typing import Any
 
 import grpc
 
-from gateway import metrics
+from gateway import logs, metrics
 from gateway.access import AUTHORIZATION, UNAUTHENTICATED_MESSAGE, ApiKeys, bearer
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.dialect import ErrorRendering, GrpcStatus
@@ -137,9 +138,14 @@ class Edge:
     def begin(self, route: str, request_id: str | None, client_timeout: float | None = None) -> Call:
         return Call(_request_id(request_id), route, self.timeout_s, self.stream_timeout_s, client_timeout)
 
-    def finish(self, call: Call, outcome: str) -> None:
-        metrics.observe(self.dialect, self.listener, call.route, call.model, outcome,
-                        time.monotonic() - call.start)
+    def finish(self, call: Call, outcome: str, status: int | str = "", bytes_in: int = 0, bytes_out: int = 0) -> None:
+        """Metrics and the access line of one answered request (``status``: HTTP status or gRPC code name)."""
+        seconds = time.monotonic() - call.start
+        metrics.observe(self.dialect, self.listener, call.route, call.model, outcome, seconds, status, bytes_in,
+                        bytes_out)
+        if _access_enabled(logging.INFO):
+            logs.access(call.request_id, self.dialect, self.listener, call.route, call.model, status, outcome,
+                        bytes_in, bytes_out, seconds)
 
     def _admit(self) -> None:
         if not self.admission.acquire():
@@ -187,7 +193,7 @@ class Edge:
                 resp = errors.http(self._internal(exc))
             finally:
                 _current.reset(token)
-                self.finish(call, outcome)
+                self.finish(call, outcome, *_http_answer(request, resp, outcome))
             if resp is not None:  # None: the handler streamed its answer (see stream_headers)
                 resp.headers[REQUEST_ID] = call.request_id
             return resp
@@ -209,10 +215,10 @@ class Edge:
         if self.keys is not None and not self.keys.valid(bearer(request.headers.get(AUTHORIZATION))):
             err, status = GatewayError(ErrorKind.UNAUTHENTICATED, UNAUTHENTICATED_MESSAGE), 401  # no route probing
         call = self.begin("_unrouted", request.headers.get(REQUEST_ID))
-        self.finish(call, err.kind.value)
         resp = self.errors.http(err, status=None if status >= 500 else status)
         if err.kind is ErrorKind.UNAUTHENTICATED:
             resp.headers["www-authenticate"] = "Bearer"
+        self.finish(call, err.kind.value, resp.status, 0, len(resp.body or b""))
         resp.headers[REQUEST_ID] = call.request_id
         return resp
 
@@ -250,7 +256,8 @@ class Edge:
                 answer = errors.grpc(self._internal(exc))
             finally:
                 _current.reset(token)
-                self.finish(call, outcome)
+                self.finish(call, outcome, _grpc_code(answer, outcome), _size(request),
+                            0 if isinstance(answer, GrpcStatus) else _size(answer))
             if isinstance(answer, GrpcStatus):
                 await context.abort(answer.code, answer.message, answer.trailing + trailing)
             context.set_trailing_metadata(trailing)
@@ -265,13 +272,14 @@ class Edge:
 
         async def handler(request, context):
             call, token, trailing = self._grpc_begin(route, request, context, model_of)
-            outcome, failure = "internal", None
+            outcome, failure, sent = "internal", None, 0
             try:
                 if self.keys is not None:
                     self.keys.check_metadata(context.invocation_metadata())
                 self._admit()
                 try:
                     async for item in fn(request, context):
+                        sent += _size(item)
                         yield item
                 finally:
                     admission.release()
@@ -285,7 +293,7 @@ class Edge:
                 failure = errors.grpc(self._internal(exc))
             finally:
                 _current.reset(token)
-                self.finish(call, outcome)
+                self.finish(call, outcome, _grpc_code(failure, outcome), _size(request), sent)
             if isinstance(failure, GrpcStatus):
                 await context.abort(failure.code, failure.message, failure.trailing + trailing)
             if failure is not None:
@@ -293,6 +301,35 @@ class Edge:
             context.set_trailing_metadata(trailing)
 
         return handler
+
+
+_access_enabled = logs.ACCESS.isEnabledFor
+
+
+def _http_answer(request, resp, outcome: str) -> tuple[int, int, int]:
+    """(status, bytes in, bytes out) of an HTTP answer; a streamed one (resp None) is counted without its body."""
+    body = request.body
+    if resp is not None:
+        out = resp.body
+        return resp.status, len(body) if body else 0, len(out) if out else 0
+    if outcome == "cancelled":
+        return 499, len(body) if body else 0, 0  # the client went away (nginx's "client closed request")
+    streamed = getattr(request.stream, "response", None)
+    return getattr(streamed, "status", 200), len(body) if body else 0, 0
+
+
+def _grpc_code(answer, outcome: str) -> str:
+    if isinstance(answer, GrpcStatus):
+        return answer.code.name
+    return "CANCELLED" if outcome == "cancelled" else "OK"  # GRPS answers its errors as OK + a FAILURE body
+
+
+def _size(message) -> int:
+    """Bytes of a gRPC message: raw bytes (V2 passthrough) or a protobuf; 0 for a request iterator."""
+    if isinstance(message, bytes):
+        return len(message)
+    size = getattr(message, "ByteSize", None)
+    return size() if size is not None else 0
 
 
 def stream_headers(extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -24,7 +24,8 @@ def orjson_dumps(obj, **_kw) -> str:
 
 def make_app(name: str, settings: Settings, edge: Edge | None = None) -> Sanic:
     # Sanic keeps a process-wide registry of app names; tests build many apps in one process.
-    app = Sanic(f"{name}_{next(_names)}", dumps=orjson_dumps)
+    # configure_logging=False: sanic's loggers propagate to the gateway's one handler (gateway/logs.py)
+    app = Sanic(f"{name}_{next(_names)}", dumps=orjson_dumps, configure_logging=False)
     limits = settings.limits
     app.config.update(
         {

@@ -1,16 +1,28 @@
-"""Prometheus metrics shared by every dialect, observed once per request by the edge.
+"""Prometheus metrics shared by every dialect: the edge observes each request once, the upstream
+client each Triton call, the generation service each LLM answer (docs/operations.md has the table).
 
 With several workers, prometheus-client's multiprocess mode is used (PROMETHEUS_MULTIPROC_DIR is
 set by the supervisor before workers start), and the admin listener aggregates all workers.
 
 Labels: ``dialect`` and ``listener`` (from the catalogue), ``route`` (a fixed name per handler),
-``model`` (bounded: unknown names share ``_unknown``, and past MAX_MODEL_LABELS ``_other``) and
-``outcome`` (``ok`` or an ErrorKind value).
+``model`` (bounded: unknown names share ``_unknown``, and past MAX_MODEL_LABELS ``_other``),
+``outcome`` (``ok`` or an ErrorKind value) and ``status`` (the HTTP status, or the gRPC code name).
+Every label value comes from a bounded set, so the series are bounded too.
+
+The hot path: each distinct label combination's children are looked up once and cached, so a
+request costs a dict lookup, two counter increments, one histogram observation and, when the
+request carried bytes, one increment per direction.
+
+LLM metrics follow OpenTelemetry's GenAI semantic conventions (``gen_ai.server.*``,
+``gen_ai.client.token.usage``) with Prometheus naming: dots become underscores, the unit is a
+suffix (``_seconds``), and ``{token}`` units are dropped.
 """
 
 from __future__ import annotations
 
 import os
+import platform
+from pathlib import Path
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -22,21 +34,53 @@ from prometheus_client import (
     multiprocess,
 )
 
+import gateway
+
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 LABELS = ("dialect", "listener", "route", "model")
 
-REQUESTS = Counter("gateway_requests_total", "Requests answered, by outcome (ok or the error kind)",
-                   [*LABELS, "outcome"])
+REQUESTS = Counter("gateway_requests_total",
+                   "Requests answered, by outcome (ok or the error kind) and status (HTTP status or gRPC code)",
+                   [*LABELS, "outcome", "status"])
 LATENCY = Histogram("gateway_request_duration_seconds",
                     "Time from the handler's start to its answer (the whole stream for streamed answers)",
-                    LABELS, buckets=LATENCY_BUCKETS)
+                    [*LABELS, "outcome"], buckets=LATENCY_BUCKETS)
+REQUEST_BYTES = Counter("gateway_request_bytes_total",
+                        "Bytes received: HTTP request bodies, gRPC request messages", LABELS)
+RESPONSE_BYTES = Counter("gateway_response_bytes_total",
+                         "Bytes answered: HTTP response bodies (not those a handler streams itself), gRPC messages",
+                         LABELS)
 INFLIGHT = Gauge("gateway_inflight_requests", "Requests in flight (admitted, not yet answered)",
                  multiprocess_mode="livesum")
 UPSTREAM_READY = Gauge("gateway_upstream_ready", "1 when Triton reports ready", multiprocess_mode="max")
+UPSTREAM_LATENCY = Histogram("gateway_upstream_request_duration_seconds",
+                             "Time of each call to Triton (a stream: until its last response), by KServe V2 "
+                             "method, model and gRPC code", ["method", "model", "code"], buckets=LATENCY_BUCKETS)
+BUILD_INFO = Gauge("gateway_build_info", "Always 1; the labels say which gateway build is running",
+                   ["version", "commit", "python"], multiprocess_mode="max")
+
+# OpenTelemetry GenAI server metrics (buckets: the conventions' advice)
+_GENAI = ("gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model")
+GENAI_PROVIDER = "triton"
+GENAI_DURATION = Histogram(
+    "gen_ai_server_request_duration_seconds", "Generation time, request to last output token (successful)",
+    _GENAI, buckets=(0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92))
+GENAI_TTFT = Histogram(
+    "gen_ai_server_time_to_first_token_seconds", "Time to generate the first token (successful responses)",
+    _GENAI, buckets=(0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0))
+GENAI_TPOT = Histogram(
+    "gen_ai_server_time_per_output_token_seconds", "Time per output token after the first (successful responses)",
+    _GENAI, buckets=(0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5))
+GENAI_TOKENS = Histogram(
+    "gen_ai_client_token_usage", "Tokens per generation, by type (input: the prompt, output: generated)",
+    [*_GENAI, "gen_ai_token_type"],
+    buckets=(1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304))
 
 MAX_MODEL_LABELS = 256  # per process: clients must not be able to grow the label space without bound
 _model_labels: set[str] = set()
-_children: dict[tuple[str, ...], tuple] = {}
+_children: dict[tuple, tuple] = {}
+_upstream_children: dict[tuple, object] = {}
+_genai_children: dict[tuple, tuple] = {}
 
 
 def model_label(model: str, outcome: str) -> str:
@@ -51,18 +95,99 @@ def model_label(model: str, outcome: str) -> str:
     return model
 
 
-def observe(dialect: str, listener: str, route: str, model: str, outcome: str, seconds: float) -> None:
-    """Count and time one answered request (the label children are looked up once, then cached)."""
-    key = (dialect, listener, route, model, outcome)
-    pair = _children.get(key)
-    if pair is None:
+def _bounded(cache: dict) -> None:
+    if len(cache) > 16 * MAX_MODEL_LABELS:  # bounded, like the label space it caches
+        cache.clear()
+
+
+def _inc(counter: Counter):
+    """A counter child's increment: its value's own ``inc`` (prometheus-client 0.26, pinned), which skips
+    ``Counter.inc``'s per-call checks (observability, sign, exemplar) that cannot fail here; a test
+    checks the counts (tests/unit/test_metrics.py)."""
+    value = getattr(counter, "_value", None)
+    return value.inc if value is not None and hasattr(value, "inc") else counter.inc
+
+
+def observe(dialect: str, listener: str, route: str, model: str, outcome: str, seconds: float,
+            status: int | str = "", bytes_in: int = 0, bytes_out: int = 0) -> None:
+    """Count, time and size one answered request (the label children are looked up once, then cached)."""
+    key = (dialect, listener, route, model, outcome, status)
+    kids = _children.get(key)
+    if kids is None:
+        _bounded(_children)
         label = model_label(model, outcome)
-        pair = _children[key] = (REQUESTS.labels(dialect, listener, route, label, outcome),
-                                 LATENCY.labels(dialect, listener, route, label))
-        if len(_children) > 16 * MAX_MODEL_LABELS:  # bounded, like the label space it caches
-            _children.clear()
-    pair[0].inc()
-    pair[1].observe(seconds)
+        kids = _children[key] = (_inc(REQUESTS.labels(dialect, listener, route, label, outcome, status)),
+                                 LATENCY.labels(dialect, listener, route, label, outcome).observe,
+                                 _inc(REQUEST_BYTES.labels(dialect, listener, route, label)),
+                                 _inc(RESPONSE_BYTES.labels(dialect, listener, route, label)))
+    kids[0](1)
+    kids[1](seconds)
+    if bytes_in:
+        kids[2](bytes_in)
+    if bytes_out:
+        kids[3](bytes_out)
+
+
+def observe_upstream(method: str, model: str, code: str, seconds: float) -> None:
+    """Time one call to Triton (``code``: the gRPC status code name, ``OK`` when it succeeded)."""
+    key = (method, model, code)
+    child = _upstream_children.get(key)
+    if child is None:
+        _bounded(_upstream_children)
+        label = model_label(model, "not_found" if code == "NOT_FOUND" else "ok") if model else ""
+        child = _upstream_children[key] = UPSTREAM_LATENCY.labels(method, label, code).observe
+    child(seconds)
+
+
+def observe_generation(operation: str, model: str, seconds: float, ttft_s: float, input_tokens: int,
+                       output_tokens: int) -> None:
+    """One successful generation, in OpenTelemetry GenAI terms (``operation``: chat or text_completion)."""
+    key = (operation, model)
+    kids = _genai_children.get(key)
+    if kids is None:
+        _bounded(_genai_children)
+        labels = (operation, GENAI_PROVIDER, model_label(model, "ok"))
+        kids = _genai_children[key] = (GENAI_DURATION.labels(*labels), GENAI_TTFT.labels(*labels),
+                                       GENAI_TPOT.labels(*labels), GENAI_TOKENS.labels(*labels, "input"),
+                                       GENAI_TOKENS.labels(*labels, "output"))
+    kids[0].observe(seconds)
+    if output_tokens:
+        kids[1].observe(ttft_s)
+    if output_tokens > 1:
+        kids[2].observe((seconds - ttft_s) / (output_tokens - 1))
+    kids[3].observe(input_tokens)
+    kids[4].observe(output_tokens)
+
+
+def _commit() -> str:
+    """The source commit: GATEWAY_COMMIT (set at image build time), else the checkout's git HEAD."""
+    given = os.environ.get("GATEWAY_COMMIT", "")
+    if given:
+        return given[:40]
+    git = Path(gateway.__file__).resolve().parent.parent / ".git"
+    try:
+        if git.is_file():  # a worktree: "gitdir: <path>"
+            git = Path(git.read_text().partition("gitdir:")[2].strip())
+        head = (git / "HEAD").read_text().strip()
+        if not head.startswith("ref: "):
+            return head[:12]
+        ref = head[5:]
+        common = git / "commondir"
+        roots = [git, (git / common.read_text().strip()).resolve()] if common.is_file() else [git]
+        for root in roots:
+            if (root / ref).is_file():
+                return (root / ref).read_text().strip()[:12]
+            packed = root / "packed-refs"
+            if packed.is_file():
+                for line in packed.read_text().splitlines():
+                    if line.endswith(" " + ref):
+                        return line[:12]
+    except OSError:
+        pass
+    return ""
+
+
+BUILD_INFO.labels(gateway.__version__, _commit(), platform.python_version()).set(1)
 
 
 def exposition() -> tuple[bytes, str]:

@@ -139,6 +139,7 @@ class LocalTriton(Strict):
 
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+LogFormat = Literal["auto", "json", "text"]  # auto: text when stderr is a terminal, else JSON lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +167,8 @@ class Settings:
     local_triton: LocalTriton = field(default_factory=LocalTriton)
     workers: int = 1
     log_level: str = "INFO"
+    log_format: str = "auto"
+    access_log: bool = True
     dialects: Mapping[str, BaseModel] = field(default_factory=dict)
     source: str = ""  # the file it came from
 
@@ -216,6 +219,8 @@ def schema() -> type[BaseModel]:
         local_triton=(LocalTriton, LocalTriton()),
         workers=(Annotated[int, Field(ge=1)], 1),
         log_level=(LogLevel, "INFO"),
+        log_format=(LogFormat, "auto"),
+        access_log=(bool, True),
         dialects=(dialects, dialects()),
     )
 
@@ -339,6 +344,7 @@ def _resolve(doc: BaseModel, source: str) -> Settings:
     return Settings(
         upstream=doc.upstream, listeners=MappingProxyType(listeners), limits=doc.limits,
         local_triton=doc.local_triton, workers=doc.workers, log_level=doc.log_level,
+        log_format=doc.log_format, access_log=doc.access_log,
         dialects=MappingProxyType({d.name: getattr(doc.dialects, d.name) for d in CATALOGUE}), source=source,
     )
 

@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
 
+from gateway import metrics
+from gateway.edge import current
 from gateway.upstream import Upstream
 
 from .catalog import Resolved
@@ -103,14 +105,26 @@ async def tokens(upstream: Upstream, infer, req: GenerateRequest, model: Resolve
 
 def ending(req: GenerateRequest, model: Resolved, tally: Tally, stops: StopMatcher, seed: int,
            start: float) -> list[Event]:
-    """The events that end a generation: the held-back tail (unless a stop string ended it), then Done."""
+    """The events that end a generation: the held-back tail (unless a stop string ended it), then Done.
+
+    Every successful generation (standard or phased) ends here once: its GenAI metrics are observed here.
+    """
     out: list[Event] = []
     tail = "" if stops.hit else stops.flush()
     if tail:
         tally.shown += tail
         out.append(Token(tail, model.tokenizer.ids(tail)))
-    out.append(done_event(req, model, tally, stops.hit, seed, start))
+    done = done_event(req, model, tally, stops.hit, seed, start)
+    out.append(done)
+    call = current()
+    metrics.observe_generation(operation_name(call.route if call is not None else ""), model.spec.name, done.e2e_s,
+                               done.ttft_s, done.prompt_tokens, done.completion_tokens)
     return out
+
+
+def operation_name(route: str) -> str:
+    """OpenTelemetry's ``gen_ai.operation.name``: ``chat`` for chat routes, else ``text_completion``."""
+    return "chat" if "chat" in route else "text_completion"
 
 
 def done_event(req: GenerateRequest, model: Resolved, tally: Tally, stopped: bool, seed: int, start: float) -> Done:

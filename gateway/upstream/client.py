@@ -20,7 +20,8 @@ import grpc
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from gateway.core.errors import ErrorKind, GatewayError, from_grpc_code
+from gateway import metrics
+from gateway.core.errors import GRPC_STATUS, ErrorKind, GatewayError, from_grpc_code
 from gateway.core.tensors import InferRequest, InferResponse, ModelIndexEntry, ModelMetadata
 from gateway.edge import current
 
@@ -77,14 +78,27 @@ class Upstream(Protocol):
 
 
 @contextmanager
-def _translate():
-    """Re-raise grpc errors as GatewayError (foreign exceptions never escape)."""
+def _translate(method: str = "", model: str = ""):
+    """Re-raise grpc errors as GatewayError (foreign exceptions never escape); with ``method``, time
+    the call (``gateway_upstream_request_duration_seconds{method, model, code}``)."""
+    start, code = time.perf_counter(), "OK"
     try:
         yield
     except grpc.aio.AioRpcError as e:
+        code = e.code().name
         raise from_grpc_code(e.code(), e.details()) from None
     except asyncio.TimeoutError:
+        code = "DEADLINE_EXCEEDED"
         raise GatewayError(ErrorKind.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+    except GatewayError as e:  # an in-stream error_message (the call itself ended OK)
+        code = GRPC_STATUS[e.kind].name
+        raise
+    except (asyncio.CancelledError, GeneratorExit):  # the caller went away, or a stream closed early
+        code = "CANCELLED"
+        raise
+    finally:
+        if method:
+            metrics.observe_upstream(method, model, code, time.perf_counter() - start)
 
 
 def _is_unavailable(exc: BaseException) -> bool:
@@ -188,7 +202,7 @@ class TritonUpstream:
                 req.id = call.request_id
 
     async def _idempotent(self, method: str, request, timeout: float | None = None):
-        """A read-only call, retried on UNAVAILABLE."""
+        """A read-only call, retried on UNAVAILABLE (each attempt timed)."""
         rpc = getattr(self.stub, method)
         async for attempt in AsyncRetrying(
             retry=retry_if_exception(_is_unavailable),
@@ -197,7 +211,7 @@ class TritonUpstream:
             reraise=True,
         ):
             with attempt:
-                with _translate():
+                with _translate(method, getattr(request, "name", "")):
                     return await rpc(request, timeout=timeout or min(self.default_timeout, 10.0))
         raise AssertionError("unreachable")
 
@@ -207,7 +221,7 @@ class TritonUpstream:
         if self._channel is None:
             raise GatewayError(ErrorKind.INTERNAL, "upstream used before connect()")
         data = codec.serialize_request(req)
-        with _translate():
+        with _translate("ModelInfer", req.model):
             resp = await self._model_infer(data, timeout=self._timeout(timeout))
         return codec.decode_response(resp)
 
@@ -223,7 +237,7 @@ class TritonUpstream:
         msg = codec.encode_request(req, stream=True)
         call = self.stub.ModelStreamInfer(timeout=self._timeout(timeout, stream=True))
         try:
-            with _translate():
+            with _translate("ModelStreamInfer", req.model):
                 await call.write(msg)
                 while True:
                     item = await call.read()

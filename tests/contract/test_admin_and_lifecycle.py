@@ -132,7 +132,7 @@ def test_two_workers_share_the_ports_aggregate_metrics_and_stop_together(triton,
             client.close()
         _, body = _get(gw.url("admin_http") + "/metrics")
         want = {"dialect": "v2", "listener": "v2_grpc", "route": "ModelInfer",
-                "model": "saved_model_half_plus_three", "outcome": "ok"}
+                "model": "saved_model_half_plus_three", "outcome": "ok", "status": "OK"}
         values = [s.value for fam in text_string_to_metric_families(body.decode()) for s in fam.samples
                   if s.name == "gateway_requests_total" and s.labels == want]
         assert values == [12.0]

@@ -3,6 +3,7 @@
 No Docker engine and no GPU here: these are static checks of what `docker compose up` would run.
 """
 
+import json
 import re
 from pathlib import Path
 
@@ -32,6 +33,7 @@ def test_default_services_and_opt_in_profiles():
     assert default == {"plan-builder", "triton", "gateway"}
     assert SERVICES["triton-llm"]["profiles"] == ["llm"]
     assert SERVICES["triton-ports"]["profiles"] == ["triton-ports"]
+    assert SERVICES["prometheus"]["profiles"] == SERVICES["grafana"]["profiles"] == ["observability"]
 
 
 def test_triton_publishes_no_port_unless_a_profile_asks():
@@ -39,7 +41,7 @@ def test_triton_publishes_no_port_unless_a_profile_asks():
         if "tritonserver" in svc.get("image", "") or name == "plan-builder":
             assert "ports" not in svc, f"{name} publishes a port"
     publishing = {name for name, svc in SERVICES.items() if "ports" in svc}
-    assert publishing == {"gateway", "triton-ports"}
+    assert publishing == {"gateway", "triton-ports", "prometheus", "grafana"}
     forwards = SERVICES["triton-ports"]["command"]
     assert sorted(f.split("=")[1] for f in forwards) == ["triton:8000", "triton:8001", "triton:8002"]
     assert {int(p.split(":")[0]) for p in SERVICES["triton-ports"]["ports"]} == {int(f.split("=")[0]) for f in forwards}
@@ -172,3 +174,60 @@ def test_services_running_the_gateway_image_build_it():
     for name, svc in SERVICES.items():
         if svc["image"].startswith("triton-protocol-gateway:"):
             assert svc.get("build") == ".", name
+
+
+# -- the observability profile: Prometheus and Grafana provisioned with the gateway's dashboard ----
+
+DEPLOY = ROOT / "deploy"
+
+
+def _mounts(service: str) -> dict[str, Path]:
+    """container path -> repository path of a service's read-only bind mounts."""
+    out = {}
+    for volume in SERVICES[service]["volumes"]:
+        source, target, mode = volume.split(":")
+        assert mode == "ro" and source.startswith("./"), volume
+        assert (ROOT / source).exists(), source
+        out[target] = (ROOT / source).resolve()
+    return out
+
+
+def test_observability_images_are_pinned_and_their_uis_stay_on_loopback():
+    for name in ("prometheus", "grafana"):
+        svc = SERVICES[name]
+        assert re.fullmatch(r"[\w./-]+:v?\d+\.\d+\.\d+", svc["image"]), svc["image"]
+        assert all(p.startswith("127.0.0.1:") for p in svc["ports"]), name
+    assert SERVICES["prometheus"]["depends_on"] == ["gateway"]
+    assert SERVICES["grafana"]["depends_on"] == ["prometheus"]
+
+
+def test_prometheus_scrapes_the_gateways_admin_listener():
+    mounts = _mounts("prometheus")
+    config_path = mounts["/etc/prometheus/prometheus.yml"]
+    assert config_path == DEPLOY / "prometheus" / "prometheus.yml"
+    assert "--config.file=/etc/prometheus/prometheus.yml" in SERVICES["prometheus"]["command"]
+    config = yaml.safe_load(config_path.read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    admin = DOCKER["listeners"]["admin_http"]["port"]
+    assert jobs["gateway"]["metrics_path"] == "/metrics"
+    assert jobs["gateway"]["static_configs"] == [{"targets": [f"gateway:{admin}"]}]
+    assert jobs["triton"]["static_configs"] == [{"targets": ["triton:8002"]}]  # Triton's own metrics port
+
+
+def test_grafana_is_provisioned_with_the_datasource_and_the_dashboard():
+    mounts = _mounts("grafana")
+    provisioning = mounts["/etc/grafana/provisioning"]
+    assert provisioning == DEPLOY / "grafana" / "provisioning"
+    datasources = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())["datasources"]
+    assert [(d["type"], d["url"]) for d in datasources] == [("prometheus", "http://prometheus:9090")]
+    providers = yaml.safe_load((provisioning / "dashboards" / "gateway.yml").read_text())["providers"]
+    folder = providers[0]["options"]["path"]
+    dashboards = {target: path for target, path in mounts.items() if target.startswith(folder + "/")}
+    assert list(dashboards.values()) == [DEPLOY / "grafana" / "gateway-dashboard.json"]
+    assert SERVICES["grafana"]["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"] in dashboards
+    dashboard = json.loads((DEPLOY / "grafana" / "gateway-dashboard.json").read_text())
+    uid = datasources[0]["uid"]
+    sources = [p["datasource"] for p in dashboard["panels"] if "datasource" in p]
+    sources += [t["datasource"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    sources += [v["datasource"] for v in dashboard["templating"]["list"]]
+    assert sources and all(s == {"type": "prometheus", "uid": uid} for s in sources)

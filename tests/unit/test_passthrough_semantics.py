@@ -149,7 +149,8 @@ def test_the_model_name_is_read_from_the_raw_request():
 
 async def test_metrics_are_labelled_with_the_model_not_the_rpc(proxy):
     _, channel, _ = proxy
-    labels = {"dialect": "v2", "listener": "v2_grpc", "route": "ModelInfer", "model": "resnet", "outcome": "ok"}
+    labels = {"dialect": "v2", "listener": "v2_grpc", "route": "ModelInfer", "model": "resnet", "outcome": "ok",
+              "status": "OK"}
     before = REGISTRY.get_sample_value("gateway_requests_total", labels) or 0
     raw = service_pb2.ModelInferRequest(model_name="resnet").SerializeToString()
     await channel.unary_unary(SVC + "ModelInfer")(raw, timeout=5)
@@ -182,7 +183,8 @@ def test_hop_by_hop_metadata_is_not_forwarded():
 
 async def test_requests_over_the_in_flight_limit_get_tritons_queue_full_answer(proxy):
     _, channel, ctx = proxy
-    labels = {"dialect": "v2", "listener": "v2_grpc", "route": "ModelInfer", "model": "", "outcome": "overloaded"}
+    labels = {"dialect": "v2", "listener": "v2_grpc", "route": "ModelInfer", "model": "", "outcome": "overloaded",
+              "status": "UNAVAILABLE"}
     refused_before = REGISTRY.get_sample_value("gateway_requests_total", labels) or 0
     ctx.admission.inflight = ctx.settings.limits.max_inflight  # as if the worker were full
     try:

@@ -36,7 +36,7 @@ from sanic import Request, Sanic, response
 
 from gateway.context import GatewayContext
 from gateway.core.errors import ErrorKind, GatewayError
-from gateway.edge import Edge
+from gateway.edge import Edge, stream_headers
 
 from . import records as rec
 from .config import split_host_port
@@ -251,7 +251,7 @@ class Coordinator:
                 ctype = r.headers.get("Content-Type", "application/json")
                 if not ctype.startswith("text/event-stream"):
                     return response.raw(await r.read(), status=r.status, content_type=ctype)
-                resp = await request.respond(status=r.status, content_type=ctype, headers=STREAM_HEADERS)
+                resp = await request.respond(status=r.status, content_type=ctype, headers=stream_headers(STREAM_HEADERS))
                 async for data in r.content.iter_any():
                     await resp.send(data)
             await resp.eof()
@@ -323,7 +323,7 @@ class Coordinator:
                 answered = time.perf_counter()
                 if stream:
                     if resp is None:
-                        resp = await request.respond(content_type="text/event-stream", headers=STREAM_HEADERS)
+                        resp = await request.respond(content_type="text/event-stream", headers=stream_headers(STREAM_HEADERS))
                     if output:
                         await resp.send(output.encode())
                     if last:

@@ -41,7 +41,7 @@ import orjson
 from sanic import Request, Sanic, response
 
 from gateway.core.errors import ErrorKind, GatewayError, invalid
-from gateway.edge import Edge, current
+from gateway.edge import Edge, current, stream_headers
 from gateway.llm.pd import Handoff, PhasedGeneration, Resume
 from gateway.llm.types import Done, Token
 
@@ -96,7 +96,7 @@ class DResultHub:
             self.wake.set()
         self.current = conn
         D_CONNECTIONS.inc()
-        resp = await request.respond(content_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        resp = await request.respond(content_type="text/event-stream", headers=stream_headers({"Cache-Control": "no-cache"}))
         await resp.send(b"", end_stream=False)  # the headers now, not with the first record
         last = time.monotonic()
         try:
