@@ -149,13 +149,19 @@ async def test_v2_listings_show_only_the_allowed_models(v2_scoped):
     assert [m.name for m in service_pb2.ModelStatisticsResponse.FromString(raw).model_stats] == ["a"]
 
 
-async def test_a_v2_stream_naming_another_model_ends_not_found(v2_scoped):
+async def test_a_v2_stream_answers_another_model_in_the_stream_and_goes_on(v2_scoped):
+    """As Triton does for a model it does not have: an in-stream error with the request's id; the stream
+    stays open and the refused message never reaches Triton."""
     fake, channel = v2_scoped
     call = channel.stream_stream(SVC + "ModelStreamInfer")()
     await call.write(_infer("a"))
     assert await call.read() == _infer("a")
-    await call.write(_infer("b"))
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        await call.read()
-    assert err.value.code() == grpc.StatusCode.NOT_FOUND
-    assert fake.calls == ["ModelStreamInfer"]  # the refused message never reached Triton
+    await call.write(service_pb2.ModelInferRequest(model_name="b", id="req-7").SerializeToString())
+    answer = service_pb2.ModelStreamInferResponse.FromString(await call.read())
+    assert answer.error_message == "Request for unknown model: 'b' is not found"
+    assert answer.infer_response.id == "req-7"
+    await call.write(_infer("a"))
+    assert await call.read() == _infer("a")
+    await call.done_writing()
+    assert await call.code() == grpc.StatusCode.OK
+    assert fake.calls == ["ModelStreamInfer", "ModelStreamInfer"]  # the refused message never reached Triton

@@ -245,19 +245,16 @@ def _scoped(name: str, fn, scope: ModelScope):
 
 
 def _stream(upstream, drop: frozenset[str], scope: ModelScope | None = None):
+    if scope is not None:
+        return _scoped_stream(upstream, drop, scope)
+
     async def stream(request_iterator, context) -> AsyncIterator[bytes]:
         edge_call = current()
-        refused: list[str] = []
 
         async def requests():
             async for item in request_iterator:
-                name = model_name(item)
                 if not edge_call.model:
-                    edge_call.model = name
-                if scope is not None and not scope.allows(name):
-                    refused.append(name)  # the whole stream ends NOT_FOUND (below); nothing more is sent
-                    call.cancel()
-                    return
+                    edge_call.model = model_name(item)
                 yield item
 
         call = upstream(requests(), timeout=edge_call.remaining(stream=True),
@@ -265,16 +262,74 @@ def _stream(upstream, drop: frozenset[str], scope: ModelScope | None = None):
         try:
             async for item in call:
                 yield item
-            if refused:
-                raise unknown_model(refused[0])
         except grpc.aio.AioRpcError as err:
             raise UpstreamStatus(err) from None
-        except asyncio.CancelledError:
-            if refused:  # we cancelled the upstream call ourselves
-                raise unknown_model(refused[0]) from None
-            raise
         finally:
             call.cancel()  # the caller went away or failed: stop Triton's work
+
+    return stream
+
+
+_END = object()
+SCOPED_STREAM_QUEUE = 64  # answers held for a slow reader before Triton's are no longer read (backpressure)
+
+
+def _stream_error(request: bytes, model: str) -> bytes:
+    """What Triton streams back for a request it cannot run (the stream stays open): the error text,
+    and the request's id so that the client knows which request failed."""
+    try:
+        request_id = service_pb2.ModelInferRequest.FromString(request).id
+    except Exception:  # noqa: BLE001 - unparsable: Triton would not know the id either
+        request_id = ""
+    return service_pb2.ModelStreamInferResponse(
+        error_message=unknown_model(model).message,
+        infer_response=service_pb2.ModelInferResponse(id=request_id),
+    ).SerializeToString()
+
+
+def _scoped_stream(upstream, drop: frozenset[str], scope: ModelScope):
+    """ModelStreamInfer when the dialect's models are restricted: a message naming another model is
+    answered in the stream, as Triton answers an unknown model, and never reaches Triton; the stream
+    goes on. Triton's answers and these are merged through one bounded queue."""
+
+    async def stream(request_iterator, context) -> AsyncIterator[bytes]:
+        edge_call = current()
+        out: asyncio.Queue = asyncio.Queue(SCOPED_STREAM_QUEUE)
+        failure: list[BaseException] = []
+
+        async def requests():
+            async for item in request_iterator:
+                name = model_name(item)
+                if not edge_call.model:
+                    edge_call.model = name
+                if scope.allows(name):
+                    yield item
+                else:
+                    await out.put(_stream_error(item, name))
+
+        call = upstream(requests(), timeout=edge_call.remaining(stream=True),
+                        metadata=forward_metadata(context.invocation_metadata(), drop))
+
+        async def pump():
+            try:
+                async for item in call:
+                    await out.put(item)
+            except Exception as err:  # noqa: BLE001 - re-raised by the reader below
+                failure.append(err)
+            finally:
+                await out.put(_END)
+
+        task = asyncio.ensure_future(pump())
+        try:
+            while (item := await out.get()) is not _END:
+                yield item
+            if failure:
+                raise failure[0]
+        except grpc.aio.AioRpcError as err:
+            raise UpstreamStatus(err) from None
+        finally:
+            call.cancel()  # the caller went away or failed: stop Triton's work
+            task.cancel()
 
     return stream
 
