@@ -21,6 +21,9 @@ COPY gateway gateway
 RUN /opt/venv/bin/pip install -c requirements/constraints.txt .
 
 FROM ${PYTHON_IMAGE} AS runtime
+# the commit in gateway_build_info (.git is not in the image): docker build --build-arg GATEWAY_COMMIT=$(git rev-parse HEAD)
+ARG GATEWAY_COMMIT=""
+ENV GATEWAY_COMMIT=${GATEWAY_COMMIT}
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/venv/bin:$PATH
 RUN groupadd --system --gid 10001 gateway && useradd --system --uid 10001 --gid 10001 --no-create-home gateway
 COPY --from=build /opt/venv /opt/venv

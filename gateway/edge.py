@@ -59,7 +59,9 @@ def new_request_id() -> str:
 def _request_id(given: str | None) -> str:
     if not given:
         return new_request_id()
-    return given if len(given) <= MAX_REQUEST_ID and given.isprintable() else given[:MAX_REQUEST_ID]
+    if not (given.isascii() and given.isprintable()):  # it travels in headers, gRPC metadata and logs
+        return new_request_id()
+    return given[:MAX_REQUEST_ID]
 
 
 class Call:

@@ -269,3 +269,13 @@ async def test_a_body_over_the_limit_is_413_in_each_envelope_before_it_is_read(s
         assert r.status == 413 and got["error_type"] == "Input Validation Error"
     async with http.get(f"http://127.0.0.1:{ports['tfserving_rest']}/v1/models") as r:  # still serving
         assert r.status == 400
+
+
+def test_client_request_ids_are_kept_when_printable_ascii_and_replaced_otherwise():
+    from gateway import edge
+
+    assert edge._request_id("abc-123") == "abc-123"
+    assert edge._request_id("x" * 300) == "x" * edge.MAX_REQUEST_ID
+    for bad in ("caf\u00e9", "a\x00b", "tab\there", "\u2028"):  # travel in headers, gRPC metadata, logs
+        generated = edge._request_id(bad)
+        assert generated != bad and generated.isascii() and generated.isprintable()
