@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from gateway.context import GatewayContext
+from gateway.core import bounded
 from gateway.dialect import Dialect, load
 from gateway.dialects import CATALOGUE
 from gateway.edge import Edge
@@ -34,6 +35,7 @@ def grpc_server_options(settings: Settings, reuse_port: bool) -> list[tuple[str,
         ("grpc.so_reuseport", 1 if reuse_port else 0),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        ("grpc.max_concurrent_streams", settings.limits.max_grpc_streams),  # per connection
     ]
 
 
@@ -68,6 +70,7 @@ class Worker:
                               stream_timeout=self.settings.limits.stream_timeout_s, lb_policy=u.lb_policy)
 
     async def start(self) -> GatewayContext:
+        bounded.configure(self.settings.limits)  # the limits pure decoding functions read
         upstream = self._upstream()
         await upstream.connect()
         self.ctx = ctx = GatewayContext(self.settings, upstream)
