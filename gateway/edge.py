@@ -187,6 +187,8 @@ class Edge:
     def on_framework_error(self, request, exc: Exception):
         """Errors sanic raises before a handler runs (no route, bad method, body too large...)."""
         status = getattr(exc, "status_code", 500) or 500
+        if status == 413 and str(exc) == "Request header exceeds the size limit":
+            status = 431  # limits.max_header_bytes: sanic says 413; RFC 6585's status for it is 431
         # a body over limits.max_request_bytes (413, answered as soon as its length is known) is the
         # client's mistake, rendered as the dialect's invalid-argument envelope with status 413
         kind = {404: ErrorKind.NOT_FOUND, 405: ErrorKind.NOT_FOUND,

@@ -5,7 +5,8 @@ up every other request of the worker for 100 ms. ``run(size, fn, *args)`` calls 
 ``size`` (the body's or the answer's bytes) is at most ``limits.offload_bytes``, else in a small
 per-process thread pool (``limits.offload_threads``) and awaits it; in-flight requests (and so the
 pool's queue) are bounded by the edge's admission. Inline is cheaper for small inputs: a thread
-hop costs ~50-100 µs, parsing 256 KiB of JSON ~1-2 ms (README, "Limits").
+hop costs ~30-75 µs; parsing 64 KiB of TF JSON ~0.7 ms, writing 64 KiB of float text ~1.5 ms
+(docs/architecture.md, "Bounded resources").
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ class Limits(Strict):
     max_prompt_chars: Annotated[int, Field(ge=1)] = 40 << 20  # MindIE/OpenAI text input (MindIE: 40 x 1 Mi)
     max_header_bytes: Annotated[int, Field(ge=1024)] = 8192  # HTTP request line + headers (larger: 431)
     max_grpc_streams: Annotated[int, Field(ge=1)] = 100  # concurrent gRPC streams per connection
-    offload_bytes: Annotated[int, Field(ge=0)] = 256 << 10  # bodies/answers past this parse in a thread
+    offload_bytes: Annotated[int, Field(ge=0)] = 64 << 10  # bodies/answers past this parse in a thread
     offload_threads: Annotated[int, Field(ge=1)] = 2  # the per-worker parse thread pool
 
 

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 # the defaults of gateway.settings.Limits (a test checks they agree)
 LIMITS = SimpleNamespace(max_tensor_bytes=256 << 20, max_json_depth=1024, max_prompt_chars=40 << 20,
-                         offload_bytes=256 << 10, offload_threads=2)
+                         offload_bytes=64 << 10, offload_threads=2)
 
 
 def configure(limits) -> None:

@@ -21,6 +21,7 @@ from gateway._proto.tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
     regression_pb2,
 )
+from gateway.core.bounded import clip
 from gateway.core.errors import invalid, unimplemented
 from gateway.edge import Edge
 
@@ -92,7 +93,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         for task in request.tasks:
             method = task.method_name.rsplit("/", 1)[-1]
             if method not in ("classify", "regress"):
-                raise unimplemented(f"Unsupported signature method_name: {task.method_name}")
+                raise unimplemented(f"Unsupported signature method_name: {clip(task.method_name)}")
             target = await self.service.resolve(protocodec.spec_from_proto(task.model_spec), grpc=True)
             if target.signature.name in seen:
                 raise invalid(f"Duplicate evaluation of signature: {target.signature.name}")
@@ -111,7 +112,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
             raise invalid("GetModelMetadataRequest must specify at least one metadata_field")
         for f in request.metadata_field:
             if f != "signature_def":
-                raise invalid(f"Metadata field {f} is not supported")
+                raise invalid(f"Metadata field {clip(f)} is not supported")
         version, sigs = await self.service.metadata(spec)
         resp = get_model_metadata_pb2.GetModelMetadataResponse(model_spec=protocodec.model_spec(spec.name, version))
         resp.metadata["signature_def"].Pack(protocodec.signature_def_map(sigs))

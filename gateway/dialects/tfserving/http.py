@@ -93,7 +93,8 @@ async def _infer(service: Service, spec: Spec, verb: str, body: bytes) -> bytes:
         target = await service.resolve(Spec(spec.name, spec.version, spec.label, sig), method="predict")
         inputs, row = await offload.run(size, codec.parse_predict, doc, target.signature, codec.may_hold_bools(body))
         _, outs = await service.predict(target, inputs)
-        return await offload.run(sum(a.nbytes for a, _ in outs.values()), codec.write_predict, outs, row)
+        text = 4 * sum(a.nbytes for a, _ in outs.values())  # float text: ~10 bytes per 4-byte float
+        return await offload.run(text, codec.write_predict, outs, row)
     # classify/regress: the whole body is read into Examples before the model is looked up
     exs, context = await offload.run(size, codec.parse_examples, doc, verb)
     target = await service.resolve(Spec(spec.name, spec.version, spec.label, sig), method=verb)

@@ -16,8 +16,8 @@ from gateway._proto.tensorflow.core.framework import tensor_pb2, tensor_shape_pb
 from gateway._proto.tensorflow.core.protobuf import error_codes_pb2, meta_graph_pb2
 from gateway._proto.tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, model_pb2
 from gateway.core import datatypes
-from gateway.core.errors import invalid
 from gateway.core.bounded import clip, dims_text
+from gateway.core.errors import invalid
 from gateway.core.tensors import TensorSpec, element_count, too_large
 
 from .examples import Feature, Features
