@@ -11,7 +11,6 @@ import asyncio
 import threading
 
 import aiohttp
-import grpc
 import numpy as np
 import orjson
 import pytest
