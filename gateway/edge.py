@@ -28,6 +28,7 @@ from contextvars import ContextVar
 from typing import Any
 
 import grpc
+from sanic.exceptions import SanicException
 
 from gateway import metrics
 from gateway.core.errors import ErrorKind, GatewayError
@@ -148,7 +149,8 @@ class Edge:
     def route(self, app, handler: Callable[..., Awaitable[Any]], uri: str, methods: list[str], name: str,
               admit: bool = True) -> None:
         """Add ``handler(request, **path_params)`` to a sanic app behind the edge, as route ``name``."""
-        app.add_route(self.http(name, handler, admit), uri, methods=methods, name=name)
+        # stream=True: sanic leaves the body unread, so the edge admits before reading it (issue 13)
+        app.add_route(self.http(name, handler, admit), uri, methods=methods, name=name, stream=True)
 
     def http(self, route: str, handler: Callable[..., Awaitable[Any]], admit: bool = True):
         errors, admission = self.errors, self.admission
@@ -161,14 +163,19 @@ class Edge:
                 if admit:
                     self._admit()
                     try:
+                        await _read_body(request)
                         resp = await handler(request, **params)
                     finally:
                         admission.release()
                 else:
+                    await _read_body(request)
                     resp = await handler(request, **params)
                 outcome = "ok"
             except GatewayError as err:
                 outcome, resp = err.kind.value, errors.http(err)
+            except SanicException as exc:  # reading the body: over limits.max_request_bytes (413), timed out
+                err = _body_error(exc)
+                outcome, resp = err.kind.value, errors.http(err, status=exc.status_code)
             except asyncio.CancelledError:
                 outcome = "cancelled"
                 raise
@@ -276,6 +283,20 @@ class Edge:
             context.set_trailing_metadata(trailing)
 
         return handler
+
+
+async def _read_body(request) -> None:
+    """The whole body, read once admitted. Sanic lifts the size limit for a streaming route; it is
+    put back first, so a body over limits.max_request_bytes is a 413 as soon as its length is known."""
+    stream = request.stream
+    if stream is not None and stream.request_body:
+        stream.request_max_size = request.app.config.REQUEST_MAX_SIZE
+        await request.receive_body()
+
+
+def _body_error(exc: SanicException) -> GatewayError:
+    kind = ErrorKind.DEADLINE_EXCEEDED if exc.status_code == 408 else ErrorKind.INVALID_ARGUMENT
+    return GatewayError(kind, str(exc) or "error")
 
 
 def stream_headers(extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -226,3 +226,40 @@ async def test_oversized_headers_are_refused_in_the_envelope(live):
         assert "error" in orjson.loads(await r.read())
     async with http.get(f"http://127.0.0.1:{ports['tfserving_rest']}/v1/models") as r:  # still serving
         assert r.status == 400
+
+
+@pytest.fixture
+async def live_ctx():
+    ports = {"tfserving_rest": free_port(), "grps_http": free_port()}
+    w = Worker(worker_settings(ports, "127.0.0.1:1", LIMITS__MAX_INFLIGHT="3"), upstream_factory=lambda _s: FakeUpstream())
+    ctx = await w.start()
+    yield ctx, ports
+    await w.stop(grace=0.1)
+
+
+@pytest.mark.parametrize(("listener", "path", "status"), [
+    ("tfserving_rest", "/v1/models/m:predict", b"503"), ("grps_http", "/grps/v1/infer/predict", b"503")])
+async def test_admission_answers_before_the_body_is_read(live_ctx, listener, path, status):
+    """Over the in-flight limit, the overloaded answer comes while the client has sent only the
+    headers of a 50 MB body: nothing of it was read (or buffered) first."""
+    ctx, ports = live_ctx
+    ctx.admission.inflight = ctx.admission.limit  # as if 3 requests were in flight
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", ports[listener])
+        writer.write(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {50 << 20}\r\n\r\n".encode() + b'{"instances": [')
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)  # a guard, not a timing check
+        assert head.split(b" ")[1] == status
+        writer.close()
+    finally:
+        ctx.admission.inflight = 0
+
+
+async def test_an_admitted_request_still_gets_its_whole_body_and_the_size_limit(live_ctx):
+    _, ports = live_ctx
+    async with aiohttp.ClientSession() as http:
+        url = f"http://127.0.0.1:{ports['tfserving_rest']}/v1/models/m:predict"
+        async with http.post(url, data=b'{"instances": [1.0]}') as r:  # read whole: model lookup happened
+            assert r.status == 404
+            assert orjson.loads(await r.read()) == {"error": "Servable not found for request: Latest(m)"}
