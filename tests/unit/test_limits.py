@@ -263,3 +263,11 @@ async def test_an_admitted_request_still_gets_its_whole_body_and_the_size_limit(
         async with http.post(url, data=b'{"instances": [1.0]}') as r:  # read whole: model lookup happened
             assert r.status == 404
             assert orjson.loads(await r.read()) == {"error": "Servable not found for request: Latest(m)"}
+
+
+def test_narrow_int_val_wraps_as_tf_casts_it_instead_of_crashing():
+    """int_val is int32 on the wire; TF casts it to int8/uint8/int16/uint16 (numpy refused: a 500)."""
+    for dtype, values, want in ((6, [300, -1], [44, -1]), (4, [256, 255], [0, 255]), (17, [70000], [4464])):
+        tp = tensor_pb2.TensorProto(dtype=dtype, int_val=values)
+        tp.tensor_shape.dim.add(size=len(values))
+        assert protocodec.tensor_from_proto(tp, "x")[0].tolist() == want

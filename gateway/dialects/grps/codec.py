@@ -210,7 +210,7 @@ def tensor_from_generic(gt: grps_pb2.GenericTensor) -> Tensor:
     elif dtype.numpy.kind in "iu":
         data = _checked_ints(values, dtype, name)
     else:
-        data = np.asarray(values, dtype=np.float64 if dtype.v2 == "FP64" else np.float32)
+        data = np.fromiter(values, np.float64 if dtype.v2 == "FP64" else np.float32, len(values))  # 2x asarray
     return Tensor.from_flat(gt.name, dtype.v2, shape, data)
 
 
@@ -227,7 +227,7 @@ def _generic_dtype(gt: grps_pb2.GenericTensor, name: str) -> datatypes.DType:
 
 
 def _checked_ints(values, dtype: datatypes.DType, name: str) -> np.ndarray:
-    wide = np.asarray(values, dtype=np.int64)
+    wide = np.fromiter(values, np.int64, len(values))
     info = np.iinfo(dtype.numpy)
     if wide.size and (wide.min() < info.min or wide.max() > info.max):
         raise invalid(f"tensor '{clip(name)}': a value is out of range for {dtype.grps_name}")

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import grpc
 
+from gateway import offload
 from gateway._proto.tensorflow_serving.apis import (
     classification_pb2,
     get_model_metadata_pb2,
@@ -55,7 +56,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         specs = dict(target.signature.inputs)
         inputs = {}
         for i, (alias, tp) in enumerate(sorted(request.inputs.items())):
-            arr, v2 = protocodec.tensor_from_proto(tp, alias)
+            arr, v2 = await offload.run(tp.ByteSize(), protocodec.tensor_from_proto, tp, alias)  # large: a thread
             want = specs.get(alias)
             if want is not None and target.signature.client_dtype(want) != v2:
                 raise invalid(f"Expects arg[{i}] to be {tf_type(target.signature.client_dtype(want))} but "
@@ -64,7 +65,8 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         version, outs = await self.service.predict(target, inputs, list(request.output_filter))
         resp = predict_pb2.PredictResponse(model_spec=self._resolved_spec(target, version))
         for alias, (arr, v2) in outs.items():
-            resp.outputs[alias].CopyFrom(protocodec.tensor_to_proto(arr, v2, self.content))
+            tp = await offload.run(arr.nbytes, protocodec.tensor_to_proto, arr, v2, self.content)
+            resp.outputs[alias].CopyFrom(tp)
         return resp
 
     async def _examples(self, request, method: str, context):

@@ -85,8 +85,10 @@ def _typed(tp, row, shape, size: int, name: str) -> np.ndarray:
         flat[:] = list(values)
     elif row.v2 in ("FP16", "BF16"):
         flat = np.asarray(values, dtype=np.int32).astype(np.uint16).view(row.numpy)
+    elif _FIELD[row.v2] == "int_val" and row.numpy.itemsize < 4:  # int32 on the wire, cast as C++ casts (wraps)
+        flat = np.fromiter(values, np.int32, n).astype(row.numpy)
     else:
-        flat = np.asarray(values, dtype=row.numpy)
+        flat = np.fromiter(values, row.numpy, n)  # twice as fast as np.asarray over a repeated field
     if n < size:
         fill = flat[-1] if n else (b"" if row.is_bytes else row.numpy.type(0))
         flat = np.concatenate([flat, np.full(size - n, fill, dtype=flat.dtype)])
