@@ -13,13 +13,24 @@ from types import SimpleNamespace
 
 # the defaults of gateway.settings.Limits (a test checks they agree)
 LIMITS = SimpleNamespace(max_tensor_bytes=256 << 20, max_json_depth=1024, max_prompt_chars=40 << 20,
-                         offload_bytes=64 << 10, offload_threads=2)
+                         max_name_chars=1024, offload_bytes=64 << 10, offload_threads=2)
 
 
 def configure(limits) -> None:
     """Take the values of ``limits`` (a gateway.settings.Limits) for this process."""
     for key in vars(LIMITS):
         setattr(LIMITS, key, getattr(limits, key))
+
+
+def check_name(text: str, what: str) -> str:
+    """A name a client sends (model, signature, tensor, feature): at most limits.max_name_chars
+    characters, before it is looked up, forwarded to Triton or quoted in an error."""
+    if len(text) > LIMITS.max_name_chars:
+        from gateway.core.errors import invalid
+
+        raise invalid(f"{what} is {len(text)} characters long, more than the {LIMITS.max_name_chars} allowed "
+                      "(limits.max_name_chars)")
+    return text
 
 
 def json_deeper(doc, limit: int) -> bool:

@@ -271,3 +271,19 @@ def test_narrow_int_val_wraps_as_tf_casts_it_instead_of_crashing():
         tp = tensor_pb2.TensorProto(dtype=dtype, int_val=values)
         tp.tensor_shape.dim.add(size=len(values))
         assert protocodec.tensor_from_proto(tp, "x")[0].tolist() == want
+
+
+def test_names_are_limited_before_they_are_looked_up(limits):
+    from gateway._proto.tensorflow_serving.apis import model_pb2
+
+    limits.max_name_chars = 8
+    with pytest.raises(GatewayError, match="Model name is 9 characters long, more than the 8 allowed"):
+        protocodec.spec_from_proto(model_pb2.ModelSpec(name="m" * 9))
+    with pytest.raises(GatewayError, match="Signature name is 9 characters long"):
+        tf_codec.signature_name({"signature_name": "s" * 9})
+    with pytest.raises(GatewayError, match="Tensor name is 9 characters long"):
+        grps_codec.tensor_from_generic(grps_pb2.GenericTensor(name="t" * 9, flat_float32=[1.0]))
+    tp = tensor_pb2.TensorProto(dtype=1, float_val=[1.0])
+    with pytest.raises(GatewayError, match="Input alias is 9 characters long"):
+        protocodec.tensor_from_proto(tp, "a" * 9)
+    assert protocodec.spec_from_proto(model_pb2.ModelSpec(name="m" * 8)).name == "m" * 8

@@ -18,7 +18,7 @@ from google.protobuf import json_format
 
 from gateway._proto import grps_pb2
 from gateway.core import datatypes
-from gateway.core.bounded import LIMITS, clip, dims_text, json_deeper
+from gateway.core.bounded import LIMITS, check_name, clip, dims_text, json_deeper
 from gateway.core.errors import ErrorKind, GatewayError, invalid
 from gateway.core.tensors import Tensor, element_count
 
@@ -195,7 +195,7 @@ def flat_field(dtype: datatypes.DType) -> str:
 def tensor_from_generic(gt: grps_pb2.GenericTensor) -> Tensor:
     """GenericTensor → Tensor, with the value checks a client needs to see (range, fill); the
     declared shape is checked against limits.max_tensor_bytes before any array is made."""
-    name = gt.name or "<unnamed>"
+    name = check_name(gt.name, "Tensor name") or "<unnamed>"
     dtype = _generic_dtype(gt, name)
     values = getattr(gt, flat_field(dtype))
     shape = list(gt.shape) if len(gt.shape) else [len(values)]

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from gateway.core import datatypes
-from gateway.core.bounded import clip
+from gateway.core.bounded import check_name, clip
 from gateway.core.errors import GatewayError, invalid, unimplemented
 from gateway.core.tensors import check_bytes
 
@@ -218,7 +218,7 @@ def signature_name(doc: dict) -> str:
     if not isinstance(sig, str):
         raise invalid(f"JSON Value: {jsonio.debug_string(doc)} not formatted correctly. 'signature_name' key "
                       "must be a string value.")
-    return sig
+    return check_name(sig, "Signature name")
 
 
 def may_hold_bools(body: bytes) -> bool:

@@ -16,6 +16,7 @@ from sanic import Request, Sanic, response
 
 from gateway import offload
 from gateway.core import bounded
+from gateway.core.bounded import check_name
 from gateway.core.errors import invalid, not_found
 from gateway.edge import Edge, current
 
@@ -63,6 +64,7 @@ async def dispatch(service: Service, request: Request) -> bytes:
         return b""
     m = _PREDICT.fullmatch(path) if method == "POST" else None
     if m:
+        check_name(unquote(m[1]), "Model name")
         spec = Spec(unquote(m[1]), _version(m[2]), unquote(m[3]) if m[3] else None)
         if m[4] in _VERBS:
             call = current()

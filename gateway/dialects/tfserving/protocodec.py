@@ -16,7 +16,7 @@ from gateway._proto.tensorflow.core.framework import tensor_pb2, tensor_shape_pb
 from gateway._proto.tensorflow.core.protobuf import error_codes_pb2, meta_graph_pb2
 from gateway._proto.tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, model_pb2
 from gateway.core import datatypes
-from gateway.core.bounded import clip, dims_text
+from gateway.core.bounded import check_name, clip, dims_text
 from gateway.core.errors import invalid
 from gateway.core.tensors import TensorSpec, element_count, too_large
 
@@ -31,6 +31,9 @@ _FIELD = {
 
 
 def spec_from_proto(ms: model_pb2.ModelSpec) -> Spec:
+    check_name(ms.name, "Model name")
+    check_name(ms.signature_name, "Signature name")
+    check_name(ms.version_label, "Version label")
     which = ms.WhichOneof("version_choice")
     version = ms.version.value if which == "version" else None
     label = ms.version_label if which == "version_label" else None
@@ -51,7 +54,7 @@ def tensor_from_proto(tp: tensor_pb2.TensorProto, name: str) -> tuple[np.ndarray
     before anything is allocated: TF's fill rule would expand an 18-byte proto declaring
     ``[268435456]`` floats with one ``float_val`` into 1 GiB (TF Serving answers a tensor it cannot
     build ``tensor parsing error: <alias>``, INVALID_ARGUMENT)."""
-    shown = clip(name)
+    shown = clip(check_name(name, "Input alias"))
     try:
         row = datatypes.by_tf(tp.dtype)
     except KeyError:
