@@ -12,7 +12,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 # the defaults of gateway.settings.Limits (a test checks they agree)
-LIMITS = SimpleNamespace(max_tensor_bytes=256 << 20, max_json_depth=1024, max_prompt_chars=40 << 20,
+LIMITS = SimpleNamespace(max_tensor_bytes=256 << 20, max_json_depth=1 << 20, max_prompt_chars=40 << 20,
                          max_name_chars=1024, offload_bytes=64 << 10, offload_threads=2)
 
 

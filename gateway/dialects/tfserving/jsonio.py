@@ -71,7 +71,7 @@ def loads(body: bytes, max_depth: int | None = None):
 def _refused(body: bytes, e: orjson.JSONDecodeError, max_depth: int | None):
     if e.msg == "unexpected content after document":  # kParseStopWhenDoneFlag: the rest is ignored
         return loads(body[: e.pos], max_depth)
-    if e.msg == "depth limit exceeded" and max_depth is not None:
+    if e.msg == "depth limit exceeded" and max_depth is not None and max_depth <= ORJSON_DEPTH:
         raise _too_deep(max_depth)
     if (len(body) <= SMALL or e.msg in ("depth limit exceeded", "number is infinity when parsed as double")
             or _EXTENSION.match(body, _byte_offset(body, e.pos))):
