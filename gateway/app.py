@@ -17,6 +17,7 @@ import grpc
 
 from gateway import access
 from gateway.context import GatewayContext
+from gateway.core import bounded
 from gateway.dialect import Dialect, load
 from gateway.dialects import CATALOGUE
 from gateway.edge import Edge
@@ -35,6 +36,7 @@ def grpc_server_options(settings: Settings, reuse_port: bool) -> list[tuple[str,
         ("grpc.so_reuseport", 1 if reuse_port else 0),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        ("grpc.max_concurrent_streams", settings.limits.max_grpc_streams),  # per connection
     ]
 
 
@@ -67,6 +69,7 @@ class Worker:
         return access.triton_client(self.settings)
 
     async def start(self) -> GatewayContext:
+        bounded.configure(self.settings.limits)  # the limits pure decoding functions read
         upstream = self._upstream()
         await upstream.connect()
         self.ctx = ctx = GatewayContext(self.settings, upstream)

@@ -32,6 +32,7 @@ from contextvars import ContextVar
 from typing import Any
 
 import grpc
+from sanic.exceptions import SanicException
 
 from gateway import logs, metrics
 from gateway.access import AUTHORIZATION, UNAUTHENTICATED_MESSAGE, ApiKeys, bearer
@@ -162,7 +163,8 @@ class Edge:
               admit: bool = True, public: bool = False) -> None:
         """Add ``handler(request, **path_params)`` to a sanic app behind the edge, as route ``name``
         (``public``: no API key asked, for probes)."""
-        app.add_route(self.http(name, handler, admit, public), uri, methods=methods, name=name)
+        # stream=True: sanic leaves the body unread, so the edge checks the key and admits before reading it
+        app.add_route(self.http(name, handler, admit, public), uri, methods=methods, name=name, stream=True)
 
     def http(self, route: str, handler: Callable[..., Awaitable[Any]], admit: bool = True, public: bool = False):
         errors, admission = self.errors, self.admission
@@ -178,16 +180,21 @@ class Edge:
                 if admit:
                     self._admit()
                     try:
+                        await _read_body(request)
                         resp = await handler(request, **params)
                     finally:
                         admission.release()
                 else:
+                    await _read_body(request)
                     resp = await handler(request, **params)
                 outcome = "ok"
             except GatewayError as err:
                 outcome, resp = err.kind.value, errors.http(err)
                 if err.kind is ErrorKind.UNAUTHENTICATED:
                     resp.headers["www-authenticate"] = "Bearer"  # RFC 6750
+            except SanicException as exc:  # reading the body: over limits.max_request_bytes (413), timed out
+                err = _body_error(exc)
+                outcome, resp = err.kind.value, errors.http(err, status=exc.status_code)
             except asyncio.CancelledError:
                 outcome = "cancelled"
                 raise
@@ -206,6 +213,8 @@ class Edge:
     def on_framework_error(self, request, exc: Exception):
         """Errors sanic raises before a handler runs (no route, bad method, body too large...)."""
         status = getattr(exc, "status_code", 500) or 500
+        if status == 413 and str(exc) == "Request header exceeds the size limit":
+            status = 431  # limits.max_header_bytes: sanic says 413; RFC 6585's status for it is 431
         # a body over limits.max_request_bytes (413, answered as soon as its length is known) is the
         # client's mistake, rendered as the dialect's invalid-argument envelope with status 413
         kind = {404: ErrorKind.NOT_FOUND, 405: ErrorKind.NOT_FOUND,
@@ -332,6 +341,20 @@ def _size(message) -> int:
         return len(message)
     size = getattr(message, "ByteSize", None)
     return size() if size is not None else 0
+
+
+async def _read_body(request) -> None:
+    """The whole body, read once admitted. Sanic lifts the size limit for a streaming route; it is
+    put back first, so a body over limits.max_request_bytes is a 413 as soon as its length is known."""
+    stream = request.stream
+    if stream is not None and stream.request_body:
+        stream.request_max_size = request.app.config.REQUEST_MAX_SIZE
+        await request.receive_body()
+
+
+def _body_error(exc: SanicException) -> GatewayError:
+    kind = ErrorKind.DEADLINE_EXCEEDED if exc.status_code == 408 else ErrorKind.INVALID_ARGUMENT
+    return GatewayError(kind, str(exc) or "error")
 
 
 def stream_headers(extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -30,6 +30,7 @@ def make_app(name: str, settings: Settings, edge: Edge | None = None) -> Sanic:
     app.config.update(
         {
             "REQUEST_MAX_SIZE": limits.max_request_bytes,
+            "REQUEST_MAX_HEADER_SIZE": limits.max_header_bytes,  # larger: 431 (in the dialect's envelope)
             "REQUEST_TIMEOUT": limits.request_read_timeout_s,
             "RESPONSE_TIMEOUT": limits.stream_timeout_s,
             "KEEP_ALIVE_TIMEOUT": limits.keep_alive_s,

@@ -121,6 +121,15 @@ class Limits(Strict):
     request_read_timeout_s: Seconds = 120.0
     stream_timeout_s: Seconds = 600.0  # default deadline of a streamed (generation) call
     drain_s: Annotated[float, Field(ge=0)] = 5.0  # on SIGTERM: time given to requests in flight
+    # limits before allocation (issue 13); checked before the thing they bound is built
+    max_tensor_bytes: Annotated[int, Field(ge=1)] = 256 << 20  # one decoded tensor (shape x dtype size)
+    max_json_depth: Annotated[int, Field(ge=1)] = 1 << 20  # JSON nesting (GRPS/MindIE: orjson's own 1024)
+    max_prompt_chars: Annotated[int, Field(ge=1)] = 40 << 20  # MindIE/OpenAI text input (MindIE: 40 x 1 Mi)
+    max_name_chars: Annotated[int, Field(ge=1)] = 1024  # model, signature, tensor and feature names
+    max_header_bytes: Annotated[int, Field(ge=1024)] = 8192  # HTTP request line + headers (larger: 431)
+    max_grpc_streams: Annotated[int, Field(ge=1)] = 100  # concurrent gRPC streams per connection
+    offload_bytes: Annotated[int, Field(ge=0)] = 64 << 10  # bodies/answers past this parse in a thread
+    offload_threads: Annotated[int, Field(ge=1)] = 2  # the per-worker parse thread pool
 
 
 class LocalTriton(Strict):

@@ -42,6 +42,11 @@ class DType:
     def is_bytes(self) -> bool:
         return self.v2 == "BYTES"
 
+    def nbytes(self, count: int) -> int:
+        """Bytes ``count`` elements take once decoded into numpy (BYTES: the object pointers alone,
+        a lower bound), known before anything is allocated."""
+        return count * self.numpy.itemsize
+
 
 _ROWS = [
     # v2       numpy                        size tf  tf_name         grps grps_name     config

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import datatypes
+from .bounded import LIMITS, clip, dims_text
 from .errors import invalid
 
 Params = dict[str, Any]  # values: bool, int, float or str (KServe InferParameter)
@@ -25,15 +26,33 @@ Params = dict[str, Any]  # values: bool, int, float or str (KServe InferParamete
 MAX_ELEMENTS = 1 << 28
 
 
-def element_count(shape, name: str) -> int:
-    """Elements in ``shape`` (exact, no overflow); a clear client error for absurd shapes."""
+def element_count(shape, name: str, dtype: datatypes.DType | None = None) -> int:
+    """Elements in ``shape`` (exact, no overflow); a clear client error for absurd shapes and, given
+    the dtype, for shapes whose decoded bytes would pass limits.max_tensor_bytes."""
     dims = [int(d) for d in shape]
     if any(d < 0 for d in dims):
-        raise invalid(f"tensor '{name}': negative dimension in shape {dims}")
+        raise invalid(f"tensor '{clip(name)}': negative dimension in shape {dims_text(dims)}")
     n = math.prod(dims)
     if n > MAX_ELEMENTS:
-        raise invalid(f"tensor '{name}': shape {dims} has {n} elements, more than the {MAX_ELEMENTS} allowed")
+        raise invalid(f"tensor '{clip(name)}': shape {dims_text(dims)} has {n} elements, more than the {MAX_ELEMENTS} "
+                      "allowed")
+    if dtype is not None:
+        check_bytes(n, dtype, name, dims)
     return n
+
+
+def too_large(count: int, dtype: datatypes.DType, dims) -> str | None:
+    """Why ``count`` elements of ``dtype`` (shape ``dims``) may not be decoded (None: they may)."""
+    size, most = dtype.nbytes(count), LIMITS.max_tensor_bytes
+    if size <= most:
+        return None
+    return f"shape {dims_text(dims)} of {dtype.v2} takes {size} bytes, more than the {most} allowed (limits.max_tensor_bytes)"
+
+
+def check_bytes(count: int, dtype: datatypes.DType, name: str, dims=None) -> None:
+    why = too_large(count, dtype, dims if dims is not None else [count])
+    if why is not None:
+        raise invalid(f"tensor '{clip(name)}': {why}")
 
 
 @dataclass(slots=True)
@@ -58,12 +77,12 @@ class Tensor:
         """Build from a flat list/array and a shape, with a clear error when they disagree."""
         row = datatypes.by_v2(datatype)
         shape = tuple(int(d) for d in shape)
-        expected = element_count(shape, name)
+        expected = element_count(shape, name, row)
         arr = datatypes.to_bytes_array(values) if row.is_bytes else np.asarray(values, dtype=row.numpy)
         arr = arr.reshape(-1)
         if arr.size != expected:
             raise invalid(
-                f"tensor '{name}': {arr.size} values do not fill shape {list(shape)} ({expected} expected)"
+                f"tensor '{clip(name)}': {arr.size} values do not fill shape {dims_text(shape)} ({expected} expected)"
             )
         return cls(name, arr.reshape(shape), datatype, parameters or {})
 

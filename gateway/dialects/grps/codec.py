@@ -18,6 +18,7 @@ from google.protobuf import json_format
 
 from gateway._proto import grps_pb2
 from gateway.core import datatypes
+from gateway.core.bounded import LIMITS, check_name, clip, dims_text, json_deeper
 from gateway.core.errors import ErrorKind, GatewayError, invalid
 from gateway.core.tensors import Tensor, element_count
 
@@ -27,6 +28,7 @@ GrpsMessage = grps_pb2.GrpsMessage
 SUCCESS = grps_pb2.Status.SUCCESS
 FAILURE = grps_pb2.Status.FAILURE
 
+ORJSON_DEPTH = 1024  # orjson refuses deeper documents itself
 _PARSED_KEYS = ("str_data", "strData", "gtensors", "gmap")
 _FLOAT64_KEYS = ("flat_float64", "flatFloat64")
 _DOUBLE_KEYS = ("flat_double", "flatDouble")
@@ -51,14 +53,25 @@ def failure(code: int, text: str) -> GrpsMessage:
 
 # -- JSON -----------------------------------------------------------------------------------------
 def load_json(body: bytes) -> dict:
-    """A JSON body → its top-level object (400 when it is not JSON or not an object)."""
+    """A JSON body → its top-level object (400 when it is not JSON or not an object, or nests
+    deeper than limits.max_json_depth)."""
     try:
         doc = orjson.loads(body or b"{}")
     except orjson.JSONDecodeError:
         raise invalid("Parse json failed.") from None
     if not isinstance(doc, dict):
         raise invalid("Parse json failed: the body must be a JSON object.")
+    depth = LIMITS.max_json_depth
+    if depth < ORJSON_DEPTH and json_deeper(doc, depth):
+        raise invalid(f"Parse json failed: nested more than {depth} levels deep.")
     return doc
+
+
+def decode_predict(body: bytes) -> tuple[dict, GrpsMessage, np.ndarray | None]:
+    """A predict JSON body → (its object, GrpsMessage, ndarray or None): one call, for the thread pool."""
+    doc = load_json(body)
+    msg, ndarray = message_from_json(doc)
+    return doc, msg, ndarray
 
 
 def message_from_json(doc: dict) -> tuple[GrpsMessage, np.ndarray | None]:
@@ -74,12 +87,69 @@ def message_from_json(doc: dict) -> tuple[GrpsMessage, np.ndarray | None]:
 
 
 def parse_message(doc: dict) -> GrpsMessage:
-    """A JSON object → GrpsMessage (``flat_double`` accepted as an alias of ``flat_float64``)."""
+    """A JSON object → GrpsMessage (``flat_double`` accepted as an alias of ``flat_float64``).
+
+    ``json_format`` converts and checks values one by one in Python (~0.75 s per million floats),
+    so a numeric ``flat_*`` list that provably passes its checks (numbers only, in the field's
+    range) is taken out first and added to the parsed message in one ``extend``; anything else
+    (strings, bools, ``"NaN"``, out of range) stays for ``json_format`` and its own error text."""
     _alias_flat_double(doc)
+    pulled = _take_numeric_flats(doc)
     try:
-        return json_format.ParseDict(doc, GrpsMessage(), ignore_unknown_fields=True)
+        msg = json_format.ParseDict(doc, GrpsMessage(), ignore_unknown_fields=True)
     except json_format.ParseError as e:
-        raise invalid(str(e)) from None
+        raise invalid(clip(str(e))) from None
+    for index, field, values in pulled:
+        getattr(msg.gtensors.tensors[index], field).extend(values)
+    return msg
+
+
+_NUMERIC = {}  # JSON key (proto or lowerCamel name) -> (field name, numpy dtype whose range it takes)
+for _f in grps_pb2.GenericTensor.DESCRIPTOR.fields:
+    if _f.name.startswith("flat_") and _f.type != _f.TYPE_STRING:
+        _range = {_f.CPPTYPE_INT32: np.int32, _f.CPPTYPE_INT64: np.int64, _f.CPPTYPE_UINT32: np.uint32,
+                  _f.CPPTYPE_FLOAT: np.float32, _f.CPPTYPE_DOUBLE: np.float64}[_f.cpp_type]
+        _NUMERIC[_f.name] = _NUMERIC[_f.json_name] = (_f.name, np.dtype(_range))
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def _take_numeric_flats(doc: dict) -> list[tuple[int, str, list]]:
+    """Pop from ``doc`` the numeric flat lists json_format would accept as they are."""
+    gt = doc.get("gtensors")
+    tensors = gt.get("tensors") if isinstance(gt, dict) else None
+    pulled = []
+    for index, t in enumerate(tensors if isinstance(tensors, list) else ()):
+        if not isinstance(t, dict):
+            continue
+        for key in [k for k in t if k in _NUMERIC]:
+            field, dtype = _NUMERIC[key]
+            spellings = sum(1 for k in t if _NUMERIC.get(k, (None,))[0] == field)
+            values = t[key]
+            if spellings == 1 and isinstance(values, list) and _plain_numbers(values, dtype):
+                del t[key]
+                pulled.append((index, field, values))
+    return pulled
+
+
+def _plain_numbers(values: list, dtype: np.dtype) -> bool:
+    """Whether json_format would take every value as it is: ints (integer fields, in range) or
+    ints and finite floats (float fields, float32's range for float32)."""
+    types = set(map(type, values))
+    try:
+        if dtype.kind == "f":
+            if not types <= {int, float}:
+                return False
+            arr = np.asarray(values, dtype=np.float64)
+            if not np.isfinite(arr).all():
+                return False
+            return dtype != np.float32 or not arr.size or float(np.abs(arr).max()) <= _FLT_MAX
+        if not types <= {int}:
+            return False
+        info = np.iinfo(dtype)
+        arr = np.asarray(values, dtype=np.int64 if info.min < 0 else np.uint64)
+        return not arr.size or (int(arr.min()) >= info.min and int(arr.max()) <= info.max)
+    except (OverflowError, ValueError, TypeError):
+        return False
 
 
 def _alias_flat_double(doc: dict) -> None:
@@ -123,23 +193,24 @@ def flat_field(dtype: datatypes.DType) -> str:
 
 
 def tensor_from_generic(gt: grps_pb2.GenericTensor) -> Tensor:
-    """GenericTensor → Tensor, with the value checks a client needs to see (range, fill)."""
-    name = gt.name or "<unnamed>"
+    """GenericTensor → Tensor, with the value checks a client needs to see (range, fill); the
+    declared shape is checked against limits.max_tensor_bytes before any array is made."""
+    name = check_name(gt.name, "Tensor name") or "<unnamed>"
     dtype = _generic_dtype(gt, name)
     values = getattr(gt, flat_field(dtype))
     shape = list(gt.shape) if len(gt.shape) else [len(values)]
+    expected = element_count(shape, name, dtype)
+    if len(values) != expected:
+        raise invalid(
+            f"tensor '{clip(name)}': {len(values)} values in {flat_field(dtype)} do not fill shape "
+            f"{dims_text(shape)} ({expected} expected)"
+        )
     if dtype.is_bytes:
         data = list(values)
     elif dtype.numpy.kind in "iu":
         data = _checked_ints(values, dtype, name)
     else:
-        data = np.asarray(values, dtype=np.float64 if dtype.v2 == "FP64" else np.float32)
-    expected = element_count(shape, name)
-    if len(data) != expected:
-        raise invalid(
-            f"tensor '{name}': {len(data)} values in {flat_field(dtype)} do not fill shape {shape} "
-            f"({expected} expected)"
-        )
+        data = np.fromiter(values, np.float64 if dtype.v2 == "FP64" else np.float32, len(values))  # 2x asarray
     return Tensor.from_flat(gt.name, dtype.v2, shape, data)
 
 
@@ -147,19 +218,19 @@ def _generic_dtype(gt: grps_pb2.GenericTensor, name: str) -> datatypes.DType:
     if gt.dtype == grps_pb2.DT_INVALID:  # no dtype: take it from the one flat field that has data
         filled = [f for f in _FLAT_FIELDS if len(getattr(gt, f))]
         if len(filled) != 1:
-            raise invalid(f"tensor '{name}': dtype is missing")
+            raise invalid(f"tensor '{clip(name)}': dtype is missing")
         return datatypes.by_grps("DT_" + filled[0][5:].upper())
     try:
         return datatypes.by_grps(int(gt.dtype))
     except KeyError:
-        raise invalid(f"tensor '{name}': unknown dtype {gt.dtype}") from None
+        raise invalid(f"tensor '{clip(name)}': unknown dtype {gt.dtype}") from None
 
 
 def _checked_ints(values, dtype: datatypes.DType, name: str) -> np.ndarray:
-    wide = np.asarray(values, dtype=np.int64)
+    wide = np.fromiter(values, np.int64, len(values))
     info = np.iinfo(dtype.numpy)
     if wide.size and (wide.min() < info.min or wide.max() > info.max):
-        raise invalid(f"tensor '{name}': a value is out of range for {dtype.grps_name}")
+        raise invalid(f"tensor '{clip(name)}': a value is out of range for {dtype.grps_name}")
     return wide.astype(dtype.numpy)
 
 
@@ -197,7 +268,7 @@ def gmap_values(gmap: grps_pb2.GenericMapData) -> dict[str, tuple[str, object]]:
     for field, v2 in GMAP_TYPES.items():
         for key, value in getattr(gmap, field).items():
             if key in out:
-                raise invalid(f"gmap key '{key}' appears in more than one map")
+                raise invalid(f"gmap key '{clip(key)}' appears in more than one map")
             out[key] = (v2, value.encode("utf-8") if field == "s_s" else value)
     return out
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 from sanic import Request, Sanic, response
 
+from gateway import offload
+from gateway.core.bounded import check_name
 from gateway.core.errors import invalid
 from gateway.edge import Edge, stream_headers
 
@@ -75,7 +77,7 @@ async def _model_metadata(request: Request):
 
 async def _predict(request: Request):
     svc = _svc(request)
-    msg, ndarray, streaming = _decode_predict(request, svc)
+    msg, ndarray, streaming = await _decode_predict(request, svc)
     return_ndarray = request.args.get("return-ndarray", "").lower() == "true"
     if streaming and return_ndarray:
         raise invalid("Streaming and ret ndarray are not supported at the same time.")
@@ -85,10 +87,11 @@ async def _predict(request: Request):
             msg.bin_data = payload
         return await _stream(request, svc, msg, ndarray)
     out, arr = await svc.predict(msg, ndarray, return_ndarray, payload=payload)
-    return _answer(request, out, arr)
+    size = arr.nbytes if isinstance(arr, np.ndarray) else 0 if isinstance(arr, bytes) else out.ByteSize()
+    return await offload.run(size, _answer, request, out, arr)  # a large answer is written in a thread
 
 
-def _decode_predict(request: Request, svc: GrpsService):
+async def _decode_predict(request: Request, svc: GrpsService):
     """The request → (GrpsMessage with its model set, ndarray or None, streaming flag)."""
     ctype = request.headers.get("content-type")
     if not ctype:
@@ -97,13 +100,13 @@ def _decode_predict(request: Request, svc: GrpsService):
     if media == OCTET:
         # the body stays out of the message (oneof set, empty): predict takes it as the payload
         msg, ndarray, doc = codec.GrpsMessage(bin_data=b""), None, {}
-    elif media == JSON:
-        doc = codec.load_json(request.body)
-        msg, ndarray = codec.message_from_json(doc)
+    elif media == JSON:  # a large body is parsed in a thread (limits.offload_bytes)
+        doc, msg, ndarray = await offload.run(len(request.body), codec.decode_predict, request.body)
     else:
         raise invalid("Content type is not supported.")
     if not msg.model:
         msg.model = request.args.get("model", "")
+    check_name(msg.model, "Model name")
     return msg, ndarray, _streaming(request, svc, doc)
 
 

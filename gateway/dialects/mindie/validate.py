@@ -2,6 +2,8 @@
 
 Each check returns the value (or None when absent) or raises INVALID_ARGUMENT with MindIE's text,
 e.g. ``Parameter top_p must be in (0.0,1.0], got 1.5.``, rendered as 422 Input Validation Error.
+A value quoted back is cut to a bounded prefix (``clip_repr``); text inputs (prompts) are at most
+limits.max_prompt_chars characters (MindIE: maxRequestLength x 1 Mi).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.core.bounded import LIMITS, clip_repr
 from gateway.core.errors import invalid
 
 INT32_MAX = 2**31 - 1
@@ -29,7 +32,7 @@ def number(body: Mapping[str, Any], key: str, lo, hi, *, lo_open=False, hi_open=
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
-        raise invalid(f"Parameter {key} must be {'an integer' if integer else 'a number'}, got {value!r}.")
+        raise invalid(f"Parameter {key} must be {'an integer' if integer else 'a number'}, got {clip_repr(value)}.")
     bad = value <= lo if lo_open else value < lo
     bad = bad or (value >= hi if hi_open else value > hi)
     if bad:
@@ -42,7 +45,7 @@ def boolean(body: Mapping[str, Any], key: str, default: bool | None = None) -> b
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise invalid(f"Parameter {key} must be a bool, got {value!r}.")
+        raise invalid(f"Parameter {key} must be a bool, got {clip_repr(value)}.")
     return value
 
 
@@ -79,6 +82,8 @@ def text(body: Mapping[str, Any], key: str) -> str:
         raise invalid(f"Parameter {key} must be a string.")
     if not value:
         raise invalid(f"Parameter {key} must not be empty.")
+    if len(value) > LIMITS.max_prompt_chars:
+        raise invalid(f"Parameter {key} must be at most {LIMITS.max_prompt_chars} characters, got {len(value)}.")
     return value
 
 

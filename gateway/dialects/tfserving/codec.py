@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 
 import numpy as np
 
 from gateway.core import datatypes
+from gateway.core.bounded import check_name, clip
 from gateway.core.errors import GatewayError, invalid, unimplemented
+from gateway.core.tensors import check_bytes
 
 from . import jsonio
 from .examples import Feature, Features
@@ -170,12 +173,22 @@ def _fast(value, v2: str, bools: bool) -> np.ndarray | None:
     return arr.astype(datatypes.by_v2(v2).numpy, copy=False)
 
 
+def _check_size(value, v2: str, name: str) -> None:
+    """limits.max_tensor_bytes, from the shape the JSON implies and the dtype, before any array."""
+    try:
+        shape = _dense_shape(value)
+    except GatewayError:  # nested past TF's rank: the fill below says so in TF's words
+        return
+    check_bytes(math.prod(shape), datatypes.by_v2(v2), name or "instances", shape)
+
+
 def to_array(value, v2: str, name: str = "", bools: bool = True) -> np.ndarray:
     """One JSON value (scalar or nested lists) as an array of the signature's dtype, judged as TF
     Serving's FillTensorProto judges it: the first element at each level sets the shape, every
     leaf must sit at the last level, every list must have its level's length, and every value must
     be of the JSON type the dtype takes (errors in TF Serving's words). ``bools``: whether the body
     may hold true/false (only then numbers are checked one by one)."""
+    _check_size(value, v2, name)
     arr = _fast(value, v2, bools)
     if arr is not None:
         return arr
@@ -208,7 +221,7 @@ def signature_name(doc: dict) -> str:
     if not isinstance(sig, str):
         raise invalid(f"JSON Value: {jsonio.debug_string(doc)} not formatted correctly. 'signature_name' key "
                       "must be a string value.")
-    return sig
+    return check_name(sig, "Signature name")
 
 
 def may_hold_bools(body: bytes) -> bool:
@@ -256,7 +269,7 @@ class _Batch:
 
 
 def _wrap(i: int, err: GatewayError, key: str | None = None) -> GatewayError:
-    where = f"Failed to process element: {i}" + (f" key: {key}" if key is not None else "")
+    where = f"Failed to process element: {i}" + (f" key: {clip(key)}" if key is not None else "")
     return invalid(f"{where} of 'instances' list. Error: {_status(err)}")
 
 
@@ -272,6 +285,7 @@ def _rows(doc: dict, types: dict[str, str], bools: bool) -> dict[str, np.ndarray
     if not _is_element_object(inst[0]):
         alias = next(iter(types))
         v2 = types[alias]
+        _check_size(inst, v2, alias)
         whole = _fast(inst, v2, bools)
         if whole is not None and whole.ndim >= 1:
             return {alias: whole}
@@ -292,7 +306,7 @@ def _rows(doc: dict, types: dict[str, str], bools: bool) -> dict[str, np.ndarray
         for key, value in elem.items():
             try:
                 if key not in batches:
-                    raise invalid(f"JSON object: does not have named input: {key}")
+                    raise invalid(f"JSON object: does not have named input: {clip(key)}")
                 batches[key].add(value)
             except GatewayError as e:
                 raise _wrap(i, e, key) from None
@@ -396,7 +410,7 @@ def _example(obj) -> Features:
 def _add_feature_value(name: str, v, kind: str | None, values: list) -> str:
     """AddValueToFeature: one JSON value appended to a feature whose kind its first value set."""
     if v is None or isinstance(v, list) or isinstance(v, dict) and not _is_b64(v):
-        raise invalid(f"Feature: {name} has element with unexpected JSON type: {_json_type(v)}")
+        raise invalid(f"Feature: {clip(name)} has element with unexpected JSON type: {_json_type(v)}")
     if isinstance(v, bool):
         want, value = "int64", int(v)
     elif isinstance(v, dict):
@@ -408,11 +422,11 @@ def _add_feature_value(name: str, v, kind: str | None, values: list) -> str:
     else:
         want, value = "int64", v
     if kind is not None and kind != want:
-        raise invalid(f"Unexpected element type in feature: {name} expecting type: {kind}")
+        raise invalid(f"Unexpected element type in feature: {clip(name)} expecting type: {kind}")
     if want == "bytes" and value is None:
         value = _b64(v)
     if want == "int64" and value > 2**63 - 1:
-        raise invalid(f"Feature: {name} has uint64_t element. Only int64_t is supported.")
+        raise invalid(f"Feature: {clip(name)} has uint64_t element. Only int64_t is supported.")
     values.append(value)
     return want
 

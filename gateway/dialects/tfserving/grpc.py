@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import grpc
 
+from gateway import offload
 from gateway._proto.tensorflow_serving.apis import (
     classification_pb2,
     get_model_metadata_pb2,
@@ -21,6 +22,7 @@ from gateway._proto.tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
     regression_pb2,
 )
+from gateway.core.bounded import clip
 from gateway.core.errors import invalid, unimplemented
 from gateway.edge import Edge
 
@@ -54,7 +56,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         specs = dict(target.signature.inputs)
         inputs = {}
         for i, (alias, tp) in enumerate(sorted(request.inputs.items())):
-            arr, v2 = protocodec.tensor_from_proto(tp, alias)
+            arr, v2 = await offload.run(tp.ByteSize(), protocodec.tensor_from_proto, tp, alias)  # large: a thread
             want = specs.get(alias)
             if want is not None and target.signature.client_dtype(want) != v2:
                 raise invalid(f"Expects arg[{i}] to be {tf_type(target.signature.client_dtype(want))} but "
@@ -63,7 +65,8 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         version, outs = await self.service.predict(target, inputs, list(request.output_filter))
         resp = predict_pb2.PredictResponse(model_spec=self._resolved_spec(target, version))
         for alias, (arr, v2) in outs.items():
-            resp.outputs[alias].CopyFrom(protocodec.tensor_to_proto(arr, v2, self.content))
+            tp = await offload.run(arr.nbytes, protocodec.tensor_to_proto, arr, v2, self.content)
+            resp.outputs[alias].CopyFrom(tp)
         return resp
 
     async def _examples(self, request, method: str, context):
@@ -92,7 +95,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         for task in request.tasks:
             method = task.method_name.rsplit("/", 1)[-1]
             if method not in ("classify", "regress"):
-                raise unimplemented(f"Unsupported signature method_name: {task.method_name}")
+                raise unimplemented(f"Unsupported signature method_name: {clip(task.method_name)}")
             target = await self.service.resolve(protocodec.spec_from_proto(task.model_spec), grpc=True)
             if target.signature.name in seen:
                 raise invalid(f"Duplicate evaluation of signature: {target.signature.name}")
@@ -111,7 +114,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
             raise invalid("GetModelMetadataRequest must specify at least one metadata_field")
         for f in request.metadata_field:
             if f != "signature_def":
-                raise invalid(f"Metadata field {f} is not supported")
+                raise invalid(f"Metadata field {clip(f)} is not supported")
         version, sigs = await self.service.metadata(spec)
         resp = get_model_metadata_pb2.GetModelMetadataResponse(model_spec=protocodec.model_spec(spec.name, version))
         resp.metadata["signature_def"].Pack(protocodec.signature_def_map(sigs))

@@ -14,6 +14,9 @@ from urllib.parse import unquote
 from google.protobuf import json_format
 from sanic import Request, Sanic, response
 
+from gateway import offload
+from gateway.core import bounded
+from gateway.core.bounded import check_name
 from gateway.core.errors import invalid, not_found
 from gateway.edge import Edge, current
 
@@ -61,6 +64,7 @@ async def dispatch(service: Service, request: Request) -> bytes:
         return b""
     m = _PREDICT.fullmatch(path) if method == "POST" else None
     if m:
+        check_name(unquote(m[1]), "Model name")
         spec = Spec(unquote(m[1]), _version(m[2]), unquote(m[3]) if m[3] else None)
         if m[4] in _VERBS:
             call = current()
@@ -80,17 +84,21 @@ async def dispatch(service: Service, request: Request) -> bytes:
 
 
 async def _infer(service: Service, spec: Spec, verb: str, body: bytes) -> bytes:
-    doc = jsonio.loads(body)
+    """Parsing and writing run in the worker's thread pool when the body or the answer is larger
+    than limits.offload_bytes (``offload.run``), so a large one never holds up the event loop."""
+    size = len(body)
+    doc = await offload.run(size, jsonio.loads, body, bounded.LIMITS.max_json_depth)
     if not isinstance(doc, dict):
         raise invalid(f"JSON Value: {jsonio.debug_string(doc)} Is not object")
     sig = codec.signature_name(doc)
     if verb == "predict":
         target = await service.resolve(Spec(spec.name, spec.version, spec.label, sig), method="predict")
-        inputs, row = codec.parse_predict(doc, target.signature, bools=codec.may_hold_bools(body))
+        inputs, row = await offload.run(size, codec.parse_predict, doc, target.signature, codec.may_hold_bools(body))
         _, outs = await service.predict(target, inputs)
-        return codec.write_predict(outs, row)
+        text = 4 * sum(a.nbytes for a, _ in outs.values())  # float text: ~10 bytes per 4-byte float
+        return await offload.run(text, codec.write_predict, outs, row)
     # classify/regress: the whole body is read into Examples before the model is looked up
-    exs, context = codec.parse_examples(doc, verb)
+    exs, context = await offload.run(size, codec.parse_examples, doc, verb)
     target = await service.resolve(Spec(spec.name, spec.version, spec.label, sig), method=verb)
     _, result = await service.run_examples(target, verb, exs, context)
     return codec.write_regress(result) if verb == "regress" else codec.write_classify(*result)

@@ -17,6 +17,7 @@ import re
 import numpy as np
 import orjson
 
+from gateway.core.bounded import json_deeper
 from gateway.core.errors import invalid
 
 from . import decimal
@@ -36,19 +37,100 @@ _RAPIDJSON = {
 }
 
 
-def loads(body: bytes):
+SMALL = 64 << 10  # bodies up to this size that orjson refuses are re-read by the stdlib parser
+#                   (exact rapidjson offsets); larger ones are worded from orjson's error alone
+ORJSON_DEPTH = 1024  # orjson refuses deeper documents itself: no walk is needed up to this limit
+_EXTENSION = re.compile(rb"-?(?:NaN|Inf)")  # the tokens only the tolerant parser takes
+
+
+def loads(body: bytes, max_depth: int | None = None):
     """Parse a request body; 400 ``JSON Parse error: ...`` as TF Serving words it.
 
     As rapidjson with ``kParseStopWhenDoneFlag``, whatever follows the first complete value is
     ignored; as with ``kParseIterativeFlag``, nesting has no depth limit (documents deeper than the
-    stdlib parser goes are read by ``_deep_loads``, without recursion)."""
+    stdlib parser goes are read by ``_deep_loads``, without recursion) unless ``max_depth`` (the
+    gateway's limits.max_json_depth) is given: past it the document is refused, at once when
+    orjson stops at its own 1024 levels, else by a walk over its lists and objects (~20 ms per
+    million values, so only when the limit is below 1024).
+
+    Bounded work on a bad body: orjson reads it once; the stdlib parser reads it a second time
+    only when it may be valid after all (a NaN/Infinity token where orjson stopped, a number past
+    double range) or when it is small (``SMALL``); otherwise orjson's error position is worded as
+    rapidjson words it (``_worded``), without a second pass over the document."""
     if not body or not body.strip():
         raise invalid("JSON Parse error: The document is empty")
     try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        pass
-    text = _BARE_INF.sub(rb"\1Infinity", body)
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        doc = _refused(body, e, max_depth)
+    if max_depth is not None and max_depth < ORJSON_DEPTH and json_deeper(doc, max_depth):
+        raise _too_deep(max_depth)
+    return doc
+
+
+def _refused(body: bytes, e: orjson.JSONDecodeError, max_depth: int | None):
+    if e.msg == "unexpected content after document":  # kParseStopWhenDoneFlag: the rest is ignored
+        return loads(body[: e.pos], max_depth)
+    if e.msg == "depth limit exceeded" and max_depth is not None and max_depth <= ORJSON_DEPTH:
+        raise _too_deep(max_depth)
+    if (len(body) <= SMALL or e.msg in ("depth limit exceeded", "number is infinity when parsed as double")
+            or _EXTENSION.match(body, _byte_offset(body, e.pos))):
+        return _tolerant(body, max_depth)
+    raise invalid(_worded(body, e))
+
+
+def _byte_offset(body: bytes, pos: int) -> int:
+    """orjson's error position counts characters; the byte offset of that character."""
+    if body.isascii():
+        return pos
+    return len(body.decode("utf-8", "replace")[:pos].encode("utf-8", "surrogatepass"))
+
+
+def _too_deep(max_depth: int):
+    return invalid(f"JSON Parse error: The document is nested more than {max_depth} levels deep")
+
+
+# orjson's error (message prefix) -> rapidjson's (GetParseError_En)
+_ORJSON = (
+    ("unexpected character, expected ',' or ']'", "Missing a comma or ']' after an array element."),
+    ("unexpected character, expected ',' or '}'", "Missing a comma or '}' after an object member."),
+    ("unexpected character, expected ':'", "Missing a colon after a name of object member."),
+    ("unexpected character, expected a string key", "Missing a name for object member."),
+    ("invalid escaped sequence", "Invalid escape character in string."),
+    ("unexpected control character", "Invalid encoding in string."),
+    ("no digit after decimal point", "Miss fraction part in number."),
+    ("no digit after exponent", "Miss exponent in number."),
+    ("no low surrogate", "The surrogate pair in string is invalid."),
+    ("no high surrogate", "The surrogate pair in string is invalid."),
+    ("str is not valid UTF-8", "Invalid encoding in string."),
+)
+
+
+def _worded(body: bytes, e: orjson.JSONDecodeError) -> str:
+    """rapidjson's text for orjson's error, from a bounded look at the body after its position."""
+    pos = e.pos
+    if e.msg == "trailing comma is not allowed":  # rapidjson reads on: a value (array) or a name (object)
+        at = _next_token(body, _byte_offset(body, pos) + 1)
+        closer = body[at:at + 1]
+        pos += at - _byte_offset(body, pos)
+        text = "Missing a name for object member." if closer == b"}" else "Invalid value."
+        return f"JSON Parse error: {text} at offset: {pos}"
+    text = next((words for prefix, words in _ORJSON if e.msg.startswith(prefix)), "Invalid value.")
+    return f"JSON Parse error: {text} at offset: {pos}"
+
+
+def _next_token(body: bytes, pos: int) -> int:
+    """The offset of the first non-blank byte from ``pos`` (a bounded scan)."""
+    window = body[pos:pos + 4096]
+    return pos + len(window) - len(window.lstrip(b" \t\n\r"))
+
+
+def _tolerant(body: bytes, max_depth: int | None):
+    """The stdlib parser, which takes NaN/Infinity (and a bare Inf, rewritten) as rapidjson's
+    ``kParseNanAndInfFlag`` does; its errors in rapidjson's words."""
+    text = body
+    if b"Inf" in body and body.count(b"Inf") != body.count(b"Infinity"):  # a bare Inf somewhere
+        text = _BARE_INF.sub(rb"\1Infinity", body)
     try:
         decoded = text.decode("utf-8")
     except UnicodeDecodeError:
@@ -56,7 +138,7 @@ def loads(body: bytes):
     try:
         doc = _DECODER.raw_decode(decoded, len(decoded) - len(decoded.lstrip()))[0]
     except RecursionError:
-        doc = _deep_loads(decoded)
+        doc = _deep_loads(decoded, max_depth)
     except json.JSONDecodeError as e:
         msg = _RAPIDJSON.get(e.msg, e.msg)
         raise invalid(f"JSON Parse error: {msg} at offset: {e.pos}") from None
@@ -94,8 +176,9 @@ _WORDS = {"true": True, "false": False, "null": None, "NaN": float("nan"), "-NaN
           "Infinity": float("inf"), "-Infinity": float("-inf")}
 
 
-def _deep_loads(text: str):
-    """An iterative JSON reader (explicit stack) for documents nested deeper than recursion allows."""
+def _deep_loads(text: str, max_depth: int | None = None):
+    """An iterative JSON reader (explicit stack) for documents nested deeper than recursion allows
+    (``max_depth``: refused past that many levels)."""
     stack: list[list] = []  # [container, pending key]
     pos, state, root = 0, "value", None  # state: value | first (value or ]) | key | firstkey | colon | sep | done
 
@@ -125,6 +208,8 @@ def _deep_loads(text: str):
             for _ in range(len(opens) - 1):
                 stack.append([[], None])
             stack.append([[], None])
+            if max_depth is not None and len(stack) > max_depth:
+                raise _too_deep(max_depth)
             state = "first"
         elif closes:
             for _ in closes:
@@ -135,6 +220,8 @@ def _deep_loads(text: str):
             if state not in ("value", "first"):
                 raise bad()
             stack.append([{}, None])
+            if max_depth is not None and len(stack) > max_depth:
+                raise _too_deep(max_depth)
             state = "firstkey"
         elif punct == "}":
             if not stack or not isinstance(stack[-1][0], dict) or state not in ("sep", "firstkey"):

@@ -16,8 +16,9 @@ from gateway._proto.tensorflow.core.framework import tensor_pb2, tensor_shape_pb
 from gateway._proto.tensorflow.core.protobuf import error_codes_pb2, meta_graph_pb2
 from gateway._proto.tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, model_pb2
 from gateway.core import datatypes
+from gateway.core.bounded import check_name, clip, dims_text
 from gateway.core.errors import invalid
-from gateway.core.tensors import TensorSpec, element_count
+from gateway.core.tensors import TensorSpec, element_count, too_large
 
 from .examples import Feature, Features
 from .mapping import Signature, Spec
@@ -30,6 +31,9 @@ _FIELD = {
 
 
 def spec_from_proto(ms: model_pb2.ModelSpec) -> Spec:
+    check_name(ms.name, "Model name")
+    check_name(ms.signature_name, "Signature name")
+    check_name(ms.version_label, "Version label")
     which = ms.WhichOneof("version_choice")
     version = ms.version.value if which == "version" else None
     label = ms.version_label if which == "version_label" else None
@@ -46,20 +50,30 @@ def model_spec(name: str, version: int | str | None, signature: str | None = Non
 
 
 def tensor_from_proto(tp: tensor_pb2.TensorProto, name: str) -> tuple[np.ndarray, str]:
+    """One TensorProto as an array. Its shape and dtype are checked against limits.max_tensor_bytes
+    before anything is allocated: TF's fill rule would expand an 18-byte proto declaring
+    ``[268435456]`` floats with one ``float_val`` into 1 GiB (TF Serving answers a tensor it cannot
+    build ``tensor parsing error: <alias>``, INVALID_ARGUMENT)."""
+    shown = clip(check_name(name, "Input alias"))
     try:
         row = datatypes.by_tf(tp.dtype)
     except KeyError:
-        raise invalid(f"Input '{name}': unsupported tensor dtype {tp.dtype}") from None
+        raise invalid(f"Input '{shown}': unsupported tensor dtype {tp.dtype}") from None
     shape = tuple(int(d.size) for d in tp.tensor_shape.dim)
     if any(d < 0 for d in shape):
-        raise invalid(f"Input '{name}': shape {list(shape)} has a negative dimension")
+        raise invalid(f"Input '{shown}': shape {dims_text(shape)} has a negative dimension")
     size = element_count(shape, name)
+    why = too_large(size, row, shape)
+    if why is not None:
+        raise invalid(f"tensor parsing error: {shown}: {why}")
     if tp.tensor_content:
         if row.is_bytes:
-            raise invalid(f"Input '{name}': DT_STRING tensors cannot use tensor_content")
+            raise invalid(f"Input '{shown}': DT_STRING tensors cannot use tensor_content")
+        if len(tp.tensor_content) % row.numpy.itemsize:
+            raise invalid(f"tensor parsing error: {shown}")
         flat = np.frombuffer(tp.tensor_content, dtype=row.numpy)
         if flat.size != size:
-            raise invalid(f"Input '{name}': tensor_content holds {flat.size} values for shape {list(shape)}")
+            raise invalid(f"Input '{shown}': tensor_content holds {flat.size} values for shape {dims_text(shape)}")
         return flat.reshape(shape), row.v2
     return _typed(tp, row, shape, size, name), row.v2
 
@@ -67,15 +81,17 @@ def tensor_from_proto(tp: tensor_pb2.TensorProto, name: str) -> tuple[np.ndarray
 def _typed(tp, row, shape, size: int, name: str) -> np.ndarray:
     values = getattr(tp, _FIELD[row.v2])
     n = len(values)
+    if n > size:
+        raise invalid(f"Input '{clip(name)}': {n} values do not fit shape {dims_text(shape)}")
     if row.is_bytes:
         flat = np.empty(n, dtype=object)
         flat[:] = list(values)
     elif row.v2 in ("FP16", "BF16"):
         flat = np.asarray(values, dtype=np.int32).astype(np.uint16).view(row.numpy)
+    elif _FIELD[row.v2] == "int_val" and row.numpy.itemsize < 4:  # int32 on the wire, cast as C++ casts (wraps)
+        flat = np.fromiter(values, np.int32, n).astype(row.numpy)
     else:
-        flat = np.asarray(values, dtype=row.numpy)
-    if n > size:
-        raise invalid(f"Input '{name}': {n} values do not fit shape {list(shape)}")
+        flat = np.fromiter(values, row.numpy, n)  # twice as fast as np.asarray over a repeated field
     if n < size:
         fill = flat[-1] if n else (b"" if row.is_bytes else row.numpy.type(0))
         flat = np.concatenate([flat, np.full(size - n, fill, dtype=flat.dtype)])
