@@ -13,6 +13,7 @@ import uuid
 import orjson
 from sanic import Request, Sanic, response
 
+from gateway import offload
 from gateway.context import GatewayContext
 from gateway.core.errors import invalid
 from gateway.edge import Edge, current
@@ -28,9 +29,11 @@ def new_request_id() -> str:
     return str(uuid.uuid4().int >> 65)
 
 
-def json_body(request: Request) -> dict:
+async def json_body(request: Request) -> dict:
+    """The request's JSON object; a large body is parsed off the event loop (gateway.offload)."""
+    raw = request.body or b""
     try:
-        body = orjson.loads(request.body or b"")
+        body = await offload.run(len(raw), orjson.loads, raw)
     except orjson.JSONDecodeError:
         raise invalid("Request body is not valid JSON.") from None
     if not isinstance(body, dict):
@@ -48,7 +51,7 @@ class Handlers:
         self.role = cfg.pd.role
 
     async def run(self, request: Request, planner, body: dict | None = None, **kw):
-        body = json_body(request) if body is None else body
+        body = await json_body(request) if body is None else body
         plan = await planner(body, self.catalog, new_request_id(), **kw)
         req = plan.req
         name = plan.model.spec.name
@@ -71,7 +74,7 @@ class Handlers:
 
     async def generate(self, request: Request):
         """POST /generate: ``prompt`` => vLLM, else ``inputs`` => TGI (MindIE Server's precedence)."""
-        body = json_body(request)
+        body = await json_body(request)
         if "prompt" in body:
             return await self.run(request, vllm.plan, body)
         if "inputs" in body:

@@ -39,13 +39,16 @@ def _messages(body: Mapping[str, Any]) -> list[dict]:
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs:
         raise v.invalid("Parameter messages is required and must be a non-empty list.")
-    out = []
+    out, total = [], 0
     for m in msgs:
         if not isinstance(m, Mapping) or m.get("role") not in ROLES:
             raise v.invalid(f"Each message must have a role in {list(ROLES)}.")
         if m["role"] == "tool" and not m.get("tool_call_id"):
             raise v.invalid("tool_call_id is required for tool messages.")
-        out.append({**m, "content": content_text(m.get("content"))})
+        content = content_text(m.get("content"))
+        total += len(content)
+        v.prompt_length("messages", total)  # before the template renders them into one prompt
+        out.append({**m, "content": content})
     return out
 
 
@@ -67,6 +70,7 @@ async def plan_chat(body: dict[str, Any], catalog: Catalog, rid: str, path_model
     messages = _messages(body)
     kwargs = v.obj(body, "chat_template_kwargs")
     prompt = model.template.render(messages, **kwargs)
+    v.prompt_length("messages", len(prompt))  # the template adds its own text
     req = _common(body, model, prompt, rid)
     return Plan(req, model, ChatEncoder(rid, model.name))
 

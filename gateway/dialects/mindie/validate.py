@@ -82,9 +82,14 @@ def text(body: Mapping[str, Any], key: str) -> str:
         raise invalid(f"Parameter {key} must be a string.")
     if not value:
         raise invalid(f"Parameter {key} must not be empty.")
-    if len(value) > LIMITS.max_prompt_chars:
-        raise invalid(f"Parameter {key} must be at most {LIMITS.max_prompt_chars} characters, got {len(value)}.")
+    prompt_length(key, len(value))
     return value
+
+
+def prompt_length(key: str, chars: int) -> None:
+    """limits.max_prompt_chars (MindIE: maxRequestLength x 1 Mi characters)."""
+    if chars > LIMITS.max_prompt_chars:
+        raise invalid(f"Parameter {key} must be at most {LIMITS.max_prompt_chars} characters, got {chars}.")
 
 
 def obj(body: Mapping[str, Any], key: str) -> Mapping[str, Any]:

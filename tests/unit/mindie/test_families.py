@@ -182,3 +182,21 @@ async def test_stop_token_ids_type_checked_and_out_of_range_values_dropped(catal
         await vllm.plan({"prompt": "x", "stop_token_ids": ["a"]}, catalog, "1")
     assert v.stop_token_ids({"stop_token_ids": [-1, 5, 2**31]}) == (5,)
     await vllm.plan({"prompt": "x", "stop_token_ids": [-1, 2**40]}, catalog, "1")  # dropped, not rejected
+
+
+async def test_chat_prompt_length_is_limited_before_and_after_the_template(catalog):
+    from gateway.core import bounded
+
+    saved = bounded.LIMITS.max_prompt_chars
+    bounded.LIMITS.max_prompt_chars = 12
+    try:
+        messages = [{"role": "user", "content": "x" * 7}, {"role": "user", "content": [{"type": "text", "text": "y" * 6}]}]
+        with pytest.raises(GatewayError, match="Parameter messages must be at most 12 characters, got 13."):
+            await openai.plan_chat({"model": "tiny_llm", "messages": messages}, catalog, "1")
+        # the contents fit, the rendered prompt (the template's own text added) does not
+        with pytest.raises(GatewayError, match="Parameter messages must be at most 12 characters, got"):
+            await openai.plan_chat({"model": "tiny_llm", "messages": messages[:1]}, catalog, "1")
+        bounded.LIMITS.max_prompt_chars = 10_000
+        assert (await openai.plan_chat({"model": "tiny_llm", "messages": messages}, catalog, "1")).req.prompt
+    finally:
+        bounded.LIMITS.max_prompt_chars = saved

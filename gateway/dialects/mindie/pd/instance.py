@@ -152,7 +152,7 @@ class PdHandlers(Handlers):
             hdr = pdh.check(request.headers, self.pd.d_port)
         except pdh.BadPdRequest as e:
             return bad_request(str(e))
-        body = json_body(request) if body is None else body
+        body = await json_body(request) if body is None else body
         recompute = body.pop("pd_recompute", None) if hdr.recompute else None
         if hdr.recompute and not isinstance(recompute, dict):
             raise invalid("Try to do recompute but it is not supported.")
@@ -283,7 +283,7 @@ class PdHandlers(Handlers):
             return bad_request(f"Only the Decode node supports decode hand-offs but you send to {self.pd.role}")
         if not self._trusted(request):
             return response.json({"error": "not a trusted peer", "error_type": "Forbidden"}, status=403)
-        p = json_body(request)
+        p = await json_body(request)
         if p.get("relay") is True and isinstance(p.get("reqId"), str):  # P relays the chunks itself
             return response.json({"accepted": True, "reqId": p["reqId"]})
         try:
