@@ -287,3 +287,9 @@ def test_names_are_limited_before_they_are_looked_up(limits):
     with pytest.raises(GatewayError, match="Input alias is 9 characters long"):
         protocodec.tensor_from_proto(tp, "a" * 9)
     assert protocodec.spec_from_proto(model_pb2.ModelSpec(name="m" * 8)).name == "m" * 8
+    from gateway.dialects.grps import mapping as grps_mapping
+    from gateway.dialects.grps.config import GrpsSettings
+
+    with pytest.raises(GatewayError, match="Model name is 9 characters long"):  # GRPS HTTP and gRPC alike
+        grps_mapping.resolve("m" * 9, GrpsSettings())
+    assert grps_mapping.resolve("m" * 6 + "-1", GrpsSettings()).name == "m" * 6 + "-1"

@@ -14,7 +14,6 @@ import numpy as np
 from sanic import Request, Sanic, response
 
 from gateway import offload
-from gateway.core.bounded import check_name
 from gateway.core.errors import invalid
 from gateway.edge import Edge, stream_headers
 
@@ -106,7 +105,6 @@ async def _decode_predict(request: Request, svc: GrpsService):
         raise invalid("Content type is not supported.")
     if not msg.model:
         msg.model = request.args.get("model", "")
-    check_name(msg.model, "Model name")
     return msg, ndarray, _streaming(request, svc, doc)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gateway.core.bounded import check_name
 from gateway.core.errors import ErrorKind, GatewayError, invalid
 from gateway.core.tensors import InferRequest, InferResponse, ModelMetadata, Tensor, TensorSpec
 
@@ -33,7 +34,7 @@ class Target:
 
 def resolve(name: str, cfg: GrpsSettings) -> Target:
     """``name-version`` (or a configured alias) → Triton model and version."""
-    name = name or cfg.default_model
+    name = check_name(name, "Model name") or cfg.default_model  # HTTP and gRPC alike, before any lookup
     rule = cfg.models.get(name)
     if rule is not None and rule.triton_model:
         return Target(name, rule.triton_model, rule.triton_version, rule)

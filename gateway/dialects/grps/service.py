@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 import numpy as np
 import yaml
 
+from gateway import offload
 from gateway.context import GatewayContext
 from gateway.core.errors import ErrorKind, GatewayError, invalid, not_found
 from gateway.core.tensors import InferResponse, ModelMetadata
@@ -64,7 +65,8 @@ class GrpsService:
             meta = await self._metadata(target)
             known.append(target.name)
             kind = "ndarray" if ndarray is not None else msg.WhichOneof("data_oneof")
-            req = mapping.to_request(msg, ndarray, meta, target, self.cfg, streaming=False, payload=payload)
+            size = len(payload) if payload is not None else (ndarray.nbytes if ndarray is not None else msg.ByteSize())
+            req = await offload.run(size, mapping.to_request, msg, ndarray, meta, target, self.cfg, False, payload)
             resp = await self._infer(req, meta)
             return mapping.from_response(resp, kind, meta, target.rule, return_ndarray, raw=payload is not None)
 
