@@ -293,3 +293,21 @@ def test_names_are_limited_before_they_are_looked_up(limits):
     with pytest.raises(GatewayError, match="Model name is 9 characters long"):  # GRPS HTTP and gRPC alike
         grps_mapping.resolve("m" * 9, GrpsSettings())
     assert grps_mapping.resolve("m" * 6 + "-1", GrpsSettings()).name == "m" * 6 + "-1"
+
+
+def test_tf_signature_errors_quote_many_long_client_names_from_a_bounded_prefix():
+    from gateway.dialects.tfserving import errors as tf_errors
+    from gateway.dialects.tfserving import service as tf_service
+    from gateway.dialects.tfserving.mapping import Signature
+
+    sig = Signature(name="serving_default", method="predict", triton="m", max_batch_size=0,
+                    inputs=(("x", None),), outputs=(("y", None),))
+    inputs = {f"{i:06d}" + "n" * 1000: None for i in range(2000)}  # 2 MB of names
+    with pytest.raises(GatewayError) as e:
+        tf_service._check_inputs(sig, inputs)
+    assert e.value.message.startswith("input size does not match signature: 2000!=1 len({000000nnn")
+    assert len(e.value.message) < 2000
+    with pytest.raises(GatewayError) as e:
+        tf_service._filter(sig, ["z" * 1_000_000])
+    assert len(e.value.message) < 2000
+    assert len(tf_errors.unknown_label("l" * 1_000_000).message) < 2000

@@ -15,6 +15,7 @@ import grpc
 import orjson
 from sanic import response
 
+from gateway.core.bounded import clip
 from gateway.core.errors import ErrorKind, GatewayError, invalid, not_found
 from gateway.dialect import GrpcStatus
 
@@ -86,7 +87,7 @@ def servable_not_found(model: str, version: int | None) -> GatewayError:
 
 
 def unknown_label(label: str) -> GatewayError:
-    return invalid(f"Unrecognized servable version label: {label}")
+    return invalid(f"Unrecognized servable version label: {clip(label)}")
 
 
 def no_versions(model: str) -> GatewayError:
@@ -107,7 +108,7 @@ def no_signature(sig: str) -> GatewayError:
 
 
 def bad_version(text: str) -> GatewayError:
-    return BareError(ErrorKind.INVALID_ARGUMENT, f"Failed to convert version: {text} to numeric.")
+    return BareError(ErrorKind.INVALID_ARGUMENT, f"Failed to convert version: {clip(text)} to numeric.")
 
 
 def signature_not_found_grpc(sig: str) -> GatewayError:

@@ -13,6 +13,7 @@ import numpy as np
 
 from gateway.context import GatewayContext
 from gateway.core import datatypes
+from gateway.core.bounded import DIMS, clip
 from gateway.core.errors import invalid
 from gateway.core.tensors import InferRequest, InferResponse, Tensor
 
@@ -142,9 +143,14 @@ def _check_inputs(sig: Signature, inputs: dict) -> None:
         return
     extra = sorted(got - set(want))
     missing = sorted(set(want) - got)
-    raise invalid(f"input size does not match signature: {len(got)}!={len(want)} len({{{','.join(sorted(got))}}}) "
-                  f"!= len({{{','.join(sorted(want))}}}). Sent extra: {{{','.join(extra)}}}. "
+    # the client's names are quoted from a bounded prefix: many long aliases must not make a huge text
+    raise invalid(f"input size does not match signature: {len(got)}!={len(want)} len({{{_names(sorted(got))}}}) "
+                  f"!= len({{{','.join(sorted(want))}}}). Sent extra: {{{_names(extra)}}}. "
                   f"Missing but required: {{{','.join(missing)}}}.")
+
+
+def _names(names: list[str]) -> str:
+    return clip(",".join(clip(n) for n in names[:DIMS]) + (",..." if len(names) > DIMS else ""))
 
 
 def _filter(sig: Signature, output_filter) -> list:
@@ -154,9 +160,9 @@ def _filter(sig: Signature, output_filter) -> list:
     seen = set()
     for alias in output_filter:
         if alias not in by_alias:
-            raise invalid(f"output tensor alias not found in signature: {alias} Outputs expected to be in the "
+            raise invalid(f"output tensor alias not found in signature: {clip(alias)} Outputs expected to be in the "
                           f"set {{{','.join(sorted(by_alias))}}}.")
         if alias in seen:
-            raise invalid(f"duplicate output tensor alias: {alias}")
+            raise invalid(f"duplicate output tensor alias: {clip(alias)}")
         seen.add(alias)
     return [(a, s) for a, s in sig.outputs if a in seen]
