@@ -6,6 +6,8 @@ The convention (docs/architecture.md, "Examples that run"):
   (its id is ``file:line`` of the opening fence), unless the last non-blank line before it is
   ``<!-- no-run: reason -->`` (skipped with that reason; a reason is required) or
   ``<!-- walkthrough -->`` (run by the walkthrough's own test);
+* blocks run from a scratch copy of the repository root (symlinks), so files they write stay out
+  of the checkout;
 * ``sh``/``bash`` blocks run in ``bash`` with ``set -euo pipefail`` and must exit 0 (so curl
   examples use ``curl -sf`` unless they show an error answer); ``python`` blocks run with the
   gateway's environment, where the dialects' own clients are installed (tritonclient, openai,
@@ -215,7 +217,14 @@ def docs_stack(triton, tmp_path_factory):
     gw = start_gateway(config, tmp)
     triton_ports = {"http_port": triton.cfg.http_port, "grpc_port": triton.cfg.grpc_port,
                     "metrics_port": triton.cfg.metrics_port}
-    yield ports, triton_ports, tmp
+    # Blocks run in a scratch directory that looks like the repository root (a symlink per entry),
+    # so an example that writes a file (`cp gateway.yaml my.yaml`) leaves nothing in the checkout.
+    work = tmp / "repo"
+    work.mkdir()
+    for entry in ROOT.iterdir():
+        if entry.name != ".git":
+            (work / entry.name).symlink_to(entry)
+    yield ports, triton_ports, tmp, work
     stop_gateway(gw)
 
 
@@ -248,7 +257,7 @@ def client_path(tmp_path_factory) -> str:
     "block", [pytest.param(b, id=b.id, marks=[pytest.mark.skip(reason=b.skip)] if b.skip else [])
               for b in ALL])
 def test_doc_example_runs(block: Block, docs_stack, client_path):
-    ports, triton_ports, tmp = docs_stack
+    ports, triton_ports, tmp, work = docs_stack
     code = rewrite_ports(block.code, ports, triton_ports)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
@@ -260,7 +269,7 @@ def test_doc_example_runs(block: Block, docs_stack, client_path):
         argv = [sys.executable, str(script)]
     else:
         argv = ["bash", "-c", "set -euo pipefail\n" + code]
-    run = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    run = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     shown = f"--- ran ({block.id}):\n{code}--- stdout:\n{run.stdout[-3000:]}--- stderr:\n{run.stderr[-3000:]}"
     assert run.returncode == 0, f"exit code {run.returncode}\n{shown}"
     if block.expected is not None:
