@@ -149,3 +149,22 @@ def test_models_are_counted_from_the_repository(tmp_path):
     (tmp_path / "README").write_text("")
     assert localtriton.count_models(tmp_path) == 2
     assert localtriton.count_models(ROOT / "model_repository") == 7
+
+
+def test_not_ready_in_time_names_the_models_still_loading_and_the_setting(tmp_path):
+    src = tmp_path / "src.log"
+    src.write_text('I1123 10:38:23.076641 7876 model_lifecycle.cc:472] "loading: tiny_llm:1"\n')
+    log_path = tmp_path / "triton.log"
+    with open(log_path, "wb") as log:  # writes its log, then never becomes ready
+        proc = subprocess.Popen(["bash", "-c", f"cat {src}; exec sleep 60"], stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    cfg = LocalTriton(http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), startup_timeout_s=1)
+    tp = TritonProcess(cfg, proc, log_path)
+    try:
+        with pytest.raises(TritonStartError) as err:
+            localtriton._wait_ready(tp, LoadProgress(total=1), lambda _line: None)
+    finally:
+        tp.stop(timeout=5)
+    text = str(err.value)
+    assert "tritonserver was not ready after 1s (still loading: tiny_llm)" in text
+    assert "`local_triton.startup_timeout_s`" in text and str(log_path) in text
