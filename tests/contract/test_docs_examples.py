@@ -47,6 +47,9 @@ _FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-]*)
 _NO_RUN = re.compile(r"^<!--\s*no-run:\s*(?P<reason>.*?)\s*-->$")
 _WALKTHROUGH = re.compile(r"^<!--\s*walkthrough\b.*-->$")
 _ADDRESS = re.compile(r"\b(?P<host>localhost|127\.0\.0\.1):(?P<port>\d{2,5})\b")
+# Never run from a test, whatever the docs say: they start containers, clusters or long-running stacks.
+_NEVER = re.compile(r"(?m)(?:^|[;&|(]|\bsudo\b|\benv\b)\s*(?:\w+=\S*\s+)*"
+                    r"(docker|kubectl|kustomize|helm|make\s+(?:run|run-pd|bench\S*|test\S*))\b")
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,14 @@ def test_ports_are_rewritten_only_where_known():
     assert rewrite_ports("localhost:18001", listeners, {"grpc_port": 2}) == "localhost:2"
 
 
+def test_containers_clusters_and_long_runs_are_never_started():
+    for code in ("docker compose up\n", "cd x && kubectl apply -k .\n", "make run\n", "BENCH_QUICK=1 make bench\n",
+                 "  make test-unit\n"):
+        assert _NEVER.search(code), code
+    for code in ("curl -sf localhost:9090/health\n", "echo docker\n", "python3 tools/build_plans.py x --dry-run\n"):
+        assert not _NEVER.search(code), code
+
+
 def test_loose_matching():
     out = '{\n    "predictions": [3.5, 4.0, 5.5\n    ]\n}\n'
     assert loose_mismatch('"predictions": [3.5, 4.0, 5.5 ]', out) is None
@@ -257,6 +268,10 @@ def client_path(tmp_path_factory) -> str:
     "block", [pytest.param(b, id=b.id, marks=[pytest.mark.skip(reason=b.skip)] if b.skip else [])
               for b in ALL])
 def test_doc_example_runs(block: Block, docs_stack, client_path):
+    if block.lang == "bash" or block.lang == "sh":
+        never = _NEVER.search(block.code)
+        assert never is None, (f"{block.id} would run `{never.group(1)}`: mark the block "
+                               f"`<!-- no-run: reason -->` (docs/architecture.md, \"Examples that run\")")
     ports, triton_ports, tmp, work = docs_stack
     code = rewrite_ports(block.code, ports, triton_ports)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
