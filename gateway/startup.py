@@ -50,14 +50,21 @@ def listener_port_problems(settings: Settings) -> list[str]:
     ]
 
 
-def upstream_problem(target: str, timeout: float = 3.0) -> str | None:
-    """None when Triton answers ServerReady=true at ``target``; else what is wrong and what to do."""
+def upstream_problem(target: str, timeout: float = 3.0, credentials=None, options: tuple = ()) -> str | None:
+    """None when Triton answers ServerReady=true at ``target``; else what is wrong and what to do.
+
+    ``credentials``/``options``: TLS to Triton (``upstream.tls``), as the worker's channel uses them.
+    """
     import grpc
     from tritonclient.grpc import service_pb2, service_pb2_grpc
 
     where = (f"set `upstream.grpc` in the config file (or {env_name('upstream.grpc')}=host:port) to "
              f"Triton's KServe V2 gRPC address")
-    channel = grpc.insecure_channel(target)
+    if credentials is not None:
+        where += " (and check `upstream.tls`)"
+        channel = grpc.secure_channel(target, credentials, options=list(options))
+    else:
+        channel = grpc.insecure_channel(target, options=list(options))
     try:
         try:
             grpc.channel_ready_future(channel).result(timeout=timeout)
@@ -103,7 +110,13 @@ def preflight(settings: Settings, upstream: bool = True, out=None) -> bool:
     if problems:
         return False
     if upstream:
-        problem = upstream_problem(settings.upstream.grpc)
+        credentials, options = None, ()
+        tls = getattr(settings.upstream, "tls", None)  # upstream.tls, where the schema has it
+        if tls is not None:
+            from gateway.access import channel_credentials
+
+            credentials, options = channel_credentials(tls)
+        problem = upstream_problem(settings.upstream.grpc, credentials=credentials, options=tuple(options))
         if problem:
             print(f"warning: {problem}", file=out, flush=True)
     return True
