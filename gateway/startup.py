@@ -70,8 +70,9 @@ def upstream_problem(target: str, timeout: float = 3.0, credentials=None, option
             grpc.channel_ready_future(channel).result(timeout=timeout)
         except grpc.FutureTimeoutError:
             if _tcp_open(target):
-                return (f"something listens at {target} but does not speak gRPC (is it Triton's HTTP port? "
-                        f"its gRPC port is 8001 by default, 18001 for `gateway local`): {where}")
+                return (f"something listens at {target} but does not speak gRPC{' over TLS' if credentials else ''} "
+                        f"(is it Triton's HTTP port? its gRPC port is 8001 by default, 18001 for `gateway local`; "
+                        f"or does it expect {'plaintext' if credentials else 'TLS, `upstream.tls`'}?): {where}")
             return (f"upstream Triton at {target} is not reachable (no connection in {timeout:.0f} s): start "
                     f"Triton there, or {where}. The gateway starts anyway and answers UNAVAILABLE in each "
                     f"dialect's envelope until Triton is up")
