@@ -260,7 +260,7 @@ def explain_exit(cfg: LocalTriton, code: int | None, progress: LoadProgress, log
         repo = Path(cfg.model_repository)
         parts = []
         for name, reason in progress.failed.items():
-            reason = "\n    ".join(reason.splitlines()) or "(no reason in the log)"
+            reason = "\n    ".join(ln for ln in reason.splitlines() if ln.strip()) or "(no reason in the log)"
             parts.append(f"model '{name}' failed to load: {reason}")
         return (f"{head}: " + "\n".join(parts) + f"\nfix the model (its directory in {repo}: config.pbtxt, "
                 f"model files) or move it out of the repository, then start again. Triton's log: {log_path}")
