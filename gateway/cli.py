@@ -69,8 +69,11 @@ def _worker_entry(config: str | None, env: dict[str, str]) -> None:
 
 def serve(settings: Settings, config: str | None) -> int:
     """Run the gateway in the foreground until SIGINT/SIGTERM; ``workers`` processes share the ports."""
+    from gateway import startup
     from gateway.app import listener_lines
 
+    if not startup.preflight(settings):  # ports in use: which and what to change; Triton unreachable: a warning
+        return 1
     if settings.workers == 1:
         _run_loop(_serve_async(settings, reuse_port=False, announce=True))
         return 0
@@ -168,16 +171,18 @@ def _exit_with_parent() -> None:
 
 def local(settings: Settings, config: str | None) -> int:
     """Start the bundled tritonserver on CPU, then the gateway in front of it; stop both on exit."""
-    from gateway import localtriton
+    from gateway import localtriton, startup
 
     # While Triton starts, SIGTERM becomes an exception so that start() stops what it started;
     # afterwards serve() handles signals itself and the finally below stops Triton.
     signal.signal(signal.SIGTERM, _raise_exit)
     _exit_with_parent()
+    if not startup.preflight(settings, upstream=False):  # a listener's port taken: say so before Triton loads
+        return 1
     try:
-        tp = localtriton.start(settings.local_triton, Path.cwd())
+        tp = localtriton.start(settings.local_triton, Path.cwd(), on_progress=lambda line: print(line, flush=True))
     except localtriton.TritonStartError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr, flush=True)
         return 1
     print(f"{'Triton (local, CPU) KServe V2 gRPC / HTTP':<70} {tp.grpc_target} / {tp.http_url}", flush=True)
     settings = replace(settings, upstream=settings.upstream.model_copy(update={"grpc": tp.grpc_target}))
