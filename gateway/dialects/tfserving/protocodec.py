@@ -57,6 +57,8 @@ def tensor_from_proto(tp: tensor_pb2.TensorProto, name: str) -> tuple[np.ndarray
     if tp.tensor_content:
         if row.is_bytes:
             raise invalid(f"Input '{name}': DT_STRING tensors cannot use tensor_content")
+        if len(tp.tensor_content) % row.numpy.itemsize:  # TF: Tensor::FromProto fails
+            raise invalid(f"tensor parsing error: {name}")
         flat = np.frombuffer(tp.tensor_content, dtype=row.numpy)
         if flat.size != size:
             raise invalid(f"Input '{name}': tensor_content holds {flat.size} values for shape {list(shape)}")
@@ -72,6 +74,8 @@ def _typed(tp, row, shape, size: int, name: str) -> np.ndarray:
         flat[:] = list(values)
     elif row.v2 in ("FP16", "BF16"):
         flat = np.asarray(values, dtype=np.int32).astype(np.uint16).view(row.numpy)
+    elif row.numpy.kind in "iu" and row.numpy.itemsize < 4:  # int_val: TF casts (wraps), numpy would refuse
+        flat = np.asarray(values, dtype=np.int32).astype(row.numpy)
     else:
         flat = np.asarray(values, dtype=row.numpy)
     if n > size:
