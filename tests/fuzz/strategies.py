@@ -13,12 +13,12 @@ json_values = st.recursive(
     max_leaves=30,
 )
 
-# One value far larger than any error text may echo (a long string, list or object).
+# Values far larger than any error text may echo (a long string, list or object).
 BIG = 50_000
-big_values = st.sampled_from([
-    "x" * BIG,
-    ["y" * 100] * (BIG // 100),
-    list(range(BIG)),
-    {f"k{i}": i for i in range(BIG // 10)},
-    [[[[1.5] * 10] * 10] * 10] * 50,
-])
+BIG_VALUES = {
+    "string": "x" * BIG,
+    "strings": ["y" * 100] * (BIG // 100),
+    "ints": list(range(BIG)),
+    "object": {f"k{i}": i for i in range(BIG // 10)},
+    "nested": [[[[1.5] * 10] * 10] * 10] * 50,
+}

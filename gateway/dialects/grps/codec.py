@@ -78,8 +78,9 @@ def parse_message(doc: dict) -> GrpsMessage:
     _alias_flat_double(doc)
     try:
         return json_format.ParseDict(doc, GrpsMessage(), ignore_unknown_fields=True)
-    except json_format.ParseError as e:
-        raise invalid(str(e)) from None
+    except json_format.ParseError as e:  # its text quotes the offending value whole: cut it
+        text = str(e)
+        raise invalid(text if len(text) <= 512 else text[:509] + "...") from None
 
 
 def _alias_flat_double(doc: dict) -> None:
@@ -103,7 +104,8 @@ def ndarray_from_json(value) -> np.ndarray:
         raise invalid("NDArray is not number or array.")
     if arr.size == 0:
         raise invalid("NDArray must not be empty.")
-    return arr.astype(np.float32, copy=False)
+    with np.errstate(over="ignore"):  # past FP32's range: inf, as the C++ cast gives
+        return arr.astype(np.float32, copy=False)
 
 
 def message_to_json(msg: GrpsMessage, pretty: bool = True) -> bytes:
@@ -140,7 +142,8 @@ def tensor_from_generic(gt: grps_pb2.GenericTensor) -> Tensor:
             f"tensor '{name}': {len(data)} values in {flat_field(dtype)} do not fill shape {shape} "
             f"({expected} expected)"
         )
-    return Tensor.from_flat(gt.name, dtype.v2, shape, data)
+    with np.errstate(over="ignore"):  # flat_float16 past FP16's range: inf, as the C++ cast gives
+        return Tensor.from_flat(gt.name, dtype.v2, shape, data)
 
 
 def _generic_dtype(gt: grps_pb2.GenericTensor, name: str) -> datatypes.DType:
