@@ -136,7 +136,7 @@ class Catalog:
         return Resolved(name, spec, meta, prof, tokenizers.tokenizer(spec.tokenizer), self._template(spec))
 
     async def _served_metadata(self, name: str, target: str) -> ModelMetadata:
-        missing = GatewayError(ErrorKind.NOT_FOUND, f"Model {name} not found.")
+        missing = GatewayError(ErrorKind.NOT_FOUND, f"Model {name[:256]} not found.")
         if self.settings.expose == "listed":
             if target not in self.settings.models:
                 raise missing

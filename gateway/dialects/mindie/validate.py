@@ -6,6 +6,7 @@ e.g. ``Parameter top_p must be in (0.0,1.0], got 1.5.``, rendered as 422 Input V
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +15,15 @@ from gateway.core.errors import invalid
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 FLT_MAX = 3.4028234663852886e38
+
+
+# A client's value quoted in an error text: a bounded prefix, never the whole value (issue 13)
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxdict, _SHOWN.maxstring, _SHOWN.maxlong = 2, 4, 4, 64, 64
+
+
+def shown(value) -> str:
+    return _SHOWN.repr(value)[:160]
 
 
 def _fmt(v: float, integer: bool) -> str:
@@ -29,7 +39,7 @@ def number(body: Mapping[str, Any], key: str, lo, hi, *, lo_open=False, hi_open=
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
-        raise invalid(f"Parameter {key} must be {'an integer' if integer else 'a number'}, got {value!r}.")
+        raise invalid(f"Parameter {key} must be {'an integer' if integer else 'a number'}, got {shown(value)}.")
     bad = value <= lo if lo_open else value < lo
     bad = bad or (value >= hi if hi_open else value > hi)
     if bad:
@@ -42,7 +52,7 @@ def boolean(body: Mapping[str, Any], key: str, default: bool | None = None) -> b
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise invalid(f"Parameter {key} must be a bool, got {value!r}.")
+        raise invalid(f"Parameter {key} must be a bool, got {shown(value)}.")
     return value
 
 
