@@ -143,7 +143,9 @@ class Catalog:
             return await self.upstream.model_metadata(target)
         try:
             meta = await self.upstream.model_metadata(target)  # fails for unknown or unloaded models
-        except GatewayError:
+        except GatewayError as e:
+            if e.kind is not ErrorKind.NOT_FOUND and not await self.upstream.server_ready():
+                raise  # Triton itself is down (found by make soak): 503, not the client's 422/404
             raise missing from None
         if not profiles.is_text_llm(meta):
             raise missing
