@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import schemathesis
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "docs" / "openapi"
@@ -53,8 +53,8 @@ class Report:
 
 
 def fuzz(dialect: str, base_url: str, admin_url: str, examples: int, *, timeout: float = 30,
-         derandomize: bool = True, report: Report | None = None) -> Report:
-    """Every operation of docs/openapi/<dialect>.yaml, ``examples`` requests per mode."""
+         derandomize: bool = True, report: Report | None = None, stop=lambda: False) -> Report:
+    """Every operation of docs/openapi/<dialect>.yaml, ``examples`` requests per mode (until ``stop()``)."""
     report = report if report is not None else Report()
     schema = schemathesis.openapi.from_path(SPECS / f"{dialect}.yaml")
     for path in EXCLUDE.get(dialect, []):
@@ -67,15 +67,21 @@ def fuzz(dialect: str, base_url: str, admin_url: str, examples: int, *, timeout:
         for mode in schemathesis.GenerationMode:
             for path_parameters in fixed:
                 strategy = op.as_strategy(generation_mode=mode, path_parameters=path_parameters)
-                _fuzz_operation(op, strategy, base_url, admin_url, examples, timeout, derandomize, report)
+                if stop():
+                    return report
+                _fuzz_operation(op, strategy, base_url, admin_url, examples, timeout, derandomize, report, stop)
     return report
 
 
-def _fuzz_operation(op, strategy, base_url, admin_url, examples, timeout, derandomize, report: Report) -> None:
+def _fuzz_operation(op, strategy, base_url, admin_url, examples, timeout, derandomize, report: Report,
+                    stop=lambda: False) -> None:
     @settings(max_examples=examples, derandomize=derandomize, database=None, deadline=None,
-              phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+              phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),
+              verbosity=Verbosity.quiet)
     @given(strategy)
     def one(case):
+        if stop():
+            return
         try:
             resp = case.call(base_url=base_url, timeout=timeout)
         except Exception as e:  # noqa: BLE001 - no answer at all: hang or dropped connection
