@@ -102,7 +102,10 @@ class Soak:
     def restart_triton(self, n: int) -> float:
         """A new Triton on the same ports; seconds it took to be ready."""
         t0 = time.monotonic()
-        self.triton = localtriton.start(self.triton_cfg, ROOT, log_path=self.tmp / f"triton-{n}.log")
+        tp = localtriton.start(self.triton_cfg, ROOT, log_path=self.tmp / f"triton-{n}.log")
+        if self._closed:  # stopped meanwhile: close() no longer sees it
+            tp.stop()
+        self.triton = tp
         return time.monotonic() - t0
 
     def gateway_rss_mb(self) -> float:
@@ -129,8 +132,19 @@ class Soak:
                 if self.triton is not None:
                     self.triton.stop()
             finally:
+                self._kill_leftovers()
                 shutil.rmtree(self.tmp, ignore_errors=True)
                 atexit.unregister(self.close)
+
+    def _kill_leftovers(self) -> None:
+        """A Triton that a restart was starting when the soak was stopped: every process whose
+        command line names this soak's own temporary folder is ours (the folder is unique)."""
+        for p in psutil.process_iter(["pid", "cmdline"]):
+            if p.pid != os.getpid() and str(self.tmp) in " ".join(p.info["cmdline"] or ()):
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
 
     # -- load -------------------------------------------------------------------------------------
     def record(self, kind: str, outcome: str, detail: str = "") -> None:
@@ -271,12 +285,14 @@ def summary(r: dict) -> str:
 
 
 def main() -> int:
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))
     soak = Soak()
     try:
         result = soak.run()
     except KeyboardInterrupt:
+        soak.close()
         print("soak: interrupted; everything it started is stopped", file=sys.stderr)
         return 130
     except Exception:  # noqa: BLE001
