@@ -60,13 +60,21 @@ onnx:
 	.venv-onnx/bin/python tools/make_onnx.py
 
 lint: $(VENV)/.installed
-	$(BIN)/ruff check gateway tests bench tools
+	$(BIN)/ruff check gateway tests bench tools soak
 	$(BIN)/python -m gateway.tools.genproto --check
 
 # Its own Triton and gateway on free 127.0.0.1 ports, stopped at the end (also on Ctrl-C): about 7 minutes,
 # BENCH_QUICK=1 about 2. Writes bench/results/ (results.md, results.png, results.json); settings: bench/run.py.
 bench: $(VENV)/.installed $(TRITON_VENV)/.installed $(VENV)/.bench-installed bench-wrk
 	$(BIN)/python -m bench.run
+
+# Its own Triton and gateway on free 127.0.0.1 ports, stopped at the end (also on Ctrl-C): steady load
+# over every dialect while Triton is SIGKILLed and restarted, clients vanish mid-stream, oversized,
+# malformed and schemathesis-fuzzed requests arrive. SOAK_SECONDS (180) and more: soak/run.py.
+# Writes soak/results/ (summary.md, results.json); fails when a request is lost or memory grows.
+.PHONY: soak
+soak: $(VENV)/.installed $(TRITON_VENV)/.installed
+	$(BIN)/python -m soak.run
 
 # MindIE PD: standard instance vs coordinator + P + D (bench/pd_latency.py), on a stack of its own.
 bench-pd: $(VENV)/.installed $(TRITON_VENV)/.installed

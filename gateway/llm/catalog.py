@@ -136,14 +136,16 @@ class Catalog:
         return Resolved(name, spec, meta, prof, tokenizers.tokenizer(spec.tokenizer), self._template(spec))
 
     async def _served_metadata(self, name: str, target: str) -> ModelMetadata:
-        missing = GatewayError(ErrorKind.NOT_FOUND, f"Model {name} not found.")
+        missing = GatewayError(ErrorKind.NOT_FOUND, f"Model {name[:256]} not found.")
         if self.settings.expose == "listed":
             if target not in self.settings.models:
                 raise missing
             return await self.upstream.model_metadata(target)
         try:
             meta = await self.upstream.model_metadata(target)  # fails for unknown or unloaded models
-        except GatewayError:
+        except GatewayError as e:
+            if e.kind is not ErrorKind.NOT_FOUND and not await self.upstream.server_ready():
+                raise  # Triton itself is down (found by make soak): 503, not the client's 422/404
             raise missing from None
         if not profiles.is_text_llm(meta):
             raise missing

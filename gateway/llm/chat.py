@@ -25,11 +25,14 @@ class ChatTemplate:
         except TemplateError as e:
             raise invalid(f"chat template does not compile: {e}") from None
 
-    def render(self, messages: Sequence[Mapping], **kwargs) -> str:
+    def render(self, messages: Sequence[Mapping], /, **kwargs) -> str:
+        taken = sorted({"messages", "add_generation_prompt"} & kwargs.keys())
+        if taken:  # a client's chat_template_kwargs may not replace the request's own values
+            raise invalid(f"chat_template_kwargs may not set {', '.join(taken)}")
         try:
             return self._tpl.render(messages=messages, add_generation_prompt=True, **kwargs)
-        except TemplateError as e:
-            raise invalid(f"chat template failed: {e}") from None
+        except (TemplateError, TypeError, ValueError, LookupError, AttributeError) as e:  # a template over a client's values
+            raise invalid(f"chat template failed: {str(e)[:256]}") from None
 
 
 def content_text(content) -> str:

@@ -173,7 +173,8 @@ def ndarray_from_json(value) -> np.ndarray:
         raise invalid("NDArray is not number or array.")
     if arr.size == 0:
         raise invalid("NDArray must not be empty.")
-    return arr.astype(np.float32, copy=False)
+    with np.errstate(over="ignore"):  # past FP32's range: inf, as the C++ cast gives
+        return arr.astype(np.float32, copy=False)
 
 
 def message_to_json(msg: GrpsMessage, pretty: bool = True) -> bytes:
@@ -211,7 +212,8 @@ def tensor_from_generic(gt: grps_pb2.GenericTensor) -> Tensor:
         data = _checked_ints(values, dtype, name)
     else:
         data = np.fromiter(values, np.float64 if dtype.v2 == "FP64" else np.float32, len(values))  # 2x asarray
-    return Tensor.from_flat(gt.name, dtype.v2, shape, data)
+    with np.errstate(over="ignore"):  # flat_float16 past FP16's range: inf, as the C++ cast gives
+        return Tensor.from_flat(gt.name, dtype.v2, shape, data)
 
 
 def _generic_dtype(gt: grps_pb2.GenericTensor, name: str) -> datatypes.DType:

@@ -31,7 +31,7 @@ async def _model(body: Mapping[str, Any], catalog: Catalog) -> Resolved:
         return await catalog.resolve(name)
     except GatewayError as e:
         if e.kind is ErrorKind.NOT_FOUND:  # MindIE answers an unknown model with 422
-            raise v.invalid(f"Model {name} not found.") from None
+            raise v.invalid(f"Model {name[:256]} not found.") from None
         raise
 
 
