@@ -68,13 +68,14 @@ def _request_id(given: str | None) -> str:
 class Call:
     """One request as the edge sees it."""
 
-    __slots__ = ("request_id", "route", "model", "start", "deadline", "stream_deadline")
+    __slots__ = ("request_id", "route", "model", "start", "deadline", "stream_deadline", "failed")
 
     def __init__(self, request_id: str, route: str, timeout: float, stream_timeout: float,
                  client_timeout: float | None = None):
         self.request_id = request_id
         self.route = route
         self.model = ""
+        self.failed = ""  # an error kind a handler answered in-band (a stream that failed midway)
         self.start = now = time.monotonic()
         if client_timeout is not None:
             timeout, stream_timeout = min(timeout, client_timeout), min(stream_timeout, client_timeout)
@@ -86,6 +87,10 @@ class Call:
         end = self.start + seconds
         self.deadline = min(self.deadline, end)
         self.stream_deadline = min(self.stream_deadline, end)
+
+    def fail(self, err: GatewayError) -> None:
+        """The answer carries this error in-band (its status says OK): count it as the failure it is."""
+        self.failed = err.kind.value
 
     def remaining(self, stream: bool = False) -> float:
         return max((self.stream_deadline if stream else self.deadline) - time.monotonic(), 0.0)
@@ -187,7 +192,7 @@ class Edge:
                 else:
                     await _read_body(request)
                     resp = await handler(request, **params)
-                outcome = "ok"
+                outcome = call.failed or "ok"
             except GatewayError as err:
                 outcome, resp = err.kind.value, errors.http(err)
                 if err.kind is ErrorKind.UNAUTHENTICATED:
@@ -257,7 +262,7 @@ class Edge:
                     answer = await fn(request, context)
                 finally:
                     admission.release()
-                outcome = "ok"
+                outcome = call.failed or "ok"
             except GatewayError as err:
                 outcome, answer = err.kind.value, errors.grpc(err)
             except asyncio.CancelledError:
@@ -294,7 +299,7 @@ class Edge:
                         yield item
                 finally:
                     admission.release()
-                outcome = "ok"
+                outcome = call.failed or "ok"
             except GatewayError as err:
                 outcome, failure = err.kind.value, errors.grpc(err)
             except asyncio.CancelledError:

@@ -279,3 +279,18 @@ def test_client_request_ids_are_kept_when_printable_ascii_and_replaced_otherwise
     for bad in ("caf\u00e9", "a\x00b", "tab\there", "\u2028"):  # travel in headers, gRPC metadata, logs
         generated = edge._request_id(bad)
         assert generated != bad and generated.isascii() and generated.isprintable()
+
+
+async def test_a_stream_that_fails_in_band_is_counted_as_failed(worker):
+    """GRPS answers a failed stream with an OK status and a FAILURE message; the metrics (and the
+    access line) must still count it as the failure it is."""
+    _, ports, _ = worker
+    ok_before = _count("grps_grpc", "ok")
+    failed_before = sum(_count("grps_grpc", kind.value) for kind in ErrorKind if kind.value != "ok")
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{ports['grps_grpc']}") as ch:
+        call = grps_pb2_grpc.GrpsServiceStub(ch).PredictStreaming(grps_pb2.GrpsMessage(str_data="hi", model="m-1"))
+        answers = [m async for m in call]
+        assert await call.code() == grpc.StatusCode.OK
+    assert [a.status.status for a in answers] == [grps_pb2.Status.FAILURE]
+    assert _count("grps_grpc", "ok") == ok_before
+    assert sum(_count("grps_grpc", kind.value) for kind in ErrorKind if kind.value != "ok") == failed_before + 1

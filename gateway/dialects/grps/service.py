@@ -87,7 +87,10 @@ class GrpsService:
                     yield mapping.from_response(resp, kind, meta, target.rule)[0]
             ok = True
         except Exception as exc:  # noqa: BLE001 - rendered in-band, as GRPS does
-            yield self.render(exc)
+            err = errors.from_exception(exc)
+            if (call := current()) is not None:
+                call.fail(err)  # the stream's status is OK; its metrics and access line say it failed
+            yield codec.failure(*errors.render(err))
         finally:
             self.monitor.record(known, time.perf_counter() - start, ok)
 

@@ -15,7 +15,7 @@ from contextlib import aclosing
 from sanic import Request, response
 
 from gateway.core.errors import ErrorKind, GatewayError
-from gateway.edge import stream_headers
+from gateway.edge import current, stream_headers
 from gateway.llm.service import GenerationService
 from gateway.llm.types import Done, Token
 
@@ -61,6 +61,8 @@ async def stream(service: GenerationService, plan: Plan, request: Request) -> No
             if resp is None:
                 raise
             err = e if isinstance(e, GatewayError) else _internal(e)
+            if (call := current()) is not None:
+                call.fail(err)  # the status was 200; metrics and the access line say it failed
             await resp.send(plan.encoder.error(err))
     if resp is not None:
         await resp.eof()

@@ -58,3 +58,15 @@ async def test_error_after_first_byte_is_nul_terminated_for_vllm():
 async def test_error_before_first_byte_raises_so_the_edge_sets_the_status():
     with pytest.raises(GatewayError):
         await _run([GatewayError(ErrorKind.INVALID_ARGUMENT, "bad")], vllm.VllmEncoder("p"))
+
+
+async def test_an_in_band_error_marks_the_request_failed_for_metrics_and_the_access_line():
+    from gateway import edge
+
+    call = edge.Call("r-1", "chat", 10.0, 10.0)
+    token = edge._current.set(call)
+    try:
+        await _run([text_response("a"), GatewayError(ErrorKind.UPSTREAM_FAILED, "boom")], openai.ChatEncoder("1", "llm"))
+    finally:
+        edge._current.reset(token)
+    assert call.failed == "upstream_failed"

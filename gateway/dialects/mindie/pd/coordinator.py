@@ -36,7 +36,7 @@ from sanic import Request, Sanic, response
 
 from gateway.context import GatewayContext
 from gateway.core.errors import ErrorKind, GatewayError
-from gateway.edge import Edge, stream_headers
+from gateway.edge import Edge, current, stream_headers
 
 from . import records as rec
 from .config import split_host_port
@@ -71,6 +71,19 @@ class Instance:
     def take(self, n: int) -> None:
         self.outstanding += n
         self.gauge.labels(self.address).set(self.outstanding)
+
+
+_FAILED = {404: ErrorKind.NOT_FOUND, 408: ErrorKind.DEADLINE_EXCEEDED, 429: ErrorKind.OVERLOADED,
+           503: ErrorKind.UNAVAILABLE}
+
+
+def _mark_failed(status: int, text: str) -> None:
+    """A failure the coordinator answers itself (plain text, or in-band once the stream started):
+    the request's metrics and access line count it as failed, not ``ok``."""
+    call = current()
+    if call is not None:
+        kind = _FAILED.get(status) or (ErrorKind.UPSTREAM_FAILED if status >= 500 else ErrorKind.INVALID_ARGUMENT)
+        call.fail(GatewayError(kind, text))
 
 
 @dataclass(eq=False)
@@ -258,8 +271,10 @@ class Coordinator:
             return None
         except aiohttp.ClientConnectorError:
             inst.down_until = time.monotonic() + 2.0
+            _mark_failed(500, "Connect to p instance failed")
             return plain("Connect to p instance failed", 500)
         except (aiohttp.ClientError, TimeoutError):
+            _mark_failed(500, "Receive messages from p instance failed")
             if resp is None:
                 return plain("Receive messages from p instance failed", 500)
             await resp.send(inband_error(request.path, raw, "Receive messages from p instance failed"))
@@ -276,6 +291,7 @@ class Coordinator:
         resp = None  # the user's stream, once started
 
         async def fail(text: str, status: int):
+            _mark_failed(status, text)
             if resp is None:
                 return plain(text, status)
             await resp.send(inband_error(request.path, raw, text))
