@@ -49,6 +49,9 @@ async def _serve_async(settings: Settings, reuse_port: bool, announce: bool) -> 
     await stop.wait()
     log.info("worker %d stopping", os.getpid())
     await worker.stop(grace=settings.limits.drain_s)
+    from gateway import logs
+
+    logs.flush()  # the access lines still queued (a spawned worker exits without atexit handlers)
 
 
 def _run_loop(coro) -> None:

@@ -186,3 +186,43 @@ async def test_every_http_answer_carries_the_request_id(live, listener, method, 
 async def test_the_pd_record_stream_carries_the_request_id(live):
     ports, http, _ = live
     assert await _request_id(http, "GET", _url(ports, "mindie_http", "/dresult")) == (200, "rid-7")
+
+
+def test_the_fast_access_line_is_the_formatters_line_and_other_handlers_get_records(restore_logging):
+    """The JSON access line written straight to the stream equals what JsonFormatter writes for the
+    record; with another handler present (a test's caplog, an operator's), the record goes through."""
+    out = io.StringIO()
+    logs.setup("INFO", "json", stream=out)
+    logs.access("id-1", "tfserving", "tfserving_rest", "predict", "m", 200, "ok", 10, 20, 0.0012)
+    fast = _lines(out)[-1]
+    extra = io.StringIO()
+    other = logging.StreamHandler(extra)
+    other.setFormatter(logs.JsonFormatter())
+    logging.getLogger().addHandler(other)
+    try:
+        logs.access("id-1", "tfserving", "tfserving_rest", "predict", "m", 200, "ok", 10, 20, 0.0012)
+    finally:
+        logging.getLogger().removeHandler(other)
+    slow, seen_by_other = _lines(out)[-1], _lines(extra)[-1]
+    assert seen_by_other == slow
+    for line in (fast, slow):
+        line.pop("ts")
+    assert fast == slow
+    assert list(fast) == ["level", "logger", "pid", "msg", "request_id", "dialect", "listener", "route", "model",
+                          "status", "outcome", "bytes_in", "bytes_out", "duration_ms"]
+
+
+async def test_access_lines_are_queued_and_written_together_in_order(restore_logging):
+    out = io.StringIO()
+    logs.setup("INFO", "json", stream=out)
+    for i in range(3):
+        logs.access(f"id-{i}", "grps", "grps_http", "predict", "m", 200, "ok", 1, 2, 0.001)
+    assert out.getvalue() == ""  # queued: written together, at most ACCESS_FLUSH_S later
+    await asyncio.sleep(logs.ACCESS_FLUSH_S * 2)
+    assert [line["request_id"] for line in _lines(out)] == ["id-0", "id-1", "id-2"]
+    for i in range(logs.ACCESS_BATCH):  # a full batch is written at once
+        logs.access(f"b-{i}", "grps", "grps_http", "predict", "m", 200, "ok", 1, 2, 0.001)
+    assert len(_lines(out)) == 3 + logs.ACCESS_BATCH
+    logs.access("last", "grps", "grps_http", "predict", "m", 200, "ok", 1, 2, 0.001)
+    logs.flush()  # what the worker calls when it stops
+    assert _lines(out)[-1]["request_id"] == "last"
