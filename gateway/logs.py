@@ -94,7 +94,8 @@ def setup(level: str = "INFO", fmt: str = "auto", access_log: bool = True, strea
     root.addHandler(handler)
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
     global _fast, _PID
-    _fast, _PID = (handler if fmt == "json" else None), os.getpid()
+    _fast, _PID = handler, os.getpid()
+    _text[0] = fmt == "text"
     # access lines are INFO records under log_level, like any other; access_log: false silences them
     ACCESS.setLevel(logging.NOTSET if access_log else logging.CRITICAL + 1)
 
@@ -106,7 +107,8 @@ def _isatty(stream) -> bool:
         return False
 
 
-_fast: logging.StreamHandler | None = None  # the JSON handler setup() installed: the access lines' fast path
+_fast: logging.StreamHandler | None = None  # the handler setup() installed: the access lines' fast path
+_text = [False]  # its format is text (else JSON)
 _PID = os.getpid()
 _pending: list[tuple] = []  # access lines not yet written (see access())
 ACCESS_FLUSH_S = 0.1
@@ -119,8 +121,8 @@ def access(request_id: str, dialect: str, listener: str, route: str, model: str,
            bytes_in: int, bytes_out: int, seconds: float) -> None:
     """The access line of one answered request (callers check ``ACCESS.isEnabledFor(INFO)`` first).
 
-    In JSON, while setup()'s handler is the only one, the line skips the LogRecord and the handler
-    chain: its values are queued, and the queued lines are formatted (the line JsonFormatter writes)
+    While setup()'s handler is the only one, the line skips the LogRecord and the handler
+    chain: its values are queued, and the queued lines are formatted (the line its formatter writes)
     and written in one write at most ACCESS_FLUSH_S later, or at once past ACCESS_BATCH lines (as
     nginx's ``access_log ... buffer= flush=``). In the gateway's loop a record cost ~35 µs of CPU a
     request; this costs a few (docs/operations.md). Any other handler (a test's, an operator's) gets
@@ -151,10 +153,17 @@ def flush() -> None:
     """Write the queued access lines."""
     handler = _fast
     lines, pid = [], _PID
-    for when, values in _pending:
-        line = {"ts": _iso(when), "level": "INFO", "logger": "gateway.access", "pid": pid, "msg": "request"}
-        line.update(zip(_FIELDS, values, strict=True))
-        lines.append(orjson.dumps(line, default=str).decode())
+    if _text[0]:  # TextFormatter's line: local time with milliseconds, then key=value pairs
+        for when, values in _pending:
+            secs = int(when)
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(secs))
+            pairs = "".join(f" {k}={_text_value(v)}" for k, v in zip(_FIELDS, values, strict=True))
+            lines.append(f"{stamp},{int((when - secs) * 1000):03d} {pid} INFO gateway.access: request{pairs}")
+    else:
+        for when, values in _pending:
+            line = {"ts": _iso(when), "level": "INFO", "logger": "gateway.access", "pid": pid, "msg": "request"}
+            line.update(zip(_FIELDS, values, strict=True))
+            lines.append(orjson.dumps(line, default=str).decode())
     _pending.clear()
     if handler is None or not lines:
         return

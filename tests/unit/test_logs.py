@@ -226,3 +226,21 @@ async def test_access_lines_are_queued_and_written_together_in_order(restore_log
     logs.access("last", "grps", "grps_http", "predict", "m", 200, "ok", 1, 2, 0.001)
     logs.flush()  # what the worker calls when it stops
     assert _lines(out)[-1]["request_id"] == "last"
+
+
+def test_the_fast_text_access_line_is_the_text_formatters_line(restore_logging):
+    out = io.StringIO()
+    logs.setup("INFO", "text", stream=out)
+    logs.access("id 1", "grps", "grps_http", "predict", "m", 200, "ok", 1, 2, 0.0015)  # fast path (no loop)
+    other = logging.StreamHandler(io.StringIO())
+    logging.getLogger().addHandler(other)  # a second handler: the ordinary record
+    try:
+        logs.access("id 1", "grps", "grps_http", "predict", "m", 200, "ok", 1, 2, 0.0015)
+    finally:
+        logging.getLogger().removeHandler(other)
+    fast, slow = out.getvalue().splitlines()
+    # "YYYY-MM-DD HH:MM:SS,mmm pid INFO ...": the same line but for the time
+    assert fast[:19].replace("-", "").replace(":", "").replace(" ", "").isdigit() and fast[19] == ","
+    assert fast[23:] == slow[23:]
+    assert fast[23:].endswith(' INFO gateway.access: request request_id="id 1" dialect=grps listener=grps_http '
+                              'route=predict model=m status=200 outcome=ok bytes_in=1 bytes_out=2 duration_ms=1.5')
