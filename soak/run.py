@@ -70,6 +70,7 @@ class Soak:
         self.kills: list[dict] = []
         self.fuzz = openapi_fuzz.Report()
         self.rss: dict[str, float] = {}
+        self.rss_series: list[tuple[int, float]] = []
         self._closed = False
         atexit.register(self.close)
 
@@ -211,8 +212,12 @@ class Soak:
         self.stop.wait(min(15, SECONDS / 4))
         self.rss["warm"] = self.gateway_rss_mb()
         peak = self.rss["warm"]
+        self.rss_series = [(round(time.monotonic() - self.t0), round(peak, 1))]
         while time.monotonic() < end and not self.stop.wait(1):
-            peak = max(peak, self.gateway_rss_mb())
+            now = self.gateway_rss_mb()
+            peak = max(peak, now)
+            if time.monotonic() - self.t0 >= self.rss_series[-1][0] + 30:  # a sample every 30 s: leak or plateau?
+                self.rss_series.append((round(time.monotonic() - self.t0), round(now, 1)))
         self.stop.set()
         chaos.join(200)
         for t in threads:
@@ -251,6 +256,7 @@ class Soak:
                      "statuses": {str(k): v for k, v in sorted(self.fuzz.statuses.items(), key=str)},
                      "failures": self.fuzz.failures[:20], "upstream_5xx": self.fuzz.server_errors[:10]},
             "rss_mb": {k: round(v, 1) for k, v in self.rss.items()}, "rss_growth_mb": round(growth, 1),
+            "rss_series_mb": self.rss_series,
             "inflight_at_end": inflight, "internal_answers": internal, "after": after,
             "lost_examples": self.lost_examples, "stuck_threads": stuck, "checks": checks,
             "passed": all(checks.values()),
@@ -272,6 +278,7 @@ def summary(r: dict) -> str:
         f"- schemathesis: {f['requests']} requests over {f['operations']} operations, statuses {f['statuses']}, "
         f"{len(f['failures'])} failures",
         f"- gateway RSS (MiB): {r['rss_mb']}; growth after warm-up {r['rss_growth_mb']} MiB",
+        f"- gateway RSS every 30 s (s, MiB): {r['rss_series_mb']}",
         f"- in-flight gauge at the end: {r['inflight_at_end']:g}; INTERNAL answers: {r['internal_answers']:g}",
         f"- after the soak: {r['after']}",
         "", "Checks:", *[f"- [{'x' if ok else ' '}] {name}" for name, ok in r["checks"].items()],
