@@ -204,3 +204,70 @@ def test_resume_round_trips_through_json():
     r = Resume(seed=3, context_phase_params=b"\0\xff", raw=" a", shown=" a", pending="", n_in=None, n_out=None,
                elapsed_s=0.01, ttft_s=0.005)
     assert Resume.from_json(r.to_json()) == r
+
+
+# -- keys between PD peers ---------------------------------------------------------------------------
+def test_peer_api_key_file_is_checked_with_the_settings(tmp_path):
+    empty = tmp_path / "empty"
+    empty.write_text("# no key\n")
+    for path, problem in ((tmp_path / "missing", "cannot read"), (empty, "holds no key")):
+        with pytest.raises(SettingsError, match=problem):
+            settings.load(None, env={"GATEWAY__DIALECTS__MINDIE__PD__PEER_API_KEY_FILE": str(path)})
+    key = tmp_path / "key"
+    key.write_text("# the PD peers' key\ns3cret\n")
+    assert PdConfig(peer_api_key_file=str(key)).peer_headers() == {"Authorization": "Bearer s3cret"}
+    assert PdConfig().peer_headers() == {}
+
+
+async def test_a_coordinator_sends_its_peer_key_to_d_and_p(tmp_path):
+    """With keys on the P/D instances' listeners, the coordinator's calls (its /dresult link to each D,
+    the requests it sends P) carry peer_api_key_file's key."""
+    from aiohttp import web
+
+    from gateway.app import Worker
+    from tests.fakes import FakeUpstream, trtllm_meta
+    from tests.support import free_port, worker_settings
+
+    seen: list[tuple[str, str | None]] = []
+    linked, done = asyncio.Event(), asyncio.Event()
+
+    async def dresult(request):
+        seen.append(("dresult", request.headers.get("Authorization")))
+        linked.set()
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        await done.wait()
+        return resp
+
+    async def prefill(request):
+        seen.append(("prefill", request.headers.get("Authorization")))
+        return web.json_response({"error": "stop here", "error_type": "x"}, status=400)
+
+    app = web.Application()
+    app.router.add_get("/dresult", dresult)
+    app.router.add_post("/v1/completions", prefill)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    peer_port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", peer_port).start()
+    key = tmp_path / "key"
+    key.write_text("s3cret\n")
+    port = free_port()
+    w = Worker(worker_settings({"mindie_http": port}, "127.0.0.1:1", DIALECTS__MINDIE__PD__ROLE="coordinator",
+                               DIALECTS__MINDIE__PD__PREFILL=f"['127.0.0.1:{peer_port}']",
+                               DIALECTS__MINDIE__PD__DECODE=f"['127.0.0.1:{peer_port}']",
+                               DIALECTS__MINDIE__PD__PEER_API_KEY_FILE=str(key)),
+               upstream_factory=lambda _s: FakeUpstream(metas=[trtllm_meta("tiny_llm")]))
+    await w.start()
+    try:
+        await asyncio.wait_for(linked.wait(), 10)
+        from tests.support import http_call
+
+        await asyncio.to_thread(http_call, f"http://127.0.0.1:{port}", "POST", "/v1/completions",
+                                b'{"model": "tiny_llm", "prompt": "hi"}', {"Content-Type": "application/json"})
+    finally:
+        done.set()
+        await w.stop(grace=0.1)
+        await runner.cleanup()
+    assert ("dresult", "Bearer s3cret") in seen
+    assert ("prefill", "Bearer s3cret") in seen

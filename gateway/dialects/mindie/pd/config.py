@@ -20,6 +20,8 @@
           max_requests: 10000        # in flight; over it: 429 `Too many requests`
           max_retry: 5
           infer_timeout_s: 600
+          # every role
+          peer_api_key_file: null    # the API key sent to PD peers whose listeners have api_keys
 
 Strict, frozen and closed (``extra="forbid"``) so the lead's pydantic configuration schema can
 embed ``PdConfig`` as it is; until then ``MindieConfig.parse`` validates the raw mapping with it.
@@ -69,6 +71,31 @@ class PdConfig(BaseModel):
     max_retry: int = Field(default=5, ge=0)
     infer_timeout_s: float = Field(default=600.0, gt=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
+    # every role: the API key this instance sends its PD peers (coordinator -> P and D's /dresult,
+    # P -> D hand-off) when their mindie_http listeners have api_keys; a file, first key line
+    peer_api_key_file: str | None = None
+
+    def peer_headers(self) -> dict[str, str]:
+        """``Authorization: Bearer <key>`` for calls to PD peers (empty without a key file)."""
+        if not self.peer_api_key_file:
+            return {}
+        from gateway.access import read_keys_file
+
+        return {"Authorization": f"Bearer {read_keys_file(self.peer_api_key_file)[0]}"}
+
+    @field_validator("peer_api_key_file")
+    @classmethod
+    def _key_file(cls, value: str | None) -> str | None:
+        if value is not None:  # checked with the settings: unreadable or empty stops start-up, located
+            from gateway.access import read_keys_file
+
+            try:
+                keys = read_keys_file(value)
+            except OSError as e:
+                raise ValueError(f"cannot read {value}: {e.strerror or e}") from None
+            if not keys:
+                raise ValueError(f"{value} holds no key")
+        return value
 
     @field_validator("prefill", "decode", "standard")
     @classmethod

@@ -176,10 +176,11 @@ class Coordinator:
         self.agents: dict[str, Agent] = {}
         self.inflight = 0
         self.session: aiohttp.ClientSession | None = None
+        self.peer_headers = self.pd.peer_headers()  # read once: a bad key file stops start-up
 
     # -- lifecycle and D links ----------------------------------------------------------------
     async def start(self, *_a) -> None:
-        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(
+        self.session = aiohttp.ClientSession(headers=self.peer_headers, timeout=aiohttp.ClientTimeout(
             total=None, connect=self.pd.connect_timeout_s, sock_read=self.pd.infer_timeout_s))
         for d in self.d:
             d.task = asyncio.create_task(self._link(d))

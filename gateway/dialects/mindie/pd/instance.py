@@ -137,6 +137,7 @@ class PdHandlers(Handlers):
     def __init__(self, ctx, cfg):
         super().__init__(ctx, cfg)
         self.pd = cfg.pd
+        self._peer_headers = cfg.pd.peer_headers()  # read once: a bad key file stops start-up
         self.phased = PhasedGeneration(ctx.upstream)
         self.hub = DResultHub(cfg.pd.heartbeat_s, cfg.pd.max_pending_records)
         self.tasks: set[asyncio.Task] = set()
@@ -262,7 +263,8 @@ class PdHandlers(Handlers):
 
     async def _handoff(self, hdr: pdh.PdHeaders, payload: dict) -> None:
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.pd.handoff_timeout_s))
+            self._session = aiohttp.ClientSession(headers=self._peer_headers,
+                                                  timeout=aiohttp.ClientTimeout(total=self.pd.handoff_timeout_s))
         url = f"http://{hdr.d_host}:{hdr.d_port}/pd/v1/decode"
         start = time.perf_counter()
         try:
