@@ -246,6 +246,12 @@ class Edge:
             call.model = model_of(request)
         return call, _current.set(call), ((REQUEST_ID, call.request_id),)
 
+    def _grpc_admit(self, context) -> None:
+        """The API key (listeners with ``api_keys``), then admission: refused requests raise."""
+        if self.keys is not None:
+            self.keys.check_metadata(context.invocation_metadata())
+        self._admit()
+
     def unary(self, route: str, fn: Callable[[Any, Any], Awaitable[Any]],
               model_of: Callable[[Any], str] | None = None):
         """A unary gRPC behaviour ``fn(request, context)`` behind the edge."""
@@ -255,9 +261,7 @@ class Edge:
             call, token, trailing = self._grpc_begin(route, request, context, model_of)
             outcome, answer = "internal", None
             try:
-                if self.keys is not None:
-                    self.keys.check_metadata(context.invocation_metadata())
-                self._admit()
+                self._grpc_admit(context)
                 try:
                     answer = await fn(request, context)
                 finally:
@@ -290,9 +294,7 @@ class Edge:
             call, token, trailing = self._grpc_begin(route, request, context, model_of)
             outcome, failure, sent = "internal", None, 0
             try:
-                if self.keys is not None:
-                    self.keys.check_metadata(context.invocation_metadata())
-                self._admit()
+                self._grpc_admit(context)
                 try:
                     async for item in fn(request, context):
                         sent += _size(item)
