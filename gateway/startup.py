@@ -13,7 +13,7 @@ import errno
 import socket
 import sys
 
-from gateway.settings import ENV_PREFIX, Settings
+from gateway.settings import ENV_PREFIX, Settings, upstream_addresses
 
 
 def env_name(setting: str) -> str:
@@ -91,12 +91,17 @@ def upstream_problem(target: str, timeout: float = 3.0, credentials=None, option
 
 
 def _tcp_open(target: str) -> bool:
-    """Whether a plain ``host:port`` target accepts TCP connections (False for resolver syntaxes)."""
-    host, sep, port = target.rpartition(":")
-    if not sep or not port.isdigit() or "/" in host or host.startswith(("ipv4:", "ipv6:", "unix:")):
-        return False
+    """Whether the target's first address accepts TCP connections (settings.upstream_addresses parses
+    every target form the gateway accepts; a unix: target has none)."""
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+        addresses = upstream_addresses(target)
+    except ValueError:
+        return False
+    if not addresses:
+        return False
+    host, port = addresses[0]
+    try:
+        with socket.create_connection((host.strip("[]"), port), timeout=1.0):
             return True
     except OSError:
         return False
@@ -112,11 +117,10 @@ def preflight(settings: Settings, upstream: bool = True, out=None) -> bool:
         return False
     if upstream:
         credentials, options = None, ()
-        tls = getattr(settings.upstream, "tls", None)  # upstream.tls, where the schema has it
-        if tls is not None:
+        if settings.upstream.tls is not None:
             from gateway.access import channel_credentials
 
-            credentials, options = channel_credentials(tls)
+            credentials, options = channel_credentials(settings.upstream.tls)
         problem = upstream_problem(settings.upstream.grpc, credentials=credentials, options=tuple(options))
         if problem:
             print(f"warning: {problem}", file=out, flush=True)
