@@ -1,4 +1,4 @@
-"""Native KServe V2 gRPC, passed straight through to Triton as bytes."""
+"""Native KServe V2: gRPC passed straight through to Triton as bytes; HTTP/REST translated into V2 gRPC."""
 
 from gateway.dialect import Dialect, ListenerSpec
 
@@ -9,6 +9,8 @@ DIALECT = Dialect(
     listeners=(
         ListenerSpec("v2_grpc", 8001, "grpc", "KServe V2 gRPC passthrough",
                      "gateway.dialects.v2.passthrough:attach"),
+        ListenerSpec("v2_http", 8000, "http", "KServe V2 HTTP/REST (Triton's HTTP API)",
+                     "gateway.dialects.v2.http:attach"),
     ),
     open="gateway.dialects.v2.passthrough:open",
     config=V2Config,

@@ -39,6 +39,8 @@ from gateway.dialect import GrpcStatus
 from gateway.edge import Edge, current
 from gateway.settings import Strict
 
+from . import rjson
+
 SERVICE = "inference.GRPCInferenceService"
 PREFIX = f"/{SERVICE}/"
 STREAMING = frozenset({"ModelStreamInfer"})
@@ -128,14 +130,29 @@ class UpstreamStatus(GatewayError):
         self.status = GrpcStatus(err.code(), details, tuple(err.trailing_metadata() or ()))
 
 
+# Triton's HttpCodeFromError, through the gRPC code its gRPC front end gave the same error
+_TRITON_HTTP = {grpc.StatusCode.INTERNAL: 500, grpc.StatusCode.NOT_FOUND: 404, grpc.StatusCode.UNAVAILABLE: 503,
+                grpc.StatusCode.UNIMPLEMENTED: 501, grpc.StatusCode.DEADLINE_EXCEEDED: 504}
+
+
 class Rendering:
     """Overloaded is Triton's own queue-full answer: UNAVAILABLE "Exceeds maximum queue size"."""
 
     def overloaded(self, limit: int) -> GatewayError:
         return GatewayError(ErrorKind.OVERLOADED, "Exceeds maximum queue size")
 
-    def http(self, err: GatewayError, status: int | None = None):  # no HTTP listener; for completeness
-        return response.json({"error": err.message}, status=status or HTTP_STATUS[err.kind])
+    def http(self, err: GatewayError, status: int | None = None):
+        """The V2 REST listener's answer: Triton's ``{"error":"..."}`` with the status Triton's HTTP
+        front end gives for the code (``HttpCodeFromError``); the closed control plane is 403, as
+        Triton's restricted APIs."""
+        if status is None:
+            if isinstance(err, UpstreamStatus):
+                status = _TRITON_HTTP.get(err.status.code, 400)
+            elif isinstance(err, Denied):
+                status = 403
+            else:
+                status = getattr(err, "http_status", None) or HTTP_STATUS[err.kind]
+        return response.raw(rjson.error(err.message), status=status, content_type="application/json")
 
     def grpc(self, err: GatewayError) -> GrpcStatus:
         if isinstance(err, UpstreamStatus):

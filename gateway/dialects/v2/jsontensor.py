@@ -1,0 +1,356 @@
+"""KServe V2 REST infer bodies ⇄ ``ModelInferRequest`` / ``ModelInferResponse``, as Triton's HTTP
+front end reads and writes them (server ``src/http_server.cc``: ``ParseJsonTritonParams``,
+``ParseJsonTritonIO``, ``ReadDataFromJson``, ``FinalizeResponse``, ``WriteDataToJson``).
+
+JSON ``data`` and binary tensors (``binary_data_size`` after an ``Inference-Header-Content-Length``
+JSON header) both become ``raw_input_contents``; each output comes back as JSON ``data`` or as
+binary after the JSON (``binary_data`` per output, ``binary_data_output`` for all), so tensor
+bytes are copied once each way. The checks the front end makes before Triton's core sees the
+request are made here with its words (and its order: id, parameters, inputs, outputs); Triton
+makes the rest. Where the front end answers 500 for a client's malformed body (a TritonJson access
+error), this answers 400 with the same words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from tritonclient.grpc import service_pb2
+
+from gateway.core import datatypes
+from gateway.core.errors import ErrorKind, GatewayError, invalid
+from gateway.core.tensors import check_bytes
+
+from . import rjson
+from .jsonbody import utf8
+
+INT64_MAX = (1 << 63) - 1
+UINT64_MAX = (1 << 64) - 1
+_NON_STRING = "attempt to access JSON non-string as string"
+_NON_ARRAY = "attempt to access JSON non-array as array"
+_NON_BOOL = "attempt to access JSON non-boolean as boolean"
+_NON_UINT = "attempt to access JSON non-unsigned-integer as unsigned-integer"
+_NON_INT = "attempt to access JSON non-signed-integer as signed-integer"
+_NON_NUMBER = "attempt to access JSON non-number as double"
+_KIND_CHECK = {"b": _NON_BOOL, "u": _NON_UINT, "i": _NON_INT, "f": _NON_NUMBER}
+
+
+def _missing(name: str) -> str:
+    return f"attempt to access non-existing object member '{name}'"
+
+
+def _is_uint(v) -> bool:
+    return type(v) is int and 0 <= v <= UINT64_MAX
+
+
+def _is_int(v) -> bool:
+    return type(v) is int and -INT64_MAX - 1 <= v <= INT64_MAX
+
+
+def _is_number(v) -> bool:
+    return type(v) in (int, float)
+
+
+_VALID = {"b": lambda v: type(v) is bool, "u": _is_uint, "i": _is_int, "f": _is_number}
+
+
+def _member(obj, name: str, want: type, what: str | None = None):
+    """``MemberAsString`` / ``MemberAsArray``: ``Unable to parse '<name>': ...``."""
+    label = what or name
+    if not isinstance(obj, dict) or name not in obj:
+        raise invalid(f"Unable to parse '{label}': {_missing(name)}")
+    value = obj[name]
+    if type(value) is not want:
+        raise invalid(f"Unable to parse '{label}': {_NON_STRING if want is str else _NON_ARRAY}")
+    return value
+
+
+@dataclass(slots=True)
+class Output:
+    binary: bool
+    classes: int = 0
+
+
+@dataclass(slots=True)
+class Parsed:
+    """The request for Triton (its raw contents apart: appended on the wire) and how to answer."""
+
+    msg: service_pb2.ModelInferRequest
+    raws: list = field(default_factory=list)
+    outputs: dict[str, Output] = field(default_factory=dict)
+    binary_default: bool = False
+
+
+def _param(msg_params, key: str, value) -> None:
+    """``SetTritonParameterFromJsonParameter``: string, int64, bool, else any number as a double."""
+    p = msg_params[key]
+    if type(value) is str:
+        p.string_param = value
+    elif type(value) is bool:
+        p.bool_param = value
+    elif _is_int(value):
+        p.int64_param = value
+    elif _is_number(value):
+        p.double_param = float(value)
+    else:
+        raise invalid(f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'.")
+
+
+def _uint_param(p, value) -> None:
+    if value > INT64_MAX:
+        p.uint64_param = value
+    else:
+        p.int64_param = value
+
+
+def _parameters(doc, msg: service_pb2.ModelInferRequest) -> bool:
+    """Request parameters (Triton's reserved ones checked as it does); the binary_data_output default."""
+    binary = False
+    params = doc.get("parameters") if isinstance(doc, dict) else None
+    if params is None:
+        return binary
+    if not isinstance(params, dict):
+        raise invalid("failed to get request params.: attempt to get members for non-object")
+    for key, value in params.items():
+        if key == "sequence_id":
+            if _is_uint(value):
+                _uint_param(msg.parameters[key], value)
+            elif type(value) is str:
+                msg.parameters[key].string_param = value
+            else:
+                raise invalid(f"Unable to parse 'sequence_id': {_NON_STRING}")
+        elif key in ("sequence_start", "sequence_end"):
+            if type(value) is not bool:
+                raise invalid(f"Unable to parse '{key}': {_NON_BOOL}")
+            msg.parameters[key].bool_param = value
+        elif key in ("priority", "timeout"):
+            if not _is_uint(value):
+                raise invalid(f"Unable to parse '{key}': {_NON_UINT}")
+            _uint_param(msg.parameters[key], value)
+        elif key == "binary_data_output":
+            if type(value) is not bool:
+                raise invalid(f"Unable to parse 'binary_data_output': {_NON_BOOL}")
+            binary = value
+        elif key.startswith("triton_"):
+            raise invalid("parameter keys starting with 'triton_' are reserved for Triton usage and should not be "
+                          "specified.")
+        else:
+            _param(msg.parameters, key, value)
+    return binary
+
+
+def _flatten(data: list) -> list:
+    """Every scalar of a nested list, depth first (Triton counts elements, not the nesting)."""
+    if not any(type(v) is list for v in data):
+        return data
+    out: list = []
+    stack = [iter(data)]
+    while stack:
+        for v in stack[-1]:
+            if type(v) is list:
+                stack.append(iter(v))
+                break
+            out.append(v)
+        else:
+            stack.pop()
+    return out
+
+
+def _content_check(inp) -> None:
+    """``ValidateInputContentType``: exactly one of data, binary_data_size, shared_memory_region."""
+    has_data = isinstance(inp, dict) and "data" in inp
+    params = inp.get("parameters") if isinstance(inp, dict) else None
+    has_binary = isinstance(params, dict) and "binary_data_size" in params
+    has_shm = isinstance(params, dict) and "shared_memory_region" in params
+    count = has_data + has_binary + has_shm
+    if count != 1:
+        text = ("Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+                "'shared_memory_region' in 'parameters'. But")
+        if count == 0:
+            text += " no field is set"
+        else:
+            text += " set" + (" 'data'" if has_data else "") + (" 'binary_data_size'" if has_binary else "") + (
+                " 'shared_memory_region'" if has_shm else "")
+        raise invalid(text)
+
+
+def _shape(inp) -> list[int]:
+    dims = _member(inp, "shape", list)
+    for d in dims:
+        if not _is_uint(d):
+            raise invalid(f"Unable to parse 'shape': {_NON_UINT}")
+    return dims
+
+
+def _count(name: str, dims: list[int]) -> int:
+    """``GetElementCount`` and its two refusals (a dimension past int64; a product past it)."""
+    text = "[" + ",".join(str(d if d <= INT64_MAX else d - (1 << 64)) for d in dims) + "]"
+    if any(d > INT64_MAX for d in dims):
+        raise invalid(f"invalid shape for input '{name}': shape {text} contains one or more invalid dimensions")
+    n = 1
+    for d in dims:
+        n *= d
+    if n > INT64_MAX:
+        raise invalid(f"invalid shape for input '{name}': shape {text} causes total element count to exceed maximum "
+                      f"size of {INT64_MAX}")
+    return n
+
+
+def _json_data(name: str, dtype_name: str, inp, count: int) -> bytes:
+    """``ReadDataFromJson``: the values of ``data`` as the tensor's raw bytes."""
+    data = _member(inp, "data", list)
+    flat = _flatten(data)
+    if dtype_name == "BYTES":
+        for v in flat:
+            if type(v) is not str:
+                raise invalid(f"Unable to parse JSON bytes array: {_NON_STRING}")
+        check_bytes(len(flat), datatypes.by_v2("BYTES"), name)
+        return datatypes.encode_bytes(np.array([utf8(v) for v in flat] + [b""], dtype=object)[:-1])
+    if dtype_name in ("FP16", "BF16"):
+        raise invalid(f"receiving {dtype_name} data via JSON is not supported. Please use the binary data format "
+                      f"for input {name}")
+    try:
+        row = datatypes.by_v2(dtype_name)
+    except KeyError:
+        raise invalid(f"invalid datatype for input {name}") from None
+    check_bytes(count, row, name)
+    kind = row.numpy.kind
+    valid = _VALID[kind]
+    head = flat[:count]
+    if not all(map(valid, head)):
+        raise invalid(f"Unable to parse 'data': {_KIND_CHECK[kind]}")
+    if len(flat) != count:  # Triton 2.51 words both ways alike
+        raise invalid("Unable to parse 'data': Shape does not match true shape of 'data' field")
+    wide = {"u": np.uint64, "i": np.int64, "f": np.float64, "b": np.bool_}[kind]
+    return np.array(flat, dtype=wide).astype(row.numpy, copy=False).tobytes()
+
+
+def parse(doc, model: str, version: str, binary: memoryview) -> Parsed:
+    """The parsed JSON header (``doc``) and the binary part after it, as Triton reads them."""
+    msg = service_pb2.ModelInferRequest(model_name=model, model_version=version)
+    if isinstance(doc, dict) and "id" in doc:
+        if type(doc["id"]) is not str:
+            raise invalid(f"Unable to parse 'id': {_NON_STRING}")
+        msg.id = doc["id"]
+    parsed = Parsed(msg, binary_default=_parameters(doc, msg))
+    inputs = _member(doc, "inputs", list)
+    offset = 0
+    for inp in inputs:
+        _content_check(inp)
+        name = _member(inp, "name", str)
+        dtype_name = _member(inp, "datatype", str)
+        dims = _shape(inp)
+        msg.inputs.add(name=name, datatype=dtype_name, shape=dims)
+        params = inp.get("parameters")
+        if isinstance(params, dict) and "binary_data_size" in params:
+            size = params["binary_data_size"]
+            if not _is_uint(size):
+                raise invalid(f"Unable to parse 'binary_data_size': {_NON_UINT}")
+            piece = binary[offset:offset + size]
+            offset += len(piece)
+            if len(piece) < size:
+                raise invalid(f"unexpected size for input '{name}', expecting {size - len(piece)} additional bytes "
+                              f"for model '{model}'")
+            parsed.raws.append(piece)
+        elif isinstance(params, dict) and "shared_memory_region" in params:
+            raise GatewayError(ErrorKind.UNIMPLEMENTED, "shared memory is not available through this gateway")
+        else:
+            count = _count(name, dims)
+            parsed.raws.append(b"" if count == 0 else _json_data(name, dtype_name, inp, count))
+    if offset != len(binary):
+        raise invalid(f"unexpected additional input data for model '{model}'")
+    if isinstance(doc, dict) and "outputs" in doc:
+        for out in _member(doc, "outputs", list):
+            parsed.outputs.update([_output(out, msg)])
+    return parsed
+
+
+def _output(out, msg: service_pb2.ModelInferRequest) -> tuple[str, Output]:
+    params = out.get("parameters") if isinstance(out, dict) else None
+    params = params if isinstance(params, dict) else {}
+    if "shared_memory_region" in params:
+        if "classification" in params:
+            raise invalid("Output can't set both 'shared_memory_region' and 'classification'")
+        raise GatewayError(ErrorKind.UNIMPLEMENTED, "shared memory is not available through this gateway")
+    name = _member(out, "name", str)
+    requested = msg.outputs.add(name=name)
+    classes = params.get("classification", 0)
+    if not _is_uint(classes):
+        raise invalid(f"Unable to set 'classification': {_NON_UINT}")
+    if classes:
+        requested.parameters["classification"].int64_param = classes
+    binary = params.get("binary_data", False)
+    if type(binary) is not bool:
+        raise invalid(f"Unable to parse 'binary_data': {_NON_BOOL}")
+    return name, Output(binary, classes)
+
+
+# -- answers ---------------------------------------------------------------------------------
+def _param_text(p) -> bytes:
+    which = p.WhichOneof("parameter_choice")
+    value = getattr(p, which) if which else ""
+    if which == "bool_param":
+        return b"true" if value else b"false"
+    if which in ("int64_param", "uint64_param"):
+        return str(value).encode()
+    if which == "double_param":
+        return rjson.double(value).encode()
+    return rjson.string(value)
+
+
+def _data(name: str, dtype_name: str, raw: bytes, count: int) -> bytes:
+    """``WriteDataToJson``."""
+    if dtype_name == "BYTES":
+        items = datatypes.decode_bytes(raw) if raw else ()
+        return rjson.strings(items)
+    if dtype_name in ("FP16", "BF16"):
+        raise invalid(f"sending {dtype_name} data via JSON is not supported. Please use the binary data format for "
+                      "output")
+    row = datatypes.by_v2(dtype_name)
+    if len(raw) != row.size * count:
+        raise GatewayError(ErrorKind.UPSTREAM_FAILED, "Failed to write 'data' field: output tensor shape does not "
+                                                      f"match size of output for '{name}'")
+    arr = np.frombuffer(raw, dtype=row.numpy)
+    kind = row.numpy.kind
+    if kind == "f":
+        return rjson.floats(arr)
+    if kind == "b":
+        return rjson.bools(arr)
+    return rjson.ints(arr)
+
+
+def render(resp: service_pb2.ModelInferResponse, parsed: Parsed) -> tuple[list, int | None]:
+    """``FinalizeResponse``: the body's pieces, and the JSON header's length when binary follows."""
+    head = [b"{"]
+    if resp.id:
+        head += (b'"id":', rjson.string(resp.id), b",")
+    head += (b'"model_name":', rjson.string(resp.model_name), b',"model_version":', rjson.string(resp.model_version))
+    if resp.parameters:
+        head.append(b',"parameters":{')
+        head.append(b",".join(rjson.string(k) + b":" + _param_text(p) for k, p in resp.parameters.items()))
+        head.append(b"}")
+    head.append(b',"outputs":[')
+    buffers: list = []
+    raws = resp.raw_output_contents
+    for i, out in enumerate(resp.outputs):
+        want = parsed.outputs.get(out.name)
+        binary = want.binary if want is not None else parsed.binary_default
+        raw = raws[i] if i < len(raws) else b""
+        shape = list(out.shape)
+        head += (b"," if i else b"", b'{"name":', rjson.string(out.name), b',"datatype":', rjson.string(out.datatype),
+                 b',"shape":[', ",".join(map(str, shape)).encode(), b"]")
+        if binary:
+            head += (b',"parameters":{"binary_data_size":', str(len(raw)).encode(), b"}}")
+            if raw:
+                buffers.append(raw)
+        else:
+            count = 1
+            for d in shape:
+                count *= d
+            head += (b',"data":', _data(out.name, out.datatype, raw, count), b"}")
+    head.append(b"]}")
+    if not buffers:
+        return head, None
+    header = b"".join(head)
+    return [header, *buffers], len(header)
