@@ -23,7 +23,7 @@ def _error(tmp_path, text, env=None) -> str:
 def test_defaults_give_every_listener_its_documented_port():
     s = settings.load(None, env={})
     assert {n: lst.port for n, lst in s.listeners.items()} == {
-        "v2_grpc": 8001, "tfserving_grpc": 8500, "tfserving_rest": 8501, "grps_http": 7080,
+        "v2_grpc": 8001, "v2_http": 8000, "tfserving_grpc": 8500, "tfserving_rest": 8501, "grps_http": 7080,
         "grps_grpc": 7081, "mindie_http": 1025, "admin_http": 9090,
     }
     assert all(lst.enabled for lst in s.listeners.values())

@@ -168,8 +168,9 @@ async def dispatch(rest: Rest, request: Request):
         _require(request, "GET")
         name = "ServerLive" if m[1] == "live" else "ServerReady"
         req = service_pb2.ServerLiveRequest() if m[1] == "live" else service_pb2.ServerReadyRequest()
-        ok = (await rest.call(name, req)).__getattribute__(m[1])
-        return _answer(b"", 200 if ok else 400, None)
+        ok = getattr(await rest.call(name, req), m[1])
+        # Triton's status; the body seed 001 and KServe's client expect ({"live": true}), where Triton's is empty
+        return _answer(b'{"%s":%s}' % (m[1].encode(), b"true" if ok else b"false"), 200 if ok else 400)
     if _SHM.fullmatch(path):
         return _control(rest, edge_call, "SharedMemory")
     m = _REPO.fullmatch(path)
