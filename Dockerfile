@@ -32,7 +32,7 @@ COPY config config
 COPY model_repository model_repository
 COPY tools/build_plans.py tools/tcp_forward.py tools/
 USER 10001:10001
-EXPOSE 8001 8500 8501 7080 7081 1025 9090
+EXPOSE 8000 8001 8500 8501 7080 7081 1025 9090
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s \
   CMD python -c "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:9090/health').status != 200)"
 ENTRYPOINT ["gateway", "serve"]

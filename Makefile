@@ -9,11 +9,16 @@ PIP_FLAGS ?= --disable-pip-version-check -q
 
 .PHONY: install browser run run-pd test test-unit test-contract proto onnx lint bench bench-pd bench-wrk clean
 
-install: $(VENV)/.installed $(VENV)/.bench-installed $(TRITON_VENV)/.installed .run/legacy-clients/.installed browser
+install: $(VENV)/.installed $(VENV)/.bench-installed $(TRITON_VENV)/.installed .run/legacy-clients/.installed .run/kserve-client/.installed browser
 
 # Real legacy client packages for contract tests (no dependencies: see requirements/legacy-clients.txt).
 .run/legacy-clients/.installed: requirements/legacy-clients.txt $(VENV)/.installed
 	$(BIN)/pip install $(PIP_FLAGS) --no-deps --upgrade --target .run/legacy-clients -r requirements/legacy-clients.txt
+	@touch $@
+
+# KServe's Python SDK for the V2 REST client test (no dependencies: see requirements/kserve-client.txt).
+.run/kserve-client/.installed: requirements/kserve-client.txt $(VENV)/.installed
+	$(BIN)/pip install $(PIP_FLAGS) --no-deps --upgrade --target .run/kserve-client -r requirements/kserve-client.txt
 	@touch $@
 
 # Debian's headless Chromium for the GRPS monitoring-page test (apt-get; skipped with a warning

@@ -5,10 +5,12 @@ scope and the closed control plane apply as on V2 gRPC.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 
 import numpy as np
@@ -179,3 +181,31 @@ def test_keys_scope_request_id_and_metrics(guarded):
     with urllib.request.urlopen(f"http://127.0.0.1:{guarded.port('admin_http')}/metrics") as r:
         text = r.read().decode()
     assert 'listener="v2_http",model="saved_model_half_plus_three",outcome="ok",route="infer"' in text
+
+
+def test_client_that_goes_away_cancels_the_triton_call(gateway):
+    """A generate_stream reader that disconnects after the first event: the gateway cancels its
+    ModelStreamInfer (Triton's own HTTP cannot, server#8030)."""
+    def cancelled() -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{gateway.port('admin_http')}/metrics") as r:
+            for line in r.read().decode().splitlines():
+                if (line.startswith("gateway_upstream_request_duration_seconds_count{")
+                        and 'code="CANCELLED"' in line and 'method="ModelStreamInfer"' in line
+                        and 'model="tiny_llm"' in line):
+                    return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    before = cancelled()
+    conn = http.client.HTTPConnection("127.0.0.1", gateway.port("v2_http"), timeout=30)
+    conn.request("POST", "/v2/models/tiny_llm/generate_stream",
+                 body=json.dumps({"text_input": "a long answer", "max_tokens": 400, "stream": True}),
+                 headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.read1(65536).count(b"data: {") >= 1  # chunked: the first event
+    resp.close()
+    conn.close()
+    for _ in range(100):  # observed once the gateway notices the disconnect
+        if cancelled() > before:
+            break
+        time.sleep(0.1)
+    assert cancelled() == before + 1

@@ -234,6 +234,30 @@ def _corpus() -> list[tuple[str, str, str, bytes | None, dict]]:
     add("bad_json_string", "POST", H2, '{"inputs":[], "id": "abc')
     add("bad_json_escape", "POST", H2, '{"id":"a\\qb","inputs":[]}')
     add("bad_json_blank", "POST", H2, "   ")
+    # the generate extension
+    gen, stream = "/v2/models/tiny_llm/generate", "/v2/models/tiny_llm/generate_stream"
+    add("gen_llm", "POST", gen, {"text_input": "hello there", "max_tokens": 3})
+    add("gen_llm_streamed_model", "POST", gen, {"text_input": "hello there", "max_tokens": 3, "stream": True})
+    add("gen_stream_llm", "POST", stream, {"text_input": "hello there", "max_tokens": 3})
+    add("gen_stream_llm_tokens", "POST", stream, {"text_input": "hi", "max_tokens": 4, "stream": True, "id": "g1"})
+    add("gen_stream_missing_input", "POST", stream, {"text_input": "hi"})
+    add("gen_missing_input", "POST", gen, {"text_input": "hi"})
+    add("gen_bad_value", "POST", stream, {"text_input": "hi", "max_tokens": "x"})
+    add("gen_empty_body", "POST", gen, b"")
+    add("gen_not_object", "POST", "/v2/models/saved_model_half_plus_three/generate", [1])
+    add("gen_get", "GET", gen)
+    add("gen_unknown_model", "POST", "/v2/models/no_such_model/generate", {})
+    add("gen_array", "POST", "/v2/models/half_plus_two/generate", {"x": [1, 2, 5]})
+    add("gen_scalar", "POST", "/v2/models/half_plus_two/generate", {"x": 3})
+    add("gen_stream_params", "POST", "/v2/models/half_plus_two/generate_stream", {"x": [1, 2], "id": "q", "f": 1.5})
+    add("gen_empty_array", "POST", "/v2/models/saved_model_half_plus_three/generate", {"x": []})
+    add("gen_not_number", "POST", "/v2/models/half_plus_two/generate", {"x": "a"})
+    add("gen_fp16", "POST", "/v2/models/half_plus_two/generate", {"x_half": [1]})
+    add("gen_bad_param", "POST", "/v2/models/saved_model_half_plus_three/generate", {"x": [1], "bad": [1]})
+    add("gen_ensemble", "POST", "/v2/models/multi_tensor/generate", {"tag": ["abc"], "signal": [1, 2, 3, 4],
+                                                                     "count": [2]})
+    add("gen_bad_shape", "POST", "/v2/models/multi_tensor/generate", {"tag": ["abc"], "signal": [1, 2, 3],
+                                                                      "count": [2]})
     return c
 
 

@@ -1,5 +1,5 @@
-"""``gateway check`` for the KServe V2 passthrough: every model in Triton's repository index is
-reachable under its own name and version, exactly as Triton serves it (nothing is mapped).
+"""``gateway check`` for KServe V2 (gRPC passthrough and REST): every model in Triton's repository
+index is reachable under its own name and version, exactly as Triton serves it (nothing is mapped).
 
 Warning: a model version Triton lists but does not serve (UNAVAILABLE, LOADING, ...): V2 calls to
 it fail as Triton answers them.
@@ -10,9 +10,12 @@ from __future__ import annotations
 from gateway.check import CheckContext, ios
 from gateway.core.errors import GatewayError
 
+_DECOUPLED = ", decoupled (REST /infer answers 501, as Triton's HTTP: gRPC ModelStreamInfer)"
+
 
 async def check(ctx: CheckContext) -> list:
-    plane = "control plane forwarded" if ctx.config.control_plane else "control plane PERMISSION_DENIED"
+    plane = ("control plane forwarded" if ctx.config.control_plane
+             else "control plane closed (gRPC PERMISSION_DENIED, HTTP 403)")
     out: list = []
     for e in sorted(await ctx.upstream.repository_index(), key=lambda e: (e.name, e.version)):
         if e.state != "READY":
@@ -27,5 +30,5 @@ async def check(ctx: CheckContext) -> list:
             out.append(ctx.warning(e.name, f"metadata of version {e.version}: {err.message}"))
             continue
         out.append(ctx.row(e.name, e.name, e.version, ios(meta.inputs), ios(meta.outputs),
-                           f"READY, {meta.platform or 'backend'}{', decoupled' if meta.decoupled else ''}; {plane}"))
+                           f"READY, {meta.platform or 'backend'}{_DECOUPLED if meta.decoupled else ''}; {plane}"))
     return out

@@ -8,6 +8,7 @@ One catch-all route; paths are matched with Triton's own regular expressions in 
     GET  /v2/models/M[/versions/V][/ready|/config|/stats] ModelMetadata, ModelReady, ModelConfig, ...
     GET  /v2/models/stats                                 ModelStatistics of every model
     POST /v2/models/M[/versions/V]/infer                  ModelInfer (jsontensor: JSON and binary tensors)
+    POST /v2/models/M[/versions/V]/generate[_stream]      ModelStreamInfer (generate: one answer, or SSE)
     POST /v2/repository/index                             RepositoryIndex
     load/unload, shared memory, trace, logging            the control plane: 403 unless
                                                           dialects.v2.control_plane (load/unload then
@@ -20,6 +21,7 @@ goes away cancels the Triton call (``finally: call.cancel()``).
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 import zlib
@@ -31,9 +33,9 @@ from tritonclient.grpc import service_pb2
 from gateway import metrics, offload
 from gateway.access import ModelScope, unknown_model
 from gateway.core.errors import ErrorKind, GatewayError, invalid
-from gateway.edge import Edge, current
+from gateway.edge import Edge, current, stream_headers
 
-from . import documents, jsontensor, rjson
+from . import documents, generate, jsontensor, rjson
 from .jsonbody import loads
 from .passthrough import PREFIX, Denied, State, UpstreamStatus
 
@@ -98,6 +100,19 @@ class Rest:
             self._rpc[name] = channel.unary_unary(PREFIX + name, request_serializer=_bytes_or_message,
                                                   response_deserializer=resp.FromString)
 
+        self._stream = channel.stream_stream(PREFIX + "ModelStreamInfer", request_serializer=_bytes_or_message,
+                                             response_deserializer=service_pb2.ModelStreamInferResponse.FromString)
+
+    def stream(self, request: bytes, done: asyncio.Event):
+        """ModelStreamInfer of one request; the request side stays open until ``done`` (Triton's
+        answers for it are complete)."""
+
+        async def requests():
+            yield request
+            await done.wait()
+
+        return self._stream(requests(), timeout=current().remaining(stream=True))
+
     def check(self, model: str) -> None:
         if self.scope is not None and not self.scope.allows(model):
             raise unknown_model(model)
@@ -110,6 +125,9 @@ class Rest:
         except grpc.aio.AioRpcError as err:
             code = err.code().name
             raise UpstreamStatus(err) from None
+        except asyncio.CancelledError:  # the client went away (sanic cancels the handler)
+            code = "CANCELLED"
+            raise
         finally:
             call.cancel()  # no-op once done; cancels Triton's work when the client went away
             metrics.observe_upstream(name, model, code, time.perf_counter() - start)
@@ -155,7 +173,7 @@ async def dispatch(rest: Rest, request: Request):
         if kind == "metadata":
             return await _metadata(rest, request, model, version)
         if kind in ("generate", "generate_stream"):
-            raise GatewayError(ErrorKind.UNIMPLEMENTED, f"{kind} is not served on this listener")
+            return await _generate(rest, request, model, version, kind == "generate_stream")
         if not m[2]:
             return _control(rest, edge_call, "TraceSetting")
     if path == "/v2":
@@ -336,6 +354,99 @@ async def _infer(rest: Rest, request: Request, model: str, version: str):
         payload = zlib.compress(payload) if encoding == "deflate" else _gzip(payload)
         headers["Content-Encoding"] = encoding
     return _answer(payload, 200, "application/octet-stream" if json_len is not None else JSON, headers)
+
+
+# Triton's core prefixes the errors of a request it refuses before running it (validation)
+_REQUEST_ERROR = re.compile(r"\[request id: [^\]]*\] ")
+
+
+class Refused(GatewayError):
+    """A streamed request Triton refused before its first answer: Triton's HTTP answers it as a
+    plain error with its status."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(ErrorKind.INVALID_ARGUMENT if status == 400 else ErrorKind.UPSTREAM_FAILED, message)
+        self.http_status = status
+
+
+_CLIENT_WORDS = ("expected", "unexpected", "invalid", "must", "mismatch", "does not match", "unable to parse")
+
+
+def _stream_status(message: str) -> int:
+    """An in-stream error carries only its text: Triton's HTTP status guessed from its words."""
+    low = message.lower()
+    if "unknown model" in low or "is not found" in low:
+        return 404
+    return 400 if any(w in low for w in _CLIENT_WORDS) else 500
+
+
+async def _generate(rest: Rest, request: Request, model: str, version: str, streaming: bool):
+    """Triton's generate extension over ModelStreamInfer: ``generate`` answers the one response,
+    ``generate_stream`` each response as an SSE event; the status is the first response's."""
+    _require(request, "POST")
+    rest.check(model)
+    meta = await rest.upstream.model_metadata(model, version)
+    if request.headers.get("content-encoding", "identity") != "identity":
+        raise invalid("Unsupported content-encoding, only 'identity' is supported.")
+    parsed = generate.convert(loads(request.body or b""), meta, model, version)
+    done = asyncio.Event()
+    start, code = time.perf_counter(), "OK"
+    call = rest.stream(_serialize(parsed), done)
+    edge_call = current()
+    try:
+        answers = aiter(call)
+        first = await _next_event(answers, done)
+        if not streaming:
+            events = [first] if first is not None else []
+            while not done.is_set() and (event := await _next_event(answers, done)) is not None:
+                events.append(event)
+            status, body, _ = events[0] if events else (200, b"", "")
+            if len(events) != 1 and status == 200:
+                body = rjson.error(generate.ONE_RESPONSE)
+            return _answer(body, status)
+        status = first[0] if first is not None else 200
+        if status != 200 and _REQUEST_ERROR.match(first[2]):  # refused before it ran: a plain error
+            raise Refused(first[2], status)
+        if status != 200:
+            edge_call.failed = "upstream_failed"
+        resp = await request.respond(status=status, content_type="text/event-stream; charset=utf-8",
+                                     headers=stream_headers())
+        event = first
+        while event is not None:
+            if event[0] != 200:
+                edge_call.failed = "upstream_failed"
+            await resp.send(b"data: " + event[1] + b"\n\n")
+            event = await _next_event(answers, done) if not done.is_set() else None
+        await resp.eof()
+        return None
+    except grpc.aio.AioRpcError as err:
+        code = err.code().name
+        raise UpstreamStatus(err) from None
+    except (asyncio.CancelledError, ConnectionError):  # the client went away
+        code = "CANCELLED"
+        raise
+    finally:
+        done.set()
+        call.cancel()  # the client went away or the answer is complete: nothing more from Triton
+        metrics.observe_upstream("ModelStreamInfer", model, code, time.perf_counter() - start)
+
+
+async def _next_event(answers, done: asyncio.Event) -> tuple[int, bytes, str] | None:
+    """The next answer as (status, JSON, error text) (None: the stream is over); ``done`` once the
+    final came."""
+    async for item in answers:
+        if item.error_message:
+            done.set()
+            return _stream_status(item.error_message), rjson.error(item.error_message), item.error_message
+        resp = item.infer_response
+        final = generate.is_final(resp)
+        if final:
+            done.set()
+        if resp.outputs or not final:
+            return 200, generate.render(resp), ""
+        return None
+    done.set()
+    return None
 
 
 def _gzip(data: bytes) -> bytes:

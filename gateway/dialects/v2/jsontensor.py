@@ -82,7 +82,7 @@ class Parsed:
     binary_default: bool = False
 
 
-def _param(msg_params, key: str, value) -> None:
+def param(msg_params, key: str, value) -> None:
     """``SetTritonParameterFromJsonParameter``: string, int64, bool, else any number as a double."""
     p = msg_params[key]
     if type(value) is str:
@@ -136,7 +136,7 @@ def _parameters(doc, msg: service_pb2.ModelInferRequest) -> bool:
             raise invalid("parameter keys starting with 'triton_' are reserved for Triton usage and should not be "
                           "specified.")
         else:
-            _param(msg.parameters, key, value)
+            param(msg.parameters, key, value)
     return binary
 
 
@@ -198,15 +198,23 @@ def _count(name: str, dims: list[int]) -> int:
 
 
 def _json_data(name: str, dtype_name: str, inp, count: int) -> bytes:
-    """``ReadDataFromJson``: the values of ``data`` as the tensor's raw bytes."""
-    data = _member(inp, "data", list)
+    return values(name, dtype_name, _member(inp, "data", list), count)
+
+
+def bytes_values(flat: list, name: str) -> bytes:
+    """``JsonBytesArrayByteSize`` then ``ReadDataFromJson`` of a BYTES tensor: length-prefixed UTF-8."""
+    for v in flat:
+        if type(v) is not str:
+            raise invalid(f"Unable to parse JSON bytes array: {_NON_STRING}")
+    check_bytes(len(flat), datatypes.by_v2("BYTES"), name)
+    return datatypes.encode_bytes(np.array([utf8(v) for v in flat] + [b""], dtype=object)[:-1])
+
+
+def values(name: str, dtype_name: str, data: list, count: int) -> bytes:
+    """``ReadDataFromJson``: JSON values (nested lists are read depth first) as the tensor's raw bytes."""
     flat = _flatten(data)
     if dtype_name == "BYTES":
-        for v in flat:
-            if type(v) is not str:
-                raise invalid(f"Unable to parse JSON bytes array: {_NON_STRING}")
-        check_bytes(len(flat), datatypes.by_v2("BYTES"), name)
-        return datatypes.encode_bytes(np.array([utf8(v) for v in flat] + [b""], dtype=object)[:-1])
+        return bytes_values(flat, name)
     if dtype_name in ("FP16", "BF16"):
         raise invalid(f"receiving {dtype_name} data via JSON is not supported. Please use the binary data format "
                       f"for input {name}")
@@ -287,7 +295,7 @@ def _output(out, msg: service_pb2.ModelInferRequest) -> tuple[str, Output]:
 
 
 # -- answers ---------------------------------------------------------------------------------
-def _param_text(p) -> bytes:
+def param_text(p) -> bytes:
     which = p.WhichOneof("parameter_choice")
     value = getattr(p, which) if which else ""
     if which == "bool_param":
@@ -299,7 +307,7 @@ def _param_text(p) -> bytes:
     return rjson.string(value)
 
 
-def _data(name: str, dtype_name: str, raw: bytes, count: int) -> bytes:
+def data_text(name: str, dtype_name: str, raw: bytes, count: int) -> bytes:
     """``WriteDataToJson``."""
     if dtype_name == "BYTES":
         items = datatypes.decode_bytes(raw) if raw else ()
@@ -328,7 +336,7 @@ def render(resp: service_pb2.ModelInferResponse, parsed: Parsed) -> tuple[list, 
     head += (b'"model_name":', rjson.string(resp.model_name), b',"model_version":', rjson.string(resp.model_version))
     if resp.parameters:
         head.append(b',"parameters":{')
-        head.append(b",".join(rjson.string(k) + b":" + _param_text(p) for k, p in resp.parameters.items()))
+        head.append(b",".join(rjson.string(k) + b":" + param_text(p) for k, p in resp.parameters.items()))
         head.append(b"}")
     head.append(b',"outputs":[')
     buffers: list = []
@@ -348,7 +356,7 @@ def render(resp: service_pb2.ModelInferResponse, parsed: Parsed) -> tuple[list, 
             count = 1
             for d in shape:
                 count *= d
-            head += (b',"data":', _data(out.name, out.datatype, raw, count), b"}")
+            head += (b',"data":', data_text(out.name, out.datatype, raw, count), b"}")
     head.append(b"]}")
     if not buffers:
         return head, None
