@@ -5,6 +5,8 @@ Triton directly, each with a check of its answer (a benchmark of error pages wou
 |--------------------------|---------------------------------------------|-----------------------------------------------------|
 | V2 gRPC unary            | ModelInfer on :v2_grpc (passthrough)        | the same bytes on Triton's gRPC port                |
 | V2 gRPC streamed         | ModelStreamInfer, one message per turn      | the same on Triton's gRPC port                      |
+| V2 REST small, JSON      | POST :v2_http /v2/models/M/infer, 4 FP32    | the same body on Triton's HTTP port                 |
+| V2 REST small, binary    | the same, binary tensor extension in/out    | the same body on Triton's HTTP port                 |
 | TF Serving REST small    | POST :predict {"instances": [1, 2, 5, 7]}   | Triton HTTP /v2/models/M/infer, the same 4 FP32     |
 | TF Serving REST image    | :predict with 150,528 floats (3x224x224)    | Triton HTTP JSON infer with the same number text    |
 | TF Serving gRPC Predict  | PredictRequest, 4 floats (float_val)        | ModelInfer, the same 4 FP32                         |
@@ -126,6 +128,19 @@ def _check_v2_json(expected: dict[str, list]) -> Callable[[bytes], None]:
     return check
 
 
+def _v2_binary_small() -> tuple[bytes, dict[str, str]]:
+    """The small request in the binary tensor extension, the answer asked for in binary too."""
+    header = orjson.dumps({"inputs": [{"name": "x", "shape": [4], "datatype": "FP32",
+                                       "parameters": {"binary_data_size": 16}}],
+                           "parameters": {"binary_data_output": True}})
+    return header + np.asarray(SMALL, dtype=np.float32).tobytes(), {
+        "Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(header))}
+
+
+def _check_v2_binary_small(raw: bytes) -> None:
+    expect(raw.endswith(np.asarray(SMALL_Y, dtype=np.float32).tobytes()), f"binary answer {raw[-40:]!r}")
+
+
 def _check_predictions(want: np.ndarray) -> Callable[[bytes], None]:
     def check(raw: bytes) -> None:
         got = json.loads(raw).get("predictions")
@@ -230,6 +245,22 @@ def build(triton_http: str, triton_grpc: str, gw_url: Callable[[str], str], gw_t
                     Side("gateway :tfserving_rest :predict", "http", tf_url,
                          b'{"instances": [1.0, 2.0, 5.0, 7.0]}', _check_predictions(np.array(SMALL_Y))))
 
+    v2_bin, v2_bin_headers = _v2_binary_small()
+    v2_rest_url = gw_url("v2_http") + f"/v2/models/{HPT}/infer"
+
+    def v2_rest(c: int) -> list[Case]:
+        return [
+            Case("v2_rest_json", "V2 REST infer, small JSON", '4 FP32 as JSON "data"', c,
+                 Side("Triton HTTP /v2 JSON infer", "http", v2_url, small_direct, _check_v2_json({"y": SMALL_Y})),
+                 Side("gateway :v2_http /v2 JSON infer", "http", v2_rest_url, small_direct,
+                      _check_v2_json({"y": SMALL_Y}))),
+            Case("v2_rest_binary", "V2 REST infer, small binary", "4 FP32 binary in and out", c,
+                 Side("Triton HTTP binary extension", "http", v2_url, v2_bin, _check_v2_binary_small,
+                      headers=v2_bin_headers),
+                 Side("gateway :v2_http binary extension", "http", v2_rest_url, v2_bin, _check_v2_binary_small,
+                      headers=v2_bin_headers)),
+        ]
+
     cases = []
     if latency_concurrency:
         cases += [v2_unary(latency_concurrency), tf_rest_small(latency_concurrency)]
@@ -240,6 +271,7 @@ def build(triton_http: str, triton_grpc: str, gw_url: Callable[[str], str], gw_t
                   MODEL_STREAM_INFER),
              Side("gateway :v2_grpc ModelStreamInfer", "grpc_stream", gw_target("v2_grpc"), v2, _check_v2_stream,
                   MODEL_STREAM_INFER)),
+        *v2_rest(concurrency),
         tf_rest_small(concurrency),
         Case("tf_rest_image", "TF Serving REST predict, image-sized", f"{IMAGE_FLOATS:,} FP32 as JSON numbers",
              big_concurrency,

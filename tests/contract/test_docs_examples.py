@@ -12,7 +12,7 @@ The convention (docs/architecture.md, "Examples that run"):
   examples use ``curl -sf`` unless they show an error answer); ``python`` blocks run with the
   gateway's environment, where the dialects' own clients are installed (tritonclient, openai,
   text-generation, tensorflow-serving-api's stubs, grps_apis stubs generated from proto/grps.proto);
-* the ports in the docs are the defaults (8501, 8500, 7080, 7081, 1025, 8001, 9090; Triton's
+* the ports in the docs are the defaults (8501, 8500, 7080, 7081, 1025, 8001, 8000, 9090; Triton's
   18000-18002): ``localhost:<port>`` and ``127.0.0.1:<port>`` are rewritten to this session's free
   ports before the block runs; the gateway runs with the repository's gateway.yaml (what
   ``make run`` uses) in front of the session's Triton;
@@ -38,7 +38,7 @@ from tests.support import ROOT, free_port, gateway_config, start_gateway, stop_g
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUN = {"sh": "bash", "bash": "bash", "python": "python"}
 LISTENER_PORTS = {8501: "tfserving_rest", 8500: "tfserving_grpc", 7080: "grps_http", 7081: "grps_grpc",
-                  1025: "mindie_http", 8001: "v2_grpc", 9090: "admin_http"}
+                  1025: "mindie_http", 8001: "v2_grpc", 9090: "admin_http", 8000: "v2_http"}
 TRITON_PORTS = {18000: "http_port", 18001: "grpc_port", 18002: "metrics_port"}
 LEGACY = ROOT / ".run" / "legacy-clients"
 TIMEOUT_S = 90

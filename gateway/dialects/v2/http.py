@@ -337,7 +337,10 @@ async def _infer(rest: Rest, request: Request, model: str, version: str):
                            "HTTP end point doesn't support models with decoupled transaction policy")
     body = _decompress(request)
     header = _header_length(request, len(body))
-    if header == 0:  # Triton's raw-input mode (a body without JSON)
+    if header == 0 and len(meta.inputs) == 1:  # Triton's raw-input mode: gRPC has no raw input
+        raise invalid("a body without a JSON header (Triton's raw-input mode) is not served by this gateway: send the "
+                      "input as JSON or binary tensor data")
+    if header == 0:
         raise invalid(f"[request id: <id_unknown>] Raw request must only have 1 input (found 1) to be deduced but got "
                       f"{len(meta.inputs)} inputs in '{model}' model configuration")
     size = len(body)
