@@ -40,6 +40,10 @@ HTTP = {
                K.CANCELLED: 500, K.UNIMPLEMENTED: 501, K.UPSTREAM_FAILED: 424, K.INTERNAL: 500,
                K.UNAUTHENTICATED: 401},
     "admin": {K.UNAUTHENTICATED: 401},  # /metrics on an admin listener with keys
+    # V2 REST: Triton's HttpCodeFromError (INVALID_ARG 400, NOT_FOUND 404, UNAVAILABLE 503,
+    # UNSUPPORTED 501, INTERNAL 500) for the kinds Triton has; the gateway's own for the others
+    "v2": {K.INVALID_ARGUMENT: 400, K.NOT_FOUND: 404, K.NOT_READY: 503, K.UNAVAILABLE: 503, K.OVERLOADED: 503,
+           K.UNIMPLEMENTED: 501, K.UPSTREAM_FAILED: 500, K.INTERNAL: 500, K.UNAUTHENTICATED: 401},
 }
 # gRPC status of a request without a valid key, on every gRPC listener (GRPS: brpc's ERPCAUTH, a
 # status rather than OK + FAILURE body, since brpc refuses it before GRPS runs)
@@ -52,7 +56,7 @@ OVERLOADED = {
                   "The batch scheduling queue to which this task was submitted is full"),
     "grps": (503, grpc.StatusCode.UNAVAILABLE, "Reached server's max_concurrency=7"),
     "mindie": (429, None, "Too many requests"),
-    "v2": (None, grpc.StatusCode.UNAVAILABLE, "Exceeds maximum queue size"),
+    "v2": (503, grpc.StatusCode.UNAVAILABLE, "Exceeds maximum queue size"),
 }
 
 

@@ -52,6 +52,8 @@ def _is_number(v) -> bool:
     return type(v) in (int, float)
 
 
+# JSON values are read as Triton reads them (uint64, int64, double), then cast as C casts them
+_WIDE = {"u": np.uint64, "i": np.int64, "f": np.float64, "b": np.bool_}
 _VALID = {"b": lambda v: type(v) is bool, "u": _is_uint, "i": _is_int, "f": _is_number}
 
 
@@ -230,8 +232,7 @@ def values(name: str, dtype_name: str, data: list, count: int) -> bytes:
         raise invalid(f"Unable to parse 'data': {_KIND_CHECK[kind]}")
     if len(flat) != count:  # Triton 2.51 words both ways alike
         raise invalid("Unable to parse 'data': Shape does not match true shape of 'data' field")
-    wide = {"u": np.uint64, "i": np.int64, "f": np.float64, "b": np.bool_}[kind]
-    return np.array(flat, dtype=wide).astype(row.numpy, copy=False).tobytes()
+    return np.array(flat, dtype=_WIDE[kind]).astype(row.numpy, copy=False).tobytes()
 
 
 def parse(doc, model: str, version: str, binary: memoryview) -> Parsed:
