@@ -83,7 +83,8 @@ def _corpus() -> list[tuple[str, str, str, bytes | None, dict]]:
     add("ready_post", "POST", "/v2/health/ready", b"")
     add("metadata_post", "POST", "/v2", b"")
     add("not_found", "GET", "/v2/nothing")
-    add("not_found_root", "GET", "/v3/models")
+    add("not_found_v3", "GET", "/v3/models")
+    add("not_found_root", "GET", "/")
     for m in ("half_plus_two", "multi_tensor", "multi_tensor_scale", "multi_tensor_text", "grps_echo",
               "saved_model_half_plus_three", "tiny_llm"):
         add(f"metadata_{m}", "GET", f"/v2/models/{m}")

@@ -465,6 +465,7 @@ def attach(app: Sanic, edge: Edge, state: State) -> None:
 
     methods = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"]
     edge.route(app, v2_rest, "/<path:path>", methods, "rest")
+    edge.route(app, v2_rest, "/", methods, "rest_root")  # Triton's 404 "Not Found" there too
 
 
 __all__ = ["attach", "dispatch", "rjson"]
