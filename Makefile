@@ -38,7 +38,7 @@ run: install
 
 # MindIE PD on 127.0.0.1: local Triton, coordinator :1025, P :2025/:2026, D :3025/:3026 (docs/mindie.md)
 run-pd: install
-	$(BIN)/python -m gateway.dialects.mindie.pd.local --config $(CONFIG)
+	$(BIN)/gateway run-pd --config $(CONFIG)
 
 test: install
 	$(BIN)/python -m pytest tests

@@ -130,20 +130,6 @@ def channel_credentials(tls) -> tuple[grpc.ChannelCredentials, tuple[tuple[str, 
     return creds, options
 
 
-def triton_client(settings, **overrides):
-    """The upstream client ``settings`` describe (address, deadlines, retries, balancing, TLS), as the
-    worker and ``gateway check`` both use it; ``overrides`` replace constructor arguments."""
-    from gateway.upstream import TritonUpstream
-
-    u = settings.upstream
-    creds, tls_options = channel_credentials(u.tls) if u.tls is not None else (None, ())
-    args = dict(default_timeout=u.timeout_s, cache_ttl=u.cache_ttl_s, retries=u.retries,
-                stream_timeout=settings.limits.stream_timeout_s, lb_policy=u.lb_policy,
-                credentials=creds, extra_options=tls_options)
-    args.update(overrides)
-    return TritonUpstream(u.grpc, **args)
-
-
 # -- models per dialect -------------------------------------------------------------------------------
 def unknown_model(name: str) -> GatewayError:
     """Triton's own answer for a model it does not have: a model outside the scope is not there."""

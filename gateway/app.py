@@ -23,7 +23,7 @@ from gateway.dialects import CATALOGUE
 from gateway.edge import Edge
 from gateway.http import make_app
 from gateway.settings import Listener, Settings
-from gateway.upstream import Upstream
+from gateway.upstream import Upstream, from_settings
 
 log = logging.getLogger("gateway")
 
@@ -66,7 +66,7 @@ class Worker:
     def _upstream(self) -> Upstream:
         if self.upstream_factory is not None:
             return self.upstream_factory(self.settings)
-        return access.triton_client(self.settings)
+        return from_settings(self.settings)
 
     async def start(self) -> GatewayContext:
         bounded.configure(self.settings.limits)  # the limits pure decoding functions read

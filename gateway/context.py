@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from gateway.edge import Admission
+from gateway.call import Admission
 from gateway.settings import Settings
 from gateway.upstream import Upstream
 

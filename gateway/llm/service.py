@@ -16,7 +16,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 
 from gateway import metrics
-from gateway.edge import current
+from gateway.call import current
 from gateway.upstream import Upstream
 
 from .catalog import Resolved

@@ -21,9 +21,9 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from gateway import metrics
+from gateway.call import current
 from gateway.core.errors import GRPC_STATUS, ErrorKind, GatewayError, from_grpc_code
 from gateway.core.tensors import InferRequest, InferResponse, ModelIndexEntry, ModelMetadata
-from gateway.edge import current
 
 from . import codec
 

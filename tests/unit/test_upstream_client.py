@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tritonclient.grpc import model_config_pb2, service_pb2
 
-from gateway import edge
+from gateway import call as calls
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.core.tensors import InferRequest, Tensor
 from gateway.upstream import TritonUpstream
@@ -219,15 +219,15 @@ def _infer_request() -> InferRequest:
 
 async def test_request_id_and_deadline_come_from_the_edge_call(upstream):
     up, scripted = upstream
-    call = edge.Call("client-rid-7", "predict", timeout=2.0, stream_timeout=30.0)
-    token = edge._current.set(call)
+    call = calls.Call("client-rid-7", "predict", timeout=2.0, stream_timeout=30.0)
+    token = calls.enter(call)
     try:
         await up.infer(_infer_request())
         await up.infer(_infer_request(), timeout=0.5)  # an explicit, shorter timeout wins
         short = scripted.last_infer[1]
         [r async for r in up.stream(_prompt())]
     finally:
-        edge._current.reset(token)
+        calls.leave(token)
     assert scripted.last_infer[0].id == "client-rid-7"
     assert 0 < short <= 0.6
     assert scripted.last_stream_request.id == "client-rid-7"
@@ -242,22 +242,22 @@ async def test_outside_a_request_the_default_deadline_applies(upstream):
 
 async def test_the_listener_deadline_applies_when_it_is_shorter(upstream):
     up, scripted = upstream
-    token = edge._current.set(edge.Call("r", "predict", timeout=1.5, stream_timeout=30.0, client_timeout=None))
+    token = calls.enter(calls.Call("r", "predict", timeout=1.5, stream_timeout=30.0, client_timeout=None))
     try:
         await up.infer(_infer_request())
     finally:
-        edge._current.reset(token)
+        calls.leave(token)
     assert 0 < scripted.last_infer[1] <= 1.6
 
 
 async def test_a_metadata_wait_ends_at_the_requests_deadline_without_failing_the_shared_fetch(upstream):
     up, _ = upstream
-    token = edge._current.set(edge.Call("r", "predict", timeout=0.3, stream_timeout=0.3))
+    token = calls.enter(calls.Call("r", "predict", timeout=0.3, stream_timeout=0.3))
     try:
         with pytest.raises(GatewayError) as err:
             await up.model_metadata("slow_meta")
     finally:
-        edge._current.reset(token)
+        calls.leave(token)
     assert err.value.kind is ErrorKind.DEADLINE_EXCEEDED
     meta = await up.model_metadata("slow_meta")  # the fetch went on for the callers without a deadline
     assert meta.name == "slow_meta"

@@ -15,9 +15,9 @@ from __future__ import annotations
 import orjson
 from sanic import response
 
+from gateway.call import current
 from gateway.core.errors import GRPC_STATUS, ErrorKind, GatewayError
 from gateway.dialect import GrpcStatus
-from gateway.edge import current
 
 VALIDATION = "Input Validation Error"
 

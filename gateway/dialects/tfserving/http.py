@@ -15,10 +15,11 @@ from google.protobuf import json_format
 from sanic import Request, Sanic, response
 
 from gateway import offload
+from gateway.call import current
 from gateway.core import bounded
 from gateway.core.bounded import check_name
 from gateway.core.errors import invalid, not_found
-from gateway.edge import Edge, current
+from gateway.edge import Edge
 
 from . import codec, errors, jsonio, protocodec
 from .mapping import Spec

@@ -26,6 +26,7 @@ from sanic import response
 from tritonclient.grpc import service_pb2
 
 from gateway.access import AUTHORIZATION, ModelScope, unknown_model
+from gateway.call import current
 from gateway.context import GatewayContext
 from gateway.core.errors import (
     GRPC_STATUS,
@@ -36,7 +37,7 @@ from gateway.core.errors import (
     public_details,
 )
 from gateway.dialect import GrpcStatus
-from gateway.edge import Edge, current
+from gateway.edge import Edge
 from gateway.settings import Strict
 
 SERVICE = "inference.GRPCInferenceService"

@@ -40,8 +40,9 @@ import aiohttp
 import orjson
 from sanic import Request, Sanic, response
 
+from gateway.call import current, stream_headers
 from gateway.core.errors import ErrorKind, GatewayError, invalid
-from gateway.edge import Edge, current, stream_headers
+from gateway.edge import Edge
 from gateway.llm.pd import Handoff, PhasedGeneration, Resume
 from gateway.llm.types import Done, Token
 
