@@ -61,6 +61,7 @@ onnx:
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check gateway tests bench tools soak
+	$(BIN)/lint-imports
 	$(BIN)/python -m gateway.tools.genproto --check
 
 # Its own Triton and gateway on free 127.0.0.1 ports, stopped at the end (also on Ctrl-C): about 7 minutes,

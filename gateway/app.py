@@ -89,7 +89,8 @@ class Worker:
     async def _start_dialect(self, dialect: Dialect, listeners: list[Listener], ctx: GatewayContext) -> None:
         config = self.settings.dialect(dialect.name)
         models = getattr(config, "triton_models", ())  # the dialect sees only these models (empty: all)
-        state = load(dialect.open)(access.scoped_context(ctx, models), config)
+        scope = access.ModelScope(ctx.upstream, models) if models else None
+        state = load(dialect.open)(ctx.for_dialect(scope), config)
         self._states.append(state)
         if hasattr(state, "start"):
             await state.start()

@@ -30,7 +30,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 import grpc
 from pydantic import BaseModel, ConfigDict
 
-from gateway.core.errors import GatewayError
+from gateway.core.errors import GRPC_STATUS, HTTP_STATUS, ErrorKind, GatewayError
 
 
 class NoConfig(BaseModel):
@@ -58,6 +58,23 @@ class ErrorRendering(Protocol):
 
     def grpc(self, err: GatewayError) -> GrpcStatus | Any:
         """A GrpcStatus to abort with, or a response message to answer with (GRPS: OK + FAILURE)."""
+
+
+class DefaultRendering:
+    """The generic envelope: ``{"error": message}`` with the taxonomy's HTTP status, the taxonomy's
+    gRPC code. A dialect subclasses it and overrides what its original server writes differently,
+    so a dialect without an HTTP (or gRPC) listener need not write that half."""
+
+    def overloaded(self, limit: int) -> GatewayError:
+        return GatewayError(ErrorKind.OVERLOADED, f"too many requests in flight ({limit})")
+
+    def http(self, err: GatewayError, status: int | None = None) -> Any:
+        from sanic import response
+
+        return response.json({"error": err.message}, status=status or HTTP_STATUS[err.kind])
+
+    def grpc(self, err: GatewayError) -> GrpcStatus | Any:
+        return GrpcStatus(GRPC_STATUS[err.kind], err.message)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,6 @@ differ in how the dialect renders it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -99,6 +98,14 @@ class Edge:
         log.error("%s %s: unexpected error", self.listener, call.route if call else "", exc_info=exc)
         return GatewayError(ErrorKind.INTERNAL, "Internal error")
 
+    def _failed(self, exc: BaseException) -> tuple[str, GatewayError | None]:
+        """(outcome, the error to answer with); None when the request is gone (cancelled, or its
+        stream closed early) or the process is stopping: the caller re-raises."""
+        if isinstance(exc, Exception):
+            err = self.failure(exc)
+            return err.kind.value, err
+        return "cancelled", None
+
     def render_http(self, err: GatewayError, status: int | None = None):
         """The dialect's HTTP answer for ``err`` (``status`` overrides its table's, e.g. 413)."""
         resp = self.errors.http(err, status=status)
@@ -136,13 +143,12 @@ class Edge:
                     await _read_body(request)
                     resp = await handler(request, **params)
                 outcome = call.failed or "ok"
-            except asyncio.CancelledError:
-                outcome = "cancelled"
-                raise
-            except Exception as exc:  # noqa: BLE001 - the edge: every failure takes Edge.failure
-                err = self.failure(exc)
+            except BaseException as exc:  # noqa: BLE001 - the edge: every failure takes Edge.failure
+                outcome, err = self._failed(exc)
+                if err is None:
+                    raise
                 status = exc.status_code if isinstance(exc, SanicException) and err is not exc else None
-                outcome, resp = err.kind.value, self.render_http(err, status)
+                resp = self.render_http(err, status)
             finally:
                 leave(token)
                 self.finish(call, outcome, *_http_answer(request, resp, outcome))
@@ -187,32 +193,17 @@ class Edge:
 
     def unary(self, route: str, fn: Callable[[Any, Any], Awaitable[Any]],
               model_of: Callable[[Any], str] | None = None):
-        """A unary gRPC behaviour ``fn(request, context)`` behind the edge."""
-        errors, admission = self.errors, self.admission
+        """A unary gRPC behaviour ``fn(request, context)`` behind the edge: the stream path, one answer."""
+
+        async def once(request, context):
+            yield await fn(request, context)
+
+        drive = self._drive
 
         async def handler(request, context):
-            call, token, trailing = self._grpc_begin(route, request, context, model_of)
-            outcome, answer = "internal", None
-            try:
-                self._grpc_admit(context)
-                try:
-                    answer = await fn(request, context)
-                finally:
-                    admission.release()
-                outcome = call.failed or "ok"
-            except asyncio.CancelledError:
-                outcome = "cancelled"
-                raise
-            except Exception as exc:  # noqa: BLE001 - the edge: every failure takes Edge.failure
-                err = self.failure(exc)
-                outcome, answer = err.kind.value, errors.grpc(err)
-            finally:
-                leave(token)
-                self.finish(call, outcome, _grpc_code(answer, outcome), _size(request),
-                            0 if isinstance(answer, GrpcStatus) else _size(answer))
-            if isinstance(answer, GrpcStatus):
-                await context.abort(answer.code, answer.message, answer.trailing + trailing)
-            context.set_trailing_metadata(trailing)
+            answer = None
+            async for item in drive(route, once, request, context, model_of):
+                answer = item
             return answer
 
         return handler
@@ -220,36 +211,44 @@ class Edge:
     def stream(self, route: str, fn: Callable[[Any, Any], AsyncIterator[Any]],
                model_of: Callable[[Any], str] | None = None):
         """A server- or bidi-streaming gRPC behaviour ``fn(request_or_iterator, context)``."""
-        errors, admission = self.errors, self.admission
+        drive = self._drive
 
         async def handler(request, context):
-            call, token, trailing = self._grpc_begin(route, request, context, model_of)
-            outcome, failure, sent = "internal", None, 0
-            try:
-                self._grpc_admit(context)
-                try:
-                    async for item in fn(request, context):
-                        sent += _size(item)
-                        yield item
-                finally:
-                    admission.release()
-                outcome = call.failed or "ok"
-            except asyncio.CancelledError:
-                outcome = "cancelled"
-                raise
-            except Exception as exc:  # noqa: BLE001 - the edge: every failure takes Edge.failure
-                err = self.failure(exc)
-                outcome, failure = err.kind.value, errors.grpc(err)
-            finally:
-                leave(token)
-                self.finish(call, outcome, _grpc_code(failure, outcome), _size(request), sent)
-            if isinstance(failure, GrpcStatus):
-                await context.abort(failure.code, failure.message, failure.trailing + trailing)
-            if failure is not None:
-                yield failure  # a dialect that answers errors in-band (GRPS)
-            context.set_trailing_metadata(trailing)
+            async for item in drive(route, fn, request, context, model_of):
+                yield item
 
         return handler
+
+    async def _drive(self, route: str, fn, request, context, model_of) -> AsyncIterator[Any]:
+        """The one gRPC path: key, admission, the handler's answers, then a failure either aborts the
+        call with its status or, for a dialect that answers errors in-band (GRPS), is the last answer."""
+        call, token, trailing = self._grpc_begin(route, request, context, model_of)
+        admission = self.admission
+        outcome, failure, sent = "internal", None, 0
+        try:
+            self._grpc_admit(context)
+            try:
+                async for item in fn(request, context):
+                    sent += _size(item)
+                    yield item
+            finally:
+                admission.release()
+            outcome = call.failed or "ok"
+        except BaseException as exc:  # noqa: BLE001 - the edge: every failure takes Edge.failure
+            outcome, err = self._failed(exc)
+            if err is None:
+                raise
+            failure = self.errors.grpc(err)
+            if not isinstance(failure, GrpcStatus):
+                sent += _size(failure)
+        finally:
+            leave(token)
+            self.finish(call, outcome, _grpc_code(failure, outcome), _size(request), sent)
+        if isinstance(failure, GrpcStatus):
+            await context.abort(failure.code, failure.message, failure.trailing + trailing)
+        if failure is not None:
+            yield failure
+        context.set_trailing_metadata(trailing)
 
 
 _access_enabled = logs.ACCESS.isEnabledFor

@@ -149,8 +149,12 @@ async def test_closing_the_stream_early_cancels_the_upstream_call(upstream):
 
 async def test_stream_deadline_is_a_deadline_error(upstream):
     up, _ = upstream
-    with pytest.raises(GatewayError) as err:
-        [r async for r in up.stream(_prompt("slow"), timeout=0.2)]
+    token = calls.enter(calls.Call("r", "generate", timeout=60.0, stream_timeout=0.2))
+    try:
+        with pytest.raises(GatewayError) as err:
+            [r async for r in up.stream(_prompt("slow"))]
+    finally:
+        calls.leave(token)
     assert err.value.kind is ErrorKind.DEADLINE_EXCEEDED
 
 
@@ -190,8 +194,12 @@ async def test_unreachable_triton_is_unavailable_and_not_ready(upstream):
     await up.close()
     up.target = "127.0.0.1:1"  # nothing listens there
     await up.connect()
-    with pytest.raises(GatewayError) as err:
-        await up.infer(InferRequest("double", [Tensor("x", np.array([1], np.float32))]), timeout=2)
+    token = calls.enter(calls.Call("r", "predict", timeout=2.0, stream_timeout=2.0))
+    try:
+        with pytest.raises(GatewayError) as err:
+            await up.infer(InferRequest("double", [Tensor("x", np.array([1], np.float32))]))
+    finally:
+        calls.leave(token)
     assert err.value.kind in (ErrorKind.UNAVAILABLE, ErrorKind.DEADLINE_EXCEEDED)
     assert await up.server_ready() is False
 
@@ -223,7 +231,8 @@ async def test_request_id_and_deadline_come_from_the_edge_call(upstream):
     token = calls.enter(call)
     try:
         await up.infer(_infer_request())
-        await up.infer(_infer_request(), timeout=0.5)  # an explicit, shorter timeout wins
+        call.shorten(0.5)  # the client asked for less (e.g. MindIE's `timeout`): the shorter deadline wins
+        await up.infer(_infer_request())
         short = scripted.last_infer[1]
         [r async for r in up.stream(_prompt())]
     finally:

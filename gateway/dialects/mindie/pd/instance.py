@@ -314,6 +314,8 @@ class PdHandlers(Handlers):
             for key, value in p["encoder"].items():
                 setattr(enc, key, value)
             req.timeout = p["timeout"]
+            if req.timeout and (call := current()) is not None:  # this task runs in the hand-off's context
+                call.shorten(req.timeout)
             async with aclosing(self.phased.generation(req, plan.model, resume)) as events:
                 async for ev in events:
                     if isinstance(ev, Token):
