@@ -4,7 +4,7 @@
       name          the ``dialects.<name>`` section, and the ``dialect`` metrics label
       listeners     ListenerSpec(name, default port, "http" | "grpc", description, attach, timeout)
       config        the pydantic model of its YAML section (checked with the whole file at start-up)
-      open          (WorkerContext, config) -> its per-worker state, created once per worker and
+      open          (DialectContext, config) -> its per-worker state, created once per worker and
                     shared by all its listeners; the state carries ``errors`` (ErrorRendering) and
                     may define ``async start()`` / ``async close()``
       check         optional "module:function": async (gateway.check.CheckContext) -> list of Row and
@@ -91,7 +91,7 @@ class ListenerSpec:
 class Dialect:
     name: str
     listeners: tuple[ListenerSpec, ...]
-    open: str  # "module:function": (WorkerContext, config) -> state with ``errors``
+    open: str  # "module:function": (DialectContext, config) -> state with ``errors``
     config: type[BaseModel] = NoConfig
     check: str | None = None  # "module:function" for ``gateway check`` (gateway/check.py)
     reaches_models: bool = True  # its section takes ``triton_models`` (gateway.access.ModelScope)
