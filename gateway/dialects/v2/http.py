@@ -31,9 +31,10 @@ from sanic import Request, Sanic, response
 from tritonclient.grpc import service_pb2
 
 from gateway import metrics, offload
-from gateway.access import ModelScope, unknown_model
+from gateway.access import unknown_model
+from gateway.call import current, stream_headers
 from gateway.core.errors import ErrorKind, GatewayError, invalid
-from gateway.edge import Edge, current, stream_headers
+from gateway.edge import Edge
 
 from . import documents, generate, jsontensor, rjson
 from .jsonbody import loads
@@ -80,11 +81,10 @@ class Rest:
     """The listener's upstream calls, built once per listener."""
 
     def __init__(self, state: State):
-        upstream = state.ctx.upstream
-        self.scope = upstream if isinstance(upstream, ModelScope) else None
-        self.upstream = upstream
+        self.scope = state.ctx.scope  # dialects.v2.triton_models (None: every model)
+        self.upstream = state.ctx.upstream
         self.control = state.config.control_plane
-        channel = upstream.channel
+        channel = state.ctx.channel
         self._rpc = {}
         for name, resp in (("ServerLive", service_pb2.ServerLiveResponse),
                                 ("ServerReady", service_pb2.ServerReadyResponse),
