@@ -56,7 +56,7 @@ def message(msg) -> bytes:
             items = b",".join(rjson.string(str(k) if kf.type != F.TYPE_BOOL else str(k).lower()) + b":" +
                               _value(vf, value[k]) for k in value)
             text = b"{" + items + b"}"
-        elif f.label == F.LABEL_REPEATED:
+        elif f.is_repeated:
             text = b"[" + b",".join(_value(f, v) for v in value) + b"]"
         elif f.type == F.TYPE_MESSAGE or f.containing_oneof is not None:
             if not msg.HasField(f.name):
