@@ -90,6 +90,18 @@ def test_fp16_bf16_bytes_and_several_outputs(direct, proxied):
     assert r.as_numpy("total").tolist() == [[20.0]] and r.as_numpy("length").tolist() == [[5]]
 
 
+def test_16_mib_binary_and_1_mib_json_tensors(proxied):
+    """Bodies past limits.offload_bytes are parsed and written off the event loop."""
+    n = 4 * 1024 * 1024
+    x = np.arange(n, dtype=np.float32)
+    out = [httpclient.InferRequestedOutput("y", binary_data=True)]
+    y = proxied.infer("saved_model_half_plus_three", [_x(x, True)], outputs=out).as_numpy("y")
+    assert y.shape == (n,) and y[[0, 1, n - 1]].tolist() == (0.5 * x[[0, 1, n - 1]] + 3).tolist()
+    small = np.arange(1 << 16, dtype=np.float32)
+    y = proxied.infer("saved_model_half_plus_three", [_x(small, False)]).as_numpy("y")
+    assert y.tolist() == (0.5 * small + 3).tolist()
+
+
 def test_classification_and_compression(direct, proxied):
     out = [httpclient.InferRequestedOutput("y", class_count=2)]
     kw = {"request_compression_algorithm": "gzip", "response_compression_algorithm": "deflate"}
