@@ -110,6 +110,15 @@ def test_classification_and_compression(direct, proxied):
     assert got.as_numpy("y").tolist() == want.as_numpy("y").tolist() == [b"7.500000:1", b"5.500000:2"]
 
 
+def test_classification_of_an_empty_output(proxied, direct):
+    """Triton 2.51's own HTTP front end crashes on this (SIGSEGV); through the gateway it is gRPC's
+    answer, and Triton lives on."""
+    out = [httpclient.InferRequestedOutput("y", class_count=2, binary_data=False)]
+    r = proxied.infer("saved_model_half_plus_three", [_x([], False)], outputs=out)
+    assert r.get_response()["outputs"] == [{"name": "y", "datatype": "BYTES", "shape": [0], "data": []}]
+    assert direct.is_server_ready()
+
+
 def test_errors_as_triton(direct, proxied):
     for client in (proxied, direct):
         with pytest.raises(InferenceServerException) as err:

@@ -372,15 +372,11 @@ class Refused(GatewayError):
         self.http_status = status
 
 
-_CLIENT_WORDS = ("expected", "unexpected", "invalid", "must", "mismatch", "does not match", "unable to parse")
-
-
 def _stream_status(message: str) -> int:
-    """An in-stream error carries only its text: Triton's HTTP status guessed from its words."""
+    """An in-stream error carries only its text: 404 for an unknown model, else 400, the status
+    Triton's HTTP gives the codes a model's errors have (UNKNOWN, INVALID_ARG: ``HttpCodeFromError``)."""
     low = message.lower()
-    if "unknown model" in low or "is not found" in low:
-        return 404
-    return 400 if any(w in low for w in _CLIENT_WORDS) else 500
+    return 404 if "unknown model" in low or "is not found" in low else 400
 
 
 async def _generate(rest: Rest, request: Request, model: str, version: str, streaming: bool):
@@ -398,10 +394,10 @@ async def _generate(rest: Rest, request: Request, model: str, version: str, stre
     edge_call = current()
     try:
         answers = aiter(call)
-        first = await _next_event(answers, done)
+        first = await _next_event(answers, done, meta.decoupled)
         if not streaming:
             events = [first] if first is not None else []
-            while not done.is_set() and (event := await _next_event(answers, done)) is not None:
+            while not done.is_set() and (event := await _next_event(answers, done, meta.decoupled)) is not None:
                 events.append(event)
             status, body, _ = events[0] if events else (200, b"", "")
             if len(events) != 1 and status == 200:
@@ -419,7 +415,7 @@ async def _generate(rest: Rest, request: Request, model: str, version: str, stre
             if event[0] != 200:
                 edge_call.failed = "upstream_failed"
             await resp.send(b"data: " + event[1] + b"\n\n")
-            event = await _next_event(answers, done) if not done.is_set() else None
+            event = await _next_event(answers, done, meta.decoupled) if not done.is_set() else None
         await resp.eof()
         return None
     except grpc.aio.AioRpcError as err:
@@ -434,9 +430,10 @@ async def _generate(rest: Rest, request: Request, model: str, version: str, stre
         metrics.observe_upstream("ModelStreamInfer", model, code, time.perf_counter() - start)
 
 
-async def _next_event(answers, done: asyncio.Event) -> tuple[int, bytes, str] | None:
+async def _next_event(answers, done: asyncio.Event, decoupled: bool) -> tuple[int, bytes, str] | None:
     """The next answer as (status, JSON, error text) (None: the stream is over); ``done`` once the
-    final came."""
+    final came. A decoupled model's empty final response only marks the end; a model that is not
+    decoupled answers once, outputs or none."""
     async for item in answers:
         if item.error_message:
             done.set()
@@ -445,7 +442,7 @@ async def _next_event(answers, done: asyncio.Event) -> tuple[int, bytes, str] | 
         final = generate.is_final(resp)
         if final:
             done.set()
-        if resp.outputs or not final:
+        if resp.outputs or not final or not decoupled:
             return 200, generate.render(resp), ""
         return None
     done.set()
