@@ -24,11 +24,12 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "docs" / "openapi"
 # dialect description -> the listener it is served on
-LISTENER = {"tfserving": "tfserving_rest", "grps": "grps_http", "mindie": "mindie_http", "admin": "admin_http"}
+LISTENER = {"tfserving": "tfserving_rest", "grps": "grps_http", "mindie": "mindie_http", "admin": "admin_http",
+            "v2": "v2_http"}
 # operations left out: /offline takes GRPS readiness away (its 503 is the documented answer, not a bug)
 EXCLUDE = {"grps": ["/grps/v1/health/offline"]}
 # a served model, so that bodies reach the parsers behind the model lookup too (one more pass per mode)
-KNOWN_MODEL = {"tfserving": "saved_model_half_plus_three", "mindie": "tiny_llm"}
+KNOWN_MODEL = {"tfserving": "saved_model_half_plus_three", "mindie": "tiny_llm", "v2": "saved_model_half_plus_three"}
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 _INTERNAL = re.compile(r'^gateway_requests_total\{[^}]*outcome="internal"[^}]*\} ([0-9.e+]+)$', re.M)
 
