@@ -22,6 +22,7 @@ goes away cancels the Triton call (``finally: call.cancel()``).
 from __future__ import annotations
 
 import asyncio
+import base64
 import re
 import time
 import zlib
@@ -273,7 +274,12 @@ async def _load(rest: Rest, request: Request, edge_call, model: str, action: str
     params = doc.get("parameters") if isinstance(doc, dict) else None
     for key, value in (params or {}).items():
         p = msg.parameters[key]
-        if type(value) is bool:
+        if key.startswith("file:") and type(value) is str:  # a model file, base64 in JSON, bytes in gRPC
+            try:
+                p.bytes_param = base64.b64decode(value, validate=True)
+            except ValueError:
+                raise invalid(f"failed to decode '{key}' from base64") from None
+        elif type(value) is bool:
             p.bool_param = value
         elif type(value) is int:
             p.int64_param = value
