@@ -1,0 +1,119 @@
+"""The V2 REST listener's calls to Triton (built once per listener, V2 gRPC over the worker's
+channel) and its small answer helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+from sanic import Request, response
+from tritonclient.grpc import service_pb2
+
+from gateway import metrics
+from gateway.access import unknown_model
+from gateway.call import current
+from gateway.core.errors import ErrorKind, GatewayError
+
+from . import jsontensor
+from .passthrough import PREFIX, State, UpstreamStatus
+
+JSON = "application/json"
+_RAW_INPUT_TAG = bytes([service_pb2.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number << 3 | 2])
+
+
+class MethodNotAllowed(GatewayError):
+    __slots__ = ()
+    http_status = 405
+
+    def __init__(self):
+        super().__init__(ErrorKind.INVALID_ARGUMENT, "Method Not Allowed")
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def serialize(parsed: jsontensor.Parsed) -> bytes:
+    """The request with each tensor's bytes appended as its own ``raw_input_contents`` field (copied once)."""
+    pieces = [parsed.msg.SerializeToString()]
+    for raw in parsed.raws:
+        pieces += (_RAW_INPUT_TAG, _varint(len(raw)), raw)
+    return b"".join(pieces)
+
+
+class Rest:
+    """The listener's upstream calls, built once per listener."""
+
+    def __init__(self, state: State):
+        self.scope = state.ctx.scope  # dialects.v2.triton_models (None: every model)
+        self.upstream = state.ctx.upstream
+        self.control = state.config.control_plane
+        channel = state.ctx.channel
+        self._rpc = {}
+        for name, resp in (("ServerLive", service_pb2.ServerLiveResponse),
+                           ("ServerReady", service_pb2.ServerReadyResponse),
+                           ("ServerMetadata", service_pb2.ServerMetadataResponse),
+                           ("ModelReady", service_pb2.ModelReadyResponse),
+                           ("ModelMetadata", service_pb2.ModelMetadataResponse),
+                           ("ModelConfig", service_pb2.ModelConfigResponse),
+                           ("ModelStatistics", service_pb2.ModelStatisticsResponse),
+                           ("RepositoryIndex", service_pb2.RepositoryIndexResponse),
+                           ("RepositoryModelLoad", service_pb2.RepositoryModelLoadResponse),
+                           ("RepositoryModelUnload", service_pb2.RepositoryModelUnloadResponse),
+                           ("ModelInfer", service_pb2.ModelInferResponse)):
+            self._rpc[name] = channel.unary_unary(PREFIX + name, request_serializer=_bytes_or_message,
+                                                  response_deserializer=resp.FromString)
+        self._stream = channel.stream_stream(PREFIX + "ModelStreamInfer", request_serializer=_bytes_or_message,
+                                             response_deserializer=service_pb2.ModelStreamInferResponse.FromString)
+
+    def stream(self, request: bytes, done: asyncio.Event):
+        """ModelStreamInfer of one request; the request side stays open until ``done`` (Triton's
+        answers for it are complete)."""
+
+        async def requests():
+            yield request
+            await done.wait()
+
+        return self._stream(requests(), timeout=current().remaining(stream=True))
+
+    def check(self, model: str) -> None:
+        if self.scope is not None and not self.scope.allows(model):
+            raise unknown_model(model)
+
+    async def call(self, name: str, request, model: str = ""):
+        start, code = time.perf_counter(), "OK"
+        call = self._rpc[name](request, timeout=current().remaining())
+        try:
+            return await call
+        except grpc.aio.AioRpcError as err:
+            code = err.code().name
+            raise UpstreamStatus(err) from None
+        except asyncio.CancelledError:  # the client went away (sanic cancels the handler)
+            code = "CANCELLED"
+            raise
+        finally:
+            call.cancel()  # no-op once done; cancels Triton's work when the client went away
+            metrics.observe_upstream(name, model, code, time.perf_counter() - start)
+
+
+def _bytes_or_message(req) -> bytes:
+    return req if isinstance(req, bytes) else req.SerializeToString()
+
+
+def version(text: str | None) -> str:
+    return text or ""
+
+
+def answer(body: bytes, status: int = 200, content_type: str | None = JSON, headers: dict | None = None):
+    return response.raw(body, status=status, content_type=content_type, headers=headers)
+
+
+def require(request: Request, method: str) -> None:
+    if request.method != method:
+        raise MethodNotAllowed()
