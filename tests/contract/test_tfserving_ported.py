@@ -441,7 +441,7 @@ def test_half_precision_model_shown_as_float(rest, stub, signature):
     # `half_as_float: true`: the FP16/BF16 tensors are DT_FLOAT to clients, converted by the gateway
     status, _, raw = rest("POST", "/v1/models/half_plus_two:predict",
                           json.dumps({"signature_name": signature, "instances": [[1.0, 2.0], [3.0, 80.0]]}))
-    assert (status, raw) == (200, b'{"predictions":[[2.5,3.0],[3.5,42.0]]}')
+    assert (status, raw) == (200, b'{\n    "predictions": [[2.5, 3.0], [3.5, 42.0]\n    ]\n}')
     doc = json.loads(rest("GET", "/v1/models/half_plus_two/metadata")[2])
     sd = doc["metadata"]["signature_def"]["signature_def"][signature]
     assert sd["inputs"]["x"]["dtype"] == sd["outputs"]["y"]["dtype"] == "DT_FLOAT"

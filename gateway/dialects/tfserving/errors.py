@@ -9,15 +9,14 @@ full" (shared_batch_scheduler.h), so REST answers 503 and gRPC UNAVAILABLE.
 
 from __future__ import annotations
 
-import json
-
 import grpc
-import orjson
 from sanic import response
 
 from gateway.core.bounded import clip
 from gateway.core.errors import ErrorKind, GatewayError, invalid, not_found
 from gateway.dialect import GrpcStatus
+
+from . import jsonwrite
 
 # ErrorKind -> (TF status name, HTTP status, gRPC status code)
 TABLE: dict[ErrorKind, tuple[str, int, grpc.StatusCode]] = {
@@ -50,13 +49,11 @@ class BareError(GatewayError):
 
 
 def http_error(err: GatewayError) -> tuple[int, bytes]:
-    """(HTTP status, body) for the REST envelope ``{"error": "<message>"}`` (empty for ``BareError``)."""
+    """(HTTP status, body) for the REST envelope ``{"error": "<message>"}`` as TF Serving's
+    MakeJsonFromStatus writes it (``jsonwrite.error``); empty for ``BareError``."""
     if isinstance(err, BareError):
         return TABLE[err.kind][1], b""
-    try:
-        return TABLE[err.kind][1], orjson.dumps({"error": err.message})
-    except TypeError:  # a message quoting text orjson cannot write (a lone surrogate): ASCII escapes
-        return TABLE[err.kind][1], json.dumps({"error": err.message}, separators=(",", ":")).encode()
+    return TABLE[err.kind][1], jsonwrite.error(err.message)
 
 
 def grpc_error(err: GatewayError) -> tuple[grpc.StatusCode, str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote
 
-from google.protobuf import json_format
 from sanic import Request, Sanic, response
 
 from gateway import offload
@@ -20,7 +19,7 @@ from gateway.core.bounded import check_name
 from gateway.core.errors import invalid, not_found
 from gateway.edge import Edge, current
 
-from . import codec, errors, jsonio, protocodec
+from . import codec, errors, jsonio, protocodec, protojson
 from .mapping import Spec
 from .service import Service
 
@@ -105,16 +104,11 @@ async def _infer(service: Service, spec: Spec, verb: str, body: bytes) -> bytes:
 
 
 async def _metadata(service: Service, spec: Spec) -> bytes:
+    """GetModelMetadataImpl sets the name and version of the model spec (signature_name stays "")."""
     version, sigs = await service.metadata(spec)
-    ms = json_format.MessageToDict(protocodec.model_spec(spec.name, version, ""), preserving_proto_field_name=True,
-                                   always_print_fields_with_no_presence=True)
-    sdm = json_format.MessageToDict(protocodec.signature_def_map(sigs), preserving_proto_field_name=True,
-                                    always_print_fields_with_no_presence=True)
-    return jsonio.dumps({"model_spec": ms, "metadata": {"signature_def": sdm}})
+    return protojson.metadata_answer(protocodec.model_spec(spec.name, version), protocodec.signature_def_map(sigs))
 
 
 async def _status(service: Service, spec: Spec) -> bytes:
     rows = await service.status(spec)
-    text = json_format.MessageToJson(protocodec.status_response(rows), indent=1,
-                                     always_print_fields_with_no_presence=True)
-    return text.encode()
+    return protojson.status_answer(protocodec.status_response(rows))

@@ -4,25 +4,20 @@ Parsing: orjson first (fast, strict); only when orjson rejects a body, the stdli
 accepts ``NaN``, ``Infinity`` and ``-Infinity`` as rapidjson's ``kParseNanAndInfFlag`` does
 (rapidjson also takes a bare ``Inf``: it is rewritten to ``Infinity`` before the fallback).
 
-Writing: float tensors are written with TF Serving's own float text (``decimal.py``); integer and
-bool tensors by orjson from the numpy array.
+Answers are written by ``jsonwrite`` (predict, classify, regress, errors) and ``protojson``
+(status, metadata).
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 
-import numpy as np
 import orjson
 
 from gateway.core.bounded import json_deeper
 from gateway.core.errors import invalid
 
-from . import decimal
-
-_NUMPY = orjson.OPT_SERIALIZE_NUMPY
 _BARE_INF = re.compile(rb"(?<![A-Za-z\"])(-?)Inf(?!inity)(?![A-Za-z\"])")
 
 # stdlib json messages -> rapidjson's (GetParseError_En), the texts TF Serving reports
@@ -314,28 +309,3 @@ def _scalar(v) -> str:
         if v in (float("inf"), float("-inf")):
             return "Infinity" if v > 0 else "-Infinity"
     return json.dumps(v, ensure_ascii=False)
-
-
-# -- writing -----------------------------------------------------------------------------------
-def dump_numeric(arr: np.ndarray) -> bytes:
-    """A numeric/bool numpy array (any rank) as a JSON fragment, floats as TF Serving writes them."""
-    if arr.dtype.kind == "f":
-        return decimal.fragment(arr)
-    frag = orjson.dumps(np.ascontiguousarray(arr.reshape(1) if arr.ndim == 0 else arr), option=_NUMPY)
-    return frag[1:-1] if arr.ndim == 0 else frag
-
-
-def dump_strings(arr: np.ndarray, binary: bool) -> bytes:
-    """A BYTES array: ``{"b64": ...}`` per element when binary, else UTF-8 text (invalid bytes replaced)."""
-    if binary:
-        conv = np.frompyfunc(lambda b: {"b64": base64.b64encode(b).decode("ascii")}, 1, 1)
-    else:
-        conv = np.frompyfunc(lambda b: b.decode("utf-8", "replace"), 1, 1)
-    obj = conv(arr) if arr.ndim else conv(arr.item())
-    value = obj.tolist() if isinstance(obj, np.ndarray) else obj
-    return orjson.dumps(value)
-
-
-def dumps(value) -> bytes:
-    """Plain JSON (metadata, status): orjson, keys in insertion order."""
-    return orjson.dumps(value)
