@@ -275,21 +275,36 @@ def gmap_values(gmap: grps_pb2.GenericMapData) -> dict[str, tuple[str, object]]:
     return out
 
 
-def gmap_from_tensors(tensors: list[Tensor], out: grps_pb2.GenericMapData) -> grps_pb2.GenericMapData:
-    """Single-value outputs → GenericMapData (BYTES as s_s when UTF-8, else s_b)."""
+def gmap_from_tensors(tensors: list[Tensor], out: grps_pb2.GenericMapData,
+                      bytes_map: str | None = None) -> grps_pb2.GenericMapData:
+    """Single-value outputs → GenericMapData. BYTES outputs go to ``bytes_map`` ("s_b" or "s_s",
+    the map the request used, see ``request_bytes_map``); without one, to s_s when they are UTF-8,
+    else to s_b. s_s is a proto3 ``string``, so bytes that are not UTF-8 always go to s_b."""
     for t in tensors:
         if t.data.size != 1:
             raise GatewayError(
                 ErrorKind.UNIMPLEMENTED, f"output '{t.name}' has shape {list(t.shape)}; gmap holds single values"
             )
         value = t.data.reshape(-1)[0]
-        _gmap_put(out, t, value)
+        _gmap_put(out, t, value, bytes_map)
     return out
 
 
-def _gmap_put(out: grps_pb2.GenericMapData, t: Tensor, value) -> None:
+def request_bytes_map(msg: grps_pb2.GrpsMessage) -> str | None:
+    """The map a gmap request carried its strings in: "s_b" or "s_s" when it used exactly one of
+    them, else None (neither, or both)."""
+    if msg.WhichOneof("data_oneof") != "gmap":
+        return None
+    used = [name for name in ("s_s", "s_b") if len(getattr(msg.gmap, name))]
+    return used[0] if len(used) == 1 else None
+
+
+def _gmap_put(out: grps_pb2.GenericMapData, t: Tensor, value, bytes_map: str | None) -> None:
     kind = t.datatype
     if kind == "BYTES":
+        if bytes_map == "s_b":
+            out.s_b[t.name] = value
+            return
         try:
             out.s_s[t.name] = value.decode("utf-8")
         except UnicodeDecodeError:

@@ -123,3 +123,64 @@ def test_settings_are_validated():
     with pytest.raises(ValidationError, match="start_online"):  # a string is not a boolean
         config.GrpsSettings.model_validate({"start_online": "false"})
     assert config.GrpsSettings.model_validate({"start_online": False}).start_online is False
+
+
+def test_an_ndarray_protobuf_message_is_a_400_not_a_crash():
+    # GrpsMessage's `ndarray` oneof is an empty NDArrayData ("HTTP only"): over gRPC there is nothing
+    # to feed, so it is a payload the gateway cannot use (400), as GRPS refuses a message its
+    # converter cannot use, not an AttributeError (500 and a stack trace)
+    msg = codec.GrpsMessage()
+    msg.ndarray.SetInParent()
+    for meta in (ECHO, LLM):
+        with pytest.raises(GatewayError) as e:
+            mapping.to_request(msg, None, meta, mapping.resolve("grps_echo-1", CFG), CFG, False)
+        assert e.value.kind is ErrorKind.INVALID_ARGUMENT and e.value.message == mapping.NDARRAY_OVER_GRPC
+        assert errors.render(e.value) == (400, "Bad Request, err: " + mapping.NDARRAY_OVER_GRPC)
+
+
+@pytest.mark.parametrize(("request_map", "value", "answer_map"), [
+    ("s_b", b"plain", "s_b"),  # valid UTF-8, still in s_b: the client reads s_b
+    ("s_b", b"\xff", "s_b"),
+    ("s_s", b"plain", "s_s"),
+    ("s_s", b"\xff", "s_b"),  # s_s is a proto3 string: bytes that are not UTF-8 cannot go there
+    (None, b"plain", "s_s"),  # no string in the request (only s_i32): s_s when UTF-8, else s_b
+    (None, b"\xff", "s_b"),
+])
+def test_gmap_bytes_answer_in_the_map_the_request_used(request_map, value, answer_map):
+    req = codec.GrpsMessage()
+    req.gmap.s_i32["n"] = 1
+    if request_map == "s_b":
+        req.gmap.s_b["text"] = b"x"
+    elif request_map == "s_s":
+        req.gmap.s_s["text"] = "x"
+    assert codec.request_bytes_map(req) == request_map
+    resp = InferResponse("grps_echo", "1", [Tensor.from_flat("text_out", "BYTES", [1], [value])])
+    msg, _ = mapping.from_response(resp, "gmap", ECHO, mapping.ModelRule(), bytes_map=codec.request_bytes_map(req))
+    other = "s_s" if answer_map == "s_b" else "s_b"
+    got = getattr(msg.gmap, answer_map)["text_out"]
+    assert (got if isinstance(got, bytes) else got.encode()) == value and not len(getattr(msg.gmap, other))
+
+
+def test_gmap_with_both_string_maps_falls_back_to_the_utf8_rule():
+    req = codec.GrpsMessage()
+    req.gmap.s_s["a"] = "x"
+    req.gmap.s_b["b"] = b"y"
+    assert codec.request_bytes_map(req) is None
+    assert codec.request_bytes_map(codec.GrpsMessage(str_data="x")) is None
+
+
+def test_the_shipped_config_serves_the_seed_model_name():
+    # GRPS's own example: curl ... 'http://ip:port/grps/v1/infer/predict?model=your_model-1.0.0'
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[3]
+    section = yaml.safe_load((root / "gateway.yaml").read_text())["dialects"]["grps"]
+    section.pop("triton_models", None)  # the settings layer's key, common to every dialect
+    target = mapping.resolve("your_model-1.0.0", config.GrpsSettings.model_validate(section))
+    assert (target.model, target.version) == ("grps_echo", "1")
+    model = root / "model_repository" / target.model
+    assert (model / target.version).is_dir()
+    cfg = (model / "config.pbtxt").read_text()
+    assert f'name: "{target.rule.str_input}"' in cfg and f'name: "{target.rule.str_output}"' in cfg
