@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.core.tensors import TensorSpec
-from gateway.dialects.tfserving import codec, decimal, errors, protocodec, protojson
+from gateway.dialects.tfserving import codec, decimal, errors, jsonio, protocodec, protojson
 from gateway.dialects.tfserving.mapping import Signature
 
 F32 = np.float32
@@ -319,3 +319,24 @@ def test_columnar_scalars_and_nesting_match_the_model(shape, b64):
     arr = np.array([bytes([65 + i % 26]) for i in range(size)], dtype=object).reshape(shape)
     outputs = {"s_bytes" if b64 else "s": (arr, "BYTES")}
     assert col(outputs) == reference(outputs, False)
+
+
+# -- JsonValueToDebugString: the JSON value quoted in error texts -------------------------------------
+@pytest.mark.parametrize(("value", "text"), [
+    # PrettyWriter + kFormatSingleLineArray: objects multi-line at 4 spaces, arrays on one line
+    ({"a": [1, 2.5, "x\n\x1f"], "b": {}, "c": [], "d": {"e": None}},
+     '{\n    "a": [1, 2.5, "x\\n\\u001F"],\n    "b": {},\n    "c": [],\n    "d": {\n        "e": null\n    }\n}'),
+    # Writer::Double (internal/dtoa.h Prettify): positional up to 1e21 and down to 1e-6, no '+'
+    ([1e20, 1e21, 1e-6, 1e-7, 1.5e300, -0.0], "[100000000000000000000.0, 1e21, 0.000001, 1e-7, 1.5e300, -0.0]"),
+    # Writer::Double refuses NaN (kWriteDefaultFlags): the walk stops after the separator
+    ([1, float("nan"), 3], "[1, "),
+])
+def test_debug_string_is_rapidjsons_text(value, text):
+    assert jsonio.debug_string(value) == text
+
+
+def test_debug_string_stops_at_the_first_call_past_256_bytes():
+    # JsonWriterWithLimit::InLimit: a call goes through while fewer than 256 bytes are written,
+    # so the last number may end past 256, and nothing is closed
+    text = jsonio.debug_string(list(range(1000)))
+    assert text.startswith("[0, 1, 2, ") and text.endswith(", 65, 66") and len(text) == 257
