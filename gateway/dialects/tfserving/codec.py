@@ -32,7 +32,7 @@ _INT_RANGE = {"INT32": (-(2**31), 2**31 - 1), "INT16": (-(2**31), 2**31 - 1), "I
               "UINT8": (-(2**31), 2**31 - 1), "INT64": (-(2**63), 2**63 - 1), "UINT32": (0, 2**32 - 1),
               "UINT64": (0, 2**64 - 1)}
 _FLOATS = ("FP32", "FP64")
-_FROM_JSON = set(_INT_RANGE) | set(_FLOATS) | {"BOOL", "BYTES"}
+_FROM_JSON = jsonwrite.JSON_TYPES
 MAX_RANK = 254  # TF's TensorShape::MaxDimensions(); deeper lists are refused before the recursive fill
 
 

@@ -41,7 +41,9 @@ from gateway.core.errors import invalid
 from . import decimal
 
 INDENT = 4  # PrettyWriter's default indentCharCount_; TF Serving never calls SetIndent
-_FROM_JSON = {"INT8", "INT16", "INT32", "UINT8", "INT64", "UINT32", "UINT64", "BOOL", "FP32", "FP64", "BYTES"}
+# the dtypes TF Serving converts to and from JSON (AddValueToTensor, AddSingleValueAndAdvance)
+JSON_TYPES = frozenset({"INT8", "INT16", "INT32", "UINT8", "INT64", "UINT32", "UINT64", "BOOL", "FP32", "FP64",
+                        "BYTES"})
 
 
 def _nl(depth: int) -> str:
@@ -62,21 +64,14 @@ def string(raw: bytes) -> str:
 
 
 def text_string(text: str) -> str:
-    """``string`` of a Python str (its UTF-8 bytes; text decoded with surrogateescape gets its
-    original bytes back)."""
-    try:
-        raw = text.encode("utf-8")
-    except UnicodeEncodeError:
-        raw = text.encode("utf-8", "surrogateescape" if _escaped_bytes(text) else "surrogatepass")
-    return string(raw)
-
-
-def _escaped_bytes(text: str) -> bool:
-    try:
-        text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        return False
-    return True
+    """``string`` of a Python str: its UTF-8 bytes (text decoded with surrogateescape gets its
+    original bytes back; a lone surrogate is written as its surrogatepass bytes)."""
+    for handler in ("strict", "surrogateescape"):
+        try:
+            return string(text.encode("utf-8", handler))
+        except UnicodeEncodeError:
+            continue
+    return string(text.encode("utf-8", "surrogatepass"))
 
 
 def _b64_object(raw: bytes, depth: int) -> str:
@@ -86,7 +81,7 @@ def _b64_object(raw: bytes, depth: int) -> str:
 
 # -- values ---------------------------------------------------------------------------------------------
 def _check_writable(arr: np.ndarray, v2: str) -> None:
-    if v2 not in _FROM_JSON and arr.size:  # AddSingleValueAndAdvance fails on the first value it cannot write
+    if v2 not in JSON_TYPES and arr.size:  # AddSingleValueAndAdvance fails on the first value it cannot write
         raise invalid(f"Failed to write JSON value for tensor type: {datatypes.by_v2(v2).tf_name[3:].lower()}")
 
 
