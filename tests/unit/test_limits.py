@@ -214,7 +214,7 @@ async def test_a_small_request_is_answered_while_a_large_body_is_still_being_par
         order.append("small answered")
         answered.set()
     async with await large as r:
-        assert r.status in (404, 503)  # parsed, then the fake upstream has no such model
+        assert r.status in (404, 500, 503)  # parsed, then the fake upstream has no such model (GRPS: 500)
     assert order == ["small answered", "large parsed"]
 
 
