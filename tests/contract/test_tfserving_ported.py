@@ -158,7 +158,9 @@ REST = [
 def test_rest(rest, method, path, body, status, expect):
     got_status, ctype, raw = rest(method, path, body)
     assert got_status == status, raw
-    if expect[0] == "status":  # not a REST API path: TF Serving's HTTP server answers 404 itself
+    if expect[0] == "status":  # not a REST API path: TF Serving's HTTP server (libevent) answers 404 itself
+        assert (ctype, raw) == ("text/html; charset=ISO-8859-1", b"<HTML><HEAD>\n<TITLE>404 Not Found</TITLE>\n"
+                                b"</HEAD><BODY>\n<H1>Not Found</H1>\n</BODY></HTML>\n")
         return
     assert ctype == "application/json"
     if expect[0] == "empty":

@@ -17,7 +17,7 @@ from gateway import offload
 from gateway.call import current
 from gateway.core import bounded
 from gateway.core.bounded import check_name
-from gateway.core.errors import invalid, not_found
+from gateway.core.errors import invalid
 from gateway.edge import Edge
 
 from . import codec, errors, jsonio, protocodec, protojson
@@ -81,7 +81,7 @@ async def dispatch(service: Service, request: Request) -> bytes:
         return await (_metadata(service, spec) if m[4] == "metadata" else _status(service, spec))
     if _V1.fullmatch(path):
         raise invalid(f"Malformed request: {method} {path}")
-    raise not_found(f"Not found: {method} {path}")
+    raise errors.PageError(errors.ErrorKind.NOT_FOUND, f"Not found: {method} {path}")
 
 
 async def _infer(service: Service, name: str, version: int | None, label: str | None, verb: str,

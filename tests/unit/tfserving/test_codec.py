@@ -136,3 +136,13 @@ def test_error_envelope_never_fails_to_render():
     # of those bytes would be by rapidjson (no validation)
     status, body = errors.http_error(GatewayError(ErrorKind.INVALID_ARGUMENT, "bad \ud800"))
     assert (status, body) == (400, b'{\n    "error": "bad \xed\xa0\x80"\n}')
+
+
+def test_a_path_outside_v1_is_libevents_404_page():
+    # evhttp_server.cc: not dispatched -> evhttp_send_error(req, HTTP_NOTFOUND, nullptr); libevent
+    # http.c ERR_FORMAT with the reason phrase, sent as text/html; charset=ISO-8859-1
+    err = errors.PageError(ErrorKind.NOT_FOUND, "Not found: GET /index")
+    assert errors.http_error(err) == (
+        404, b"<HTML><HEAD>\n<TITLE>404 Not Found</TITLE>\n</HEAD><BODY>\n<H1>Not Found</H1>\n</BODY></HTML>\n")
+    r = errors.Rendering().http(err)
+    assert (r.status, r.content_type) == (404, "text/html; charset=ISO-8859-1")
