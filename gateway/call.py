@@ -87,19 +87,19 @@ def stream_headers(extra: dict[str, str] | None = None) -> dict[str, str]:
 class Admission:
     """The in-flight bound of one worker, shared by all its listeners."""
 
-    __slots__ = ("limit", "inflight")
+    __slots__ = ("limit", "inflight", "__weakref__")
 
     def __init__(self, limit: int):
         self.limit = limit
         self.inflight = 0
+        metrics.track_inflight(self)  # gateway_inflight_requests reads ``inflight``
 
     def acquire(self) -> bool:
         if self.inflight >= self.limit:
             return False
         self.inflight += 1
-        metrics.INFLIGHT.inc()
+        metrics.changed()  # the gauge follows within metrics.FLUSH_S
         return True
 
     def release(self) -> None:
         self.inflight -= 1
-        metrics.INFLIGHT.dec()

@@ -13,7 +13,6 @@ import itertools
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import contextmanager
 from typing import Any, Protocol
 
 import grpc
@@ -77,28 +76,38 @@ class Upstream(Protocol):
     async def repository_index(self) -> list[ModelIndexEntry]: ...
 
 
-@contextmanager
-def _translate(method: str = "", model: str = ""):
+class _translate:  # noqa: N801 - used as a context manager, like contextlib's
     """Re-raise grpc errors as GatewayError (foreign exceptions never escape); with ``method``, time
-    the call (``gateway_upstream_request_duration_seconds{method, model, code}``)."""
-    start, code = time.perf_counter(), "OK"
-    try:
-        yield
-    except grpc.aio.AioRpcError as e:
-        code = e.code().name
-        raise from_grpc_code(e.code(), e.details()) from None
-    except asyncio.TimeoutError:
-        code = "DEADLINE_EXCEEDED"
-        raise GatewayError(ErrorKind.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
-    except GatewayError as e:  # an in-stream error_message (the call itself ended OK)
-        code = GRPC_STATUS[e.kind].name
-        raise
-    except (asyncio.CancelledError, GeneratorExit):  # the caller went away, or a stream closed early
-        code = "CANCELLED"
-        raise
-    finally:
-        if method:
-            metrics.observe_upstream(method, model, code, time.perf_counter() - start)
+    the call (``gateway_upstream_request_duration_seconds{method, model, code}``). A class rather
+    than a @contextmanager generator: it wraps every Triton call, and costs a third as much."""
+
+    __slots__ = ("method", "model", "start")
+
+    def __init__(self, method: str = "", model: str = ""):
+        self.method, self.model = method, model
+
+    def __enter__(self) -> None:
+        self.start = time.perf_counter()
+
+    def __exit__(self, kind, exc, _tb) -> bool:
+        code = "OK"
+        try:
+            if exc is None:
+                return False
+            if isinstance(exc, grpc.aio.AioRpcError):
+                code = exc.code().name
+                raise from_grpc_code(exc.code(), exc.details()) from None
+            if isinstance(exc, asyncio.TimeoutError):
+                code = "DEADLINE_EXCEEDED"
+                raise GatewayError(ErrorKind.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+            if isinstance(exc, GatewayError):  # an in-stream error_message (the call itself ended OK)
+                code = GRPC_STATUS[exc.kind].name
+            elif isinstance(exc, (asyncio.CancelledError, GeneratorExit)):  # caller gone, stream closed early
+                code = "CANCELLED"
+            return False
+        finally:
+            if self.method:
+                metrics.observe_upstream(self.method, self.model, code, time.perf_counter() - self.start)
 
 
 def _is_unavailable(exc: BaseException) -> bool:
