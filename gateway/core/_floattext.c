@@ -76,8 +76,9 @@ static void init_tables(void)
  * *rt: whether that decimal reads back (round to nearest, ties to even) as v.  lower_half: the
  * gap below v is half the gap above (v is a power of two above the smallest normal).
  * Returns 0 when v is outside the range of the 128-bit arithmetic. */
-static int fast_digits(double v, uint64_t m, int q, int mbits, int lower_half, int P, uint64_t *D, int *X,
-                       int *rt, int *x_io)
+static inline __attribute__((always_inline)) int fast_digits(double v, uint64_t m, int q, int mbits,
+                                                            int lower_half, int P, uint64_t *D, int *X, int *rt,
+                                                            int *x_io)
 {
     int x = *x_io; /* floor(log10(v)) when known (a second call), else INT_MIN */
     if (x == INT_MIN) {
@@ -106,17 +107,28 @@ static int fast_digits(double v, uint64_t m, int q, int mbits, int lower_half, i
                 up = 0;
                 err = 0;
                 ok = 1;
+            } else if (POW5_BITS[j] + mbits <= 64 && sh < 64) {
+                /* the same in 64 bits (float32's usual range) */
+                uint64_t N64 = (uint64_t)N, one = (uint64_t)1 << sh, half = one >> 1;
+                uint64_t Df64 = N64 >> sh, R64 = N64 & (one - 1);
+                up = (R64 > half) | ((R64 == half) & (int)(Df64 & 1)); /* branch-free: random data */
+                uint64_t err64 = up ? one - R64 : R64;
+                Df = Df64;
+                err = err64;
+                R = R64;
+                /* err < 2^63 and 5^j < 2^40 here: no overflow in the shifted 128-bit compare */
+                ok = ((u128)err64 << (1 + (lower_half & !up))) < POW5[j];
             } else {
                 if (sh > 126)
                     return 0;
                 u128 one = (u128)1 << sh, half = one >> 1;
                 Df = N >> sh;
                 R = N & (one - 1);
-                up = R > half || (R == half && (Df & 1));
+                up = (R > half) | ((R == half) & (int)(Df & 1));
                 err = up ? one - R : R;
                 /* |d - v| = err * 2^q / 5^j against the half gap 2^(q-1) (2^(q-2) below a power of
-                 * two): never a tie, 5^j being odd */
-                ok = (lower_half && !up) ? 4 * err < POW5[j] : 2 * err < POW5[j];
+                 * two): never a tie, 5^j being odd. err < 2^sh <= 2^114 (P >= 6: Df >= 10^4): no overflow */
+                ok = (err << (1 + (lower_half & !up))) < POW5[j];
             }
         } else {
             if (k > MAX_POW10)
@@ -190,33 +202,41 @@ static const char DIGITS2[] = "0001020304050607080910111213141516171819202122232
                               "8081828384858687888990919293949596979899";
 
 /* %.<P>g of the decimal D * 10^(X - P + 1) (D has P digits), as glibc prints it. */
+/* The nd digits of D written straight into the output (no bounce through a scratch buffer, whose
+ * byte-wise stores a wide copy would stall on), a '.' after the first `dot` of them (dot >= nd:
+ * none); returns the end. */
+static inline char *put_digits(char *p, uint64_t D, int nd, int dot)
+{
+    int gap = dot < nd;
+    char *end = p + nd + gap;
+    int k = nd - 1; /* index of the digit being written, most significant is 0 */
+    while (k >= 1) {
+        uint64_t q = D / 100;
+        unsigned r = (unsigned)(D - q * 100);
+        D = q;
+        p[k + (gap && k >= dot)] = DIGITS2[2 * r + 1];
+        p[k - 1 + (gap && k - 1 >= dot)] = DIGITS2[2 * r];
+        k -= 2;
+    }
+    if (k == 0)
+        p[0] = (char)('0' + D);
+    if (gap)
+        p[dot] = '.';
+    return end;
+}
+
 static char *write_g(char *p, int neg, uint64_t D, int P, int X, int *plain)
 {
-    char dig[24 + SLACK];
     int nd = P;
     while (nd > 1 && D % 10 == 0) {
         D /= 10;
         nd--;
     }
-    int i = nd;
-    while (i >= 2) {
-        uint64_t r = D % 100;
-        D /= 100;
-        i -= 2;
-        memcpy(dig + i, DIGITS2 + 2 * r, 2);
-    }
-    if (i)
-        dig[0] = (char)('0' + D);
     if (neg)
         *p++ = '-';
     *plain = 0;
     if (X < -4 || X >= P) {
-        *p++ = dig[0];
-        if (nd > 1) {
-            *p++ = '.';
-            memcpy(p, dig + 1, SLACK);
-            p += nd - 1;
-        }
+        p = put_digits(p, D, nd, 1);
         *p++ = 'e';
         int e = X;
         if (e < 0) {
@@ -234,25 +254,17 @@ static char *write_g(char *p, int neg, uint64_t D, int P, int X, int *plain)
     } else if (X >= 0) {
         int ip = X + 1;
         if (nd <= ip) {
-            memcpy(p, dig, SLACK);
-            p += nd;
+            p = put_digits(p, D, nd, nd);
             memset(p, '0', SLACK);
             p += ip - nd;
             *plain = 1;
         } else {
-            memcpy(p, dig, SLACK);
-            p += ip;
-            *p++ = '.';
-            memcpy(p, dig + ip, SLACK);
-            p += nd - ip;
+            p = put_digits(p, D, nd, ip);
         }
     } else {
-        *p++ = '0';
-        *p++ = '.';
-        memset(p, '0', SLACK);
-        p += -X - 1;
-        memcpy(p, dig, SLACK);
-        p += nd;
+        memcpy(p, "0.00000", 8); /* "0." and up to four zeros */
+        p += 2 + (-X - 1);
+        p = put_digits(p, D, nd, nd);
     }
     return p;
 }
@@ -412,8 +424,9 @@ static int parse_common(PyObject *const *args, Py_buffer *view, Style *s)
     s->longp = (int)PyLong_AsLong(args[3]);
     if (PyErr_Occurred())
         return 0;
-    if (s->shortp < 1 || s->shortp > 17 || s->longp < 1 || s->longp > 17) {
-        PyErr_SetString(PyExc_ValueError, "digits must be 1..17");
+    /* at least 6 digits: the quotients then have 4+ digits, which bounds the shifts in fast_digits */
+    if (s->shortp < 6 || s->shortp > 17 || s->longp < 6 || s->longp > 17) {
+        PyErr_SetString(PyExc_ValueError, "digits must be 6..17");
         return 0;
     }
     if (!ascii_arg(args[4], &s->suffix, "suffix") || !ascii_arg(args[5], &s->nan, "nan") ||
