@@ -157,7 +157,7 @@ def _arr(values, dtype):
         return np.array(values, dtype=np.float64).astype(dtype)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(st.lists(FLOATS32, max_size=80), st.sampled_from(STYLES), st.sampled_from(SEPARATORS))
 def test_compiled_writer_matches_the_numpy_writer_float32(values, style, sep):
     x = _arr(values, np.float32)
@@ -165,7 +165,7 @@ def test_compiled_writer_matches_the_numpy_writer_float32(values, style, sep):
     assert floattext.tokens(x, style) == reference.tokens(x, style)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(st.lists(FLOATS64, max_size=80), st.sampled_from(STYLES), st.sampled_from(SEPARATORS))
 def test_compiled_writer_matches_the_numpy_writer_float64(values, style, sep):
     x = _arr(values, np.float64)
