@@ -27,3 +27,10 @@ def tokens(flat: np.ndarray) -> list[str]:
 def join(flat: np.ndarray, sep: str) -> str:
     """The TF Serving text of every element of a 1-D float32/float64 array, joined with ``sep``."""
     return floattext.join(flat, floattext.TFSERVING, sep)
+
+
+def nested(arr: np.ndarray, opens, seps, closes) -> str:
+    """A float array of any rank as nested arrays, level ``i`` (outermost first) opened, separated
+    and closed with ``opens[i]``, ``seps[i]``, ``closes[i]``: one pass of the compiled writer
+    (``floattext.nested``)."""
+    return floattext.nested(arr, floattext.TFSERVING, opens, seps, closes)

@@ -22,9 +22,9 @@ Values: ``WriteDecimal`` for floats (``decimal``: ``gateway.core.floattext``, st
 (escaping as ``Writer::WriteString``: ``"``, ``\\`` and control characters only, other bytes as they
 are), ``{"b64": ...}`` objects for ``*_bytes`` outputs.
 
-Speed: the text of a tensor is built from its values' text joined by the separators its place
-calls for (one ``floattext.join`` for a 1-D float tensor; ``floattext.tokens`` then one join per
-innermost row otherwise), so the pretty form costs what the compact form did.
+Speed: a float tensor's text, brackets, separators and indentation included, is one pass of the
+compiled writer (``floattext.nested`` with the texts of each level), so the pretty form costs what
+the compact form does; other dtypes join their values' text with the separators of their place.
 """
 
 from __future__ import annotations
@@ -135,6 +135,8 @@ def _layout(arr: np.ndarray, v2: str, binary: bool, depth: int, single: bool) ->
     if arr.ndim == 0:
         return _tokens(arr.reshape(1), v2, binary, depth)[0]
     brackets = _brackets(depth, arr.ndim, single)
+    if arr.dtype.kind == "f":  # one pass of the compiled writer over the whole array
+        return decimal.nested(arr, *brackets)
     if arr.ndim == 1 and v2 != "BYTES":
         if not arr.size:
             return "[]"
@@ -143,9 +145,25 @@ def _layout(arr: np.ndarray, v2: str, binary: bool, depth: int, single: bool) ->
     return _group(texts, arr.shape, 0, brackets)[0]
 
 
+class _RowSplit(dict):
+    """(opens, separators, closes) for ``floattext.nested`` that write the rows of a rank-n array
+    single-line, separated by NUL and without the outer brackets."""
+
+    def __missing__(self, rank: int):
+        levels = (["", *["["] * (rank - 1)], ["\0", *[", "] * (rank - 1)], ["", *["]"] * (rank - 1)])
+        self[rank] = levels
+        return levels
+
+
+_ROW_SPLIT = _RowSplit()
+
+
 def _rows(arr: np.ndarray, v2: str, binary: bool, depth: int) -> list[str]:
     """The single-line text of every row ``arr[i]`` (each opened with ``depth - 1`` containers
     around it), from one pass over all the values."""
+    if arr.ndim > 1 and arr.dtype.kind == "f" and arr.shape[0]:
+        # the rows joined by a separator no value text holds, from one compiled pass
+        return decimal.nested(arr, *_ROW_SPLIT[arr.ndim]).split("\0")
     texts = _tokens(arr.reshape(-1), v2, binary, depth + arr.ndim - 1)
     if arr.ndim == 1:
         return texts
