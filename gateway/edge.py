@@ -15,6 +15,8 @@
                  dialect's ErrorRendering, on HTTP and gRPC alike
     metrics      one observation per request: dialect, listener, route, model, outcome, status, bytes;
                  and one access log line (``access_log``, gateway/logs.py)
+    tracing      with ``tracing.enabled``, one server span per request continuing the caller's W3C
+                 trace context (gateway/tracing.py); off, ``Edge.tracer`` is None and nothing happens
 
 The request's ``Call`` lives in a context variable for the duration of the handler, so the upstream
 client takes the deadline and the request id from it without every dialect passing them along.
@@ -34,7 +36,7 @@ from typing import Any
 import grpc
 from sanic.exceptions import SanicException
 
-from gateway import logs, metrics
+from gateway import logs, metrics, tracing
 from gateway.access import AUTHORIZATION, UNAUTHENTICATED_MESSAGE, ApiKeys, bearer
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.dialect import ErrorRendering, GrpcStatus
@@ -68,7 +70,7 @@ def _request_id(given: str | None) -> str:
 class Call:
     """One request as the edge sees it."""
 
-    __slots__ = ("request_id", "route", "model", "start", "deadline", "stream_deadline", "failed")
+    __slots__ = ("request_id", "route", "model", "start", "deadline", "stream_deadline", "failed", "trace")
 
     def __init__(self, request_id: str, route: str, timeout: float, stream_timeout: float,
                  client_timeout: float | None = None):
@@ -76,6 +78,7 @@ class Call:
         self.route = route
         self.model = ""
         self.failed = ""  # an error kind a handler answered in-band (a stream that failed midway)
+        self.trace: tracing.Traced | None = None  # the request's server span (tracing on)
         self.start = now = time.monotonic()
         if client_timeout is not None:
             timeout, stream_timeout = min(timeout, client_timeout), min(stream_timeout, client_timeout)
@@ -141,6 +144,7 @@ class Edge:
         self.admission = admission
         self.timeout_s = timeout_s
         self.stream_timeout_s = stream_timeout_s
+        self.tracer = tracing.listener(dialect, listener)  # None: tracing off
 
     # -- shared steps ------------------------------------------------------------------------
     def begin(self, route: str, request_id: str | None, client_timeout: float | None = None) -> Call:
@@ -149,11 +153,15 @@ class Edge:
     def finish(self, call: Call, outcome: str, status: int | str = "", bytes_in: int = 0, bytes_out: int = 0) -> None:
         """Metrics and the access line of one answered request (``status``: HTTP status or gRPC code name)."""
         seconds = time.monotonic() - call.start
+        trace_id = ""
+        if call.trace is not None:
+            trace_id = call.trace.trace_id
+            call.trace.end(call, outcome, status)
         metrics.observe(self.dialect, self.listener, call.route, call.model, outcome, seconds, status, bytes_in,
                         bytes_out)
         if _access_enabled(logging.INFO):
             logs.access(call.request_id, self.dialect, self.listener, call.route, call.model, status, outcome,
-                        bytes_in, bytes_out, seconds)
+                        bytes_in, bytes_out, seconds, trace_id)
 
     def _admit(self) -> None:
         if not self.admission.acquire():
@@ -178,6 +186,8 @@ class Edge:
         async def endpoint(request, **params):
             call = self.begin(route, request.headers.get(REQUEST_ID))
             token = _current.set(call)
+            if self.tracer is not None:
+                call.trace = self.tracer.http(call, request)
             outcome, resp = "internal", None
             try:
                 if keys is not None:
@@ -231,6 +241,8 @@ class Edge:
         if self.keys is not None and not self.keys.valid(bearer(request.headers.get(AUTHORIZATION))):
             err, status = GatewayError(ErrorKind.UNAUTHENTICATED, UNAUTHENTICATED_MESSAGE), 401  # no route probing
         call = self.begin("_unrouted", request.headers.get(REQUEST_ID))
+        if self.tracer is not None:
+            call.trace = self.tracer.http(call, request)
         resp = self.errors.http(err, status=None if status >= 500 else status)
         if err.kind is ErrorKind.UNAUTHENTICATED:
             resp.headers["www-authenticate"] = "Bearer"
@@ -244,6 +256,8 @@ class Edge:
         call = self.begin(route, _metadata_value(context.invocation_metadata(), REQUEST_ID), _grpc_timeout(context))
         if model_of is not None:
             call.model = model_of(request)
+        if self.tracer is not None:
+            call.trace = self.tracer.grpc(call, context)
         return call, _current.set(call), ((REQUEST_ID, call.request_id),)
 
     def _grpc_admit(self, context) -> None:

@@ -7,7 +7,8 @@
 A JSON line holds ``ts`` (UTC, ISO 8601), ``level``, ``logger``, ``pid``, ``msg``, the record's
 structured ``fields`` (``log.info("...", extra={"fields": {...}})``) and ``exc`` for a traceback.
 The access line's fields: ``request_id``, ``dialect``, ``listener``, ``route``, ``model``,
-``status``, ``outcome``, ``bytes_in``, ``bytes_out``, ``duration_ms``; never headers or bodies.
+``status``, ``outcome``, ``bytes_in``, ``bytes_out``, ``duration_ms``, ``trace_id`` (the W3C trace
+id of the request's span with ``tracing.enabled``, else empty); never headers or bodies.
 
 Why a small formatter over stdlib logging rather than python-json-logger: orjson is already a
 dependency, the output is one fixed shape that operators and tests can rely on, and only the
@@ -114,11 +115,11 @@ _pending: list[tuple] = []  # access lines not yet written (see access())
 ACCESS_FLUSH_S = 0.1
 ACCESS_BATCH = 256
 _FIELDS = ("request_id", "dialect", "listener", "route", "model", "status", "outcome", "bytes_in", "bytes_out",
-           "duration_ms")
+           "duration_ms", "trace_id")
 
 
 def access(request_id: str, dialect: str, listener: str, route: str, model: str, status: int | str, outcome: str,
-           bytes_in: int, bytes_out: int, seconds: float) -> None:
+           bytes_in: int, bytes_out: int, seconds: float, trace_id: str = "") -> None:
     """The access line of one answered request (callers check ``ACCESS.isEnabledFor(INFO)`` first).
 
     While setup()'s handler is the only one, the line skips the LogRecord and the handler
@@ -129,7 +130,7 @@ def access(request_id: str, dialect: str, listener: str, route: str, model: str,
     the ordinary record, as does a call outside an event loop; ``flush()`` writes what is queued
     (at exit, and before setup() replaces the handler)."""
     values = (request_id[:MAX_FIELD], dialect, listener, route, model[:MAX_FIELD], status, outcome, bytes_in,
-              bytes_out, round(seconds * 1000, 3))
+              bytes_out, round(seconds * 1000, 3), trace_id)
     handler = _fast
     root = logging.root
     if handler is None or len(root.handlers) != 1 or root.handlers[0] is not handler or ACCESS.handlers:

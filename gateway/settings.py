@@ -147,6 +147,17 @@ class LocalTriton(Strict):
     log_verbose: Annotated[int, Field(ge=0)] = 0
 
 
+class TracingSettings(Strict):
+    """``tracing``: OpenTelemetry spans (gateway/tracing.py, docs/operations.md); off by default."""
+
+    enabled: bool = False
+    endpoint: str = "http://127.0.0.1:4318/v1/traces"  # the OTLP receiver (a Collector); grpc: host:4317
+    protocol: Literal["http/protobuf", "grpc"] = "http/protobuf"
+    sample_ratio: Annotated[float, Field(ge=0, le=1)] = 1.0  # new traces kept (a caller's choice stands)
+    service_name: str = "triton-gateway"
+    export_interval_ms: Annotated[int, Field(ge=1)] = 1000  # spans are sent in batches this often
+
+
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 LogFormat = Literal["auto", "json", "text"]  # auto: text when stderr is a terminal, else JSON lines
 
@@ -174,6 +185,7 @@ class Settings:
     listeners: Mapping[str, Listener] = field(default_factory=dict)
     limits: Limits = field(default_factory=Limits)
     local_triton: LocalTriton = field(default_factory=LocalTriton)
+    tracing: TracingSettings = field(default_factory=TracingSettings)
     workers: int = 1
     log_level: str = "INFO"
     log_format: str = "auto"
@@ -226,6 +238,7 @@ def schema() -> type[BaseModel]:
         listeners=(listeners, listeners()),
         limits=(Limits, Limits()),
         local_triton=(LocalTriton, LocalTriton()),
+        tracing=(TracingSettings, TracingSettings()),
         workers=(Annotated[int, Field(ge=1)], 1),
         log_level=(LogLevel, "INFO"),
         log_format=(LogFormat, "auto"),
@@ -352,7 +365,7 @@ def _resolve(doc: BaseModel, source: str) -> Settings:
             )
     return Settings(
         upstream=doc.upstream, listeners=MappingProxyType(listeners), limits=doc.limits,
-        local_triton=doc.local_triton, workers=doc.workers, log_level=doc.log_level,
+        local_triton=doc.local_triton, tracing=doc.tracing, workers=doc.workers, log_level=doc.log_level,
         log_format=doc.log_format, access_log=doc.access_log,
         dialects=MappingProxyType({d.name: getattr(doc.dialects, d.name) for d in CATALOGUE}), source=source,
     )
