@@ -9,7 +9,8 @@ decides the statuses, one per service a listener serves (the names its ``attach`
                   away or not ready
 
 ``Check`` refreshes Triton's readiness first (the upstream client caches it ``upstream.cache_ttl_s``),
-so a probe sees the state of the moment; ``Watch`` streams follow a poll every ``POLL_S`` seconds.
+so a probe sees the state of the moment; while ``Watch`` streams are open, a poll every ``POLL_S``
+seconds keeps them current (no watcher, no poll: Triton is asked only when someone asks the gateway).
 The health service is not behind the edge: like admin ``/health``, it needs no API key, takes no
 admission slot and is not counted as a request. The V2 passthrough answers it itself (its generic
 handler only forwards ``inference.GRPCInferenceService``).
@@ -69,6 +70,14 @@ class _Servicer(health_aio.HealthServicer):
         await self._health.refresh()
         return await super().Check(request, context)
 
+    async def Watch(self, request, context):  # noqa: N802 - gRPC's name
+        await self._health.refresh()
+        self._health.watchers(+1)
+        try:
+            await super().Watch(request, context)
+        finally:
+            self._health.watchers(-1)
+
 
 class Health:
     """The health of one worker, shared by the servicers of all its gRPC listeners."""
@@ -78,6 +87,8 @@ class Health:
         self._servicers: list[_Servicer] = []
         self._status = NOT_SERVING
         self._task: asyncio.Task | None = None
+        self._watching = 0
+        self._closed = False
 
     def attach(self, server: grpc.aio.Server, services: list[str]) -> None:
         """Add the Health service to a listener's server, for ``services`` and the whole server."""
@@ -97,10 +108,14 @@ class Health:
                 for name in servicer.services:
                     await servicer.set(name, status)
 
-    def start(self) -> None:
-        """Poll Triton's readiness for the Watch streams (from the running loop)."""
-        if self._task is None and self._servicers:
+    def watchers(self, delta: int) -> None:
+        """A Watch stream opened (+1) or closed (-1): the poll runs while there is one."""
+        self._watching += delta
+        if self._watching > 0 and self._task is None and not self._closed:
             self._task = asyncio.ensure_future(self._poll())
+        elif self._watching <= 0 and self._task is not None:
+            self._task.cancel()
+            self._task = None
 
     async def _poll(self) -> None:
         while True:
@@ -112,6 +127,7 @@ class Health:
 
     async def drain(self) -> None:
         """NOT_SERVING for good (SIGTERM), before the listeners stop: watchers hear it."""
+        self._closed = True
         if self._task is not None:
             self._task.cancel()
             self._task = None

@@ -7,8 +7,8 @@
 A JSON line holds ``ts`` (UTC, ISO 8601), ``level``, ``logger``, ``pid``, ``msg``, the record's
 structured ``fields`` (``log.info("...", extra={"fields": {...}})``) and ``exc`` for a traceback.
 The access line's fields: ``request_id``, ``dialect``, ``listener``, ``route``, ``model``,
-``status``, ``outcome``, ``bytes_in``, ``bytes_out``, ``duration_ms``, ``trace_id`` (the W3C trace
-id of the request's span with ``tracing.enabled``, else empty); never headers or bodies.
+``status``, ``outcome``, ``bytes_in``, ``bytes_out``, ``duration_ms``, and ``trace_id`` (the W3C
+trace id of the request's span) when ``tracing.enabled``; never headers or bodies.
 
 Why a small formatter over stdlib logging rather than python-json-logger: orjson is already a
 dependency, the output is one fixed shape that operators and tests can rely on, and only the
@@ -134,7 +134,7 @@ def access(request_id: str, dialect: str, listener: str, route: str, model: str,
     handler = _fast
     root = logging.root
     if handler is None or len(root.handlers) != 1 or root.handlers[0] is not handler or ACCESS.handlers:
-        ACCESS.info("request", extra={"fields": dict(zip(_FIELDS, values, strict=True))})
+        ACCESS.info("request", extra={"fields": dict(_pairs(values))})
         return
     if not ACCESS.isEnabledFor(logging.INFO):  # the same gate as the record's (cached by logging)
         return
@@ -150,6 +150,13 @@ def access(request_id: str, dialect: str, listener: str, route: str, model: str,
         flush()
 
 
+def _pairs(values: tuple):
+    """(field, value) of an access line; ``trace_id`` only when the request was traced."""
+    if values[-1]:
+        return zip(_FIELDS, values, strict=True)
+    return zip(_FIELDS[:-1], values[:-1], strict=True)
+
+
 def flush() -> None:
     """Write the queued access lines."""
     handler = _fast
@@ -158,12 +165,12 @@ def flush() -> None:
         for when, values in _pending:
             secs = int(when)
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(secs))
-            pairs = "".join(f" {k}={_text_value(v)}" for k, v in zip(_FIELDS, values, strict=True))
+            pairs = "".join(f" {k}={_text_value(v)}" for k, v in _pairs(values))
             lines.append(f"{stamp},{int((when - secs) * 1000):03d} {pid} INFO gateway.access: request{pairs}")
     else:
         for when, values in _pending:
             line = {"ts": _iso(when), "level": "INFO", "logger": "gateway.access", "pid": pid, "msg": "request"}
-            line.update(zip(_FIELDS, values, strict=True))
+            line.update(_pairs(values))
             lines.append(orjson.dumps(line, default=str).decode())
     _pending.clear()
     if handler is None or not lines:

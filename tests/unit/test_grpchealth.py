@@ -92,3 +92,14 @@ async def test_watchers_hear_not_serving_when_the_worker_drains(stack):
     stopping = asyncio.ensure_future(worker.stop(grace=0.5))
     assert (await asyncio.wait_for(watch.read(), 5)).status == NOT_SERVING
     await stopping
+
+
+async def test_watchers_hear_triton_going_away_and_coming_back(stack):
+    fake, _, _, stubs = stack
+    watch = stubs["tfserving_grpc"].Watch(health_pb2.HealthCheckRequest(service=""))
+    assert (await watch.read()).status == SERVING  # Watch asks Triton first
+    fake.ready = False
+    assert (await asyncio.wait_for(watch.read(), 10)).status == NOT_SERVING  # the poll, while watched
+    fake.ready = True
+    assert (await asyncio.wait_for(watch.read(), 10)).status == SERVING
+    watch.cancel()

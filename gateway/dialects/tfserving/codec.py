@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from gateway.core import datatypes
+from gateway.core import datatypes, floattext
 from gateway.core.bounded import check_name, clip
 from gateway.core.errors import GatewayError, invalid, unimplemented
 from gateway.core.tensors import check_bytes
@@ -225,8 +225,10 @@ def signature_name(doc: dict) -> str:
 
 
 def may_hold_bools(body: bytes) -> bool:
-    """Whether a body may hold a true/false token (the ``bools`` argument of ``parse_predict``)."""
-    return b"true" in body or b"false" in body
+    """Whether a body may hold a true/false token (the ``bools`` argument of ``parse_predict``):
+    ``b"true" in body or b"false" in body``, by memchr in the compiled float-text extension
+    (a 3 MB body of numbers in well under a millisecond)."""
+    return floattext.has_bool_token(body)
 
 
 def parse_predict(doc: dict, sig: Signature, bools: bool = True) -> tuple[dict[str, np.ndarray], bool]:

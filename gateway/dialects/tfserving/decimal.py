@@ -25,15 +25,6 @@ def tokens(flat: np.ndarray) -> list[str]:
 
 
 def fragment(arr: np.ndarray) -> bytes:
-    """A float array of any rank as a JSON fragment (nested lists), TF Serving's text for each value."""
-    toks = tokens(arr.reshape(-1))
-    if arr.ndim == 0:
-        return toks[0].encode()
-    return _nest(toks, arr.shape).encode()
-
-
-def _nest(toks: list[str], shape: tuple[int, ...]) -> str:
-    if len(shape) == 1:
-        return "[" + ",".join(toks) + "]"
-    step = len(toks) // shape[0] if shape[0] else 0
-    return "[" + ",".join(_nest(toks[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])) + "]"
+    """A float array of any rank as a JSON fragment (nested lists), TF Serving's text for each value:
+    one pass of the compiled writer over the whole array (``floattext.nested``)."""
+    return floattext.nested(arr, floattext.TFSERVING).encode()

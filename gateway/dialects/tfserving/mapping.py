@@ -139,6 +139,31 @@ def derived(meta: ModelMetadata, examples: bool) -> dict[str, SignatureConf]:
     return sigs
 
 
+def _check_spec(spec: Spec) -> None:
+    """ServerCore::ServableRequestFromModelSpec's checks of the request's own fields."""
+    if not spec.name:
+        raise invalid("ModelSpec has no name specified.")
+    if spec.version is not None and spec.label:
+        raise invalid(f"Both model version ({spec.version}) and model version label ({spec.label}) "
+                      "cannot be supplied.")
+
+
+def _pick_version(spec: Spec, conf: ModelConf | None, ready: list[int]) -> int | None:
+    """The version ``spec`` names (label resolved) among the ``ready`` ones; NOT_FOUND in TF's words."""
+    if conf is None:
+        raise errors.servable_not_found(spec.name, spec.version)
+    version = spec.version
+    if spec.label:
+        if spec.label not in conf.version_labels:
+            raise errors.unknown_label(spec.label)
+        version = conf.version_labels[spec.label]
+    if version is None and not ready:
+        raise errors.servable_not_found(spec.name, None)
+    if version is not None and version not in ready:
+        raise errors.servable_not_found(spec.name, version)
+    return version
+
+
 class Catalog:
     """Resolves TF names against the configuration and Triton's repository (index cached upstream)."""
 
@@ -147,14 +172,26 @@ class Catalog:
         self.upstream = upstream
         # realised signatures, reused while upstream serves the same (cached) metadata objects
         self._sigs: dict[tuple, tuple[tuple, dict[str, Signature]]] = {}
+        self._exposed: dict[str, ModelConf] = {}  # Triton models exposed under their own names
+        # resolved targets, reused while upstream serves the same (cached) index and metadata objects
+        self._resolved: dict[tuple, tuple[object, tuple, tuple, Target]] = {}
 
     async def model(self, name: str) -> ModelConf | None:
         conf = self.conf.models.get(name)
         if conf is not None:
             return conf
-        if self.conf.expose_all_models and await self._versions(name):
-            return ModelConf(triton=name)
-        return None
+        return self._expose(name, await self._versions(name))
+
+    def _expose(self, name: str, ready: list[int]) -> ModelConf | None:
+        """``expose_all_models``: a Triton model with a ready version, under its own name."""
+        if not (self.conf.expose_all_models and ready):
+            return None
+        conf = self._exposed.get(name)
+        if conf is None:
+            if len(self._exposed) >= 1024:  # bounded by the names Triton has had
+                self._exposed.clear()
+            conf = self._exposed[name] = ModelConf(triton=name)
+        return conf
 
     async def _versions(self, triton: str, ready_only: bool = True) -> list[int]:
         out = []
@@ -168,24 +205,8 @@ class Catalog:
 
     async def version(self, spec: Spec, conf: ModelConf | None) -> int | None:
         """The version a request names (label resolved); NOT_FOUND as TF Serving words it."""
-        if not spec.name:  # ServerCore::ServableRequestFromModelSpec
-            raise invalid("ModelSpec has no name specified.")
-        if spec.version is not None and spec.label:
-            raise invalid(f"Both model version ({spec.version}) and model version label ({spec.label}) "
-                          "cannot be supplied.")
-        if conf is None:
-            raise errors.servable_not_found(spec.name, spec.version)
-        version = spec.version
-        if spec.label:
-            if spec.label not in conf.version_labels:
-                raise errors.unknown_label(spec.label)
-            version = conf.version_labels[spec.label]
-        ready = await self._versions(conf.triton)
-        if version is None and not ready:
-            raise errors.servable_not_found(spec.name, None)
-        if version is not None and version not in ready:
-            raise errors.servable_not_found(spec.name, version)
-        return version
+        _check_spec(spec)
+        return _pick_version(spec, conf, await self._versions(conf.triton) if conf is not None else [])
 
     async def latest(self, conf: ModelConf) -> int | None:
         ready = await self._versions(conf.triton)
@@ -193,15 +214,20 @@ class Catalog:
 
     async def signatures(self, conf: ModelConf, version: int | None) -> dict[str, Signature]:
         """The model's signatures (read-only: shared by requests while the metadata is unchanged)."""
+        return (await self._signatures(conf, version))[0]
+
+    async def _signatures(self, conf: ModelConf, version: int | None) -> tuple[dict[str, Signature], tuple]:
+        """The signatures, and the ((model, version) keys, metadata objects) they come from."""
         v = "" if version is None else str(version)
         own = await self.upstream.model_metadata(conf.triton, v)
         others = sorted({sc.triton for sc in conf.signatures.values() if sc.triton and sc.triton != conf.triton})
         metas = (own, *[await self.upstream.model_metadata(t, "") for t in others])
+        sources = (((conf.triton, v), *((t, "") for t in others)), metas)
         # configured signatures are one dict per TF name; exposed models have none (key None)
         key = (conf.triton, v, conf.derived, id(conf.signatures) if conf.signatures else None)
         hit = self._sigs.get(key)
         if hit is not None and len(hit[0]) == len(metas) and all(a is b for a, b in zip(hit[0], metas, strict=True)):
-            return hit[1]
+            return hit[1], sources
         other_meta = dict(zip(others, metas[1:], strict=True))
         confs = derived(own, self.conf.derive_example_signatures) if conf.derived else {}
         confs.update(conf.signatures)
@@ -214,15 +240,40 @@ class Catalog:
         if len(self._sigs) >= 1024:  # bounded, like the metadata cache it follows
             self._sigs.clear()
         self._sigs[key] = (metas, out)
-        return out
+        return out, sources
 
     async def resolve(self, spec: Spec, *, grpc: bool = False, method: str | None = None) -> Target:
         """``method``: the API called (predict, classify, regress; None: the signature as configured).
         TF Serving words an unknown signature differently in its REST predict, gRPC predict and
-        classify/regress paths; Predict sees an example signature through ``predict_view``."""
-        conf = await self.model(spec.name) if spec.name else None
-        version = await self.version(spec, conf)
-        sigs = await self.signatures(conf, version)
+        classify/regress paths; Predict sees an example signature through ``predict_view``.
+
+        A request resolved before is answered from memory while Triton's repository index and the
+        model's metadata are the very objects the upstream cache served then (a new fetch, every
+        ``upstream.cache_ttl_s``, resolves again)."""
+        key = (spec, grpc, method)
+        hit = self._resolved.get(key)
+        index = await self.upstream.repository_index()
+        if hit is not None and hit[0] is index:
+            for (model, version), meta in zip(hit[1], hit[2], strict=True):
+                if await self.upstream.model_metadata(model, version) is not meta:
+                    break
+            else:
+                return hit[3]
+        target, sources = await self._resolve(spec, grpc, method)
+        if len(self._resolved) >= 1024:  # bounded, like the caches it follows
+            self._resolved.clear()
+        self._resolved[key] = (index, sources[0], sources[1], target)
+        return target
+
+    async def _resolve(self, spec: Spec, grpc: bool, method: str | None) -> tuple[Target, tuple]:
+        """The target, and the (model, version) keys and metadata objects it was realised from."""
+        _check_spec(spec)
+        conf = self.conf.models.get(spec.name)
+        ready = await self._versions(conf.triton if conf is not None else spec.name)  # one index scan
+        if conf is None:
+            conf = self._expose(spec.name, ready)
+        version = _pick_version(spec, conf, ready)
+        sigs, sources = await self._signatures(conf, version)
         name = spec.signature or DEFAULT_SIGNATURE
         sig = sigs.get(name)
         if sig is None:
@@ -231,4 +282,4 @@ class Catalog:
             raise errors.signature_not_found_grpc(name) if grpc else errors.signature_not_found_rest(name)
         if method == "predict":
             sig = predict_view(sig)
-        return Target(spec.name, version, sig)
+        return Target(spec.name, version, sig), sources

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from gateway.core.errors import ErrorKind, GatewayError, check_table
@@ -123,3 +125,56 @@ def test_settings_are_validated():
     with pytest.raises(ValidationError, match="start_online"):  # a string is not a boolean
         config.GrpsSettings.model_validate({"start_online": "false"})
     assert config.GrpsSettings.model_validate({"start_online": False}).start_online is False
+
+
+_FAST_DOCS = [
+    {"gtensors": {"tensors": [{"name": "in1", "dtype": "DT_INT32", "shape": [3, 2]}]}},
+    {"model": "m-1", "gtensors": {"names": ["x"], "tensors": [{"name": "a", "dtype": "DT_FLOAT32", "shape": []},
+                                                               {"name": "b", "dtype": "DT_STRING"}]}},
+    {"gtensors": {}},
+    {"gtensors": {"tensors": []}, "extra": 1},
+    {"model": "m", "gtensors": {"tensors": [{"shape": [4294967295, 0]}]}},
+]
+_SLOW_DOCS = [  # json_format decides: each is refused or read in a way the direct build does not take
+    {"gtensors": {"tensors": [{"name": "a", "dtype": "DT_NOPE"}]}},
+    {"gtensors": {"tensors": [{"name": "a", "dtype": 7}]}},
+    {"gtensors": {"tensors": [{"name": "a", "shape": [True]}]}},
+    {"gtensors": {"tensors": [{"name": "a", "shape": [-1]}]}},
+    {"gtensors": {"tensors": [{"name": "a", "shape": [1 << 32]}]}},
+    {"gtensors": {"tensors": [{"name": 5}]}},
+    {"gtensors": {"tensors": [{"name": "a", "unknown": 1}]}},
+    {"model": 3, "gtensors": {}},
+    {"str_data": "x", "gtensors": {}},
+    {"gtensors": {"tensors": {"name": "a"}}},
+]
+
+
+@pytest.mark.parametrize("doc", _FAST_DOCS + _SLOW_DOCS)
+def test_plain_gtensors_are_built_as_json_format_builds_them(doc):
+    """The direct build of a plain gtensors request is json_format's message, and it leaves every
+    other document (refused or not) to json_format."""
+    import copy
+
+    from google.protobuf import json_format
+
+    try:
+        want = json_format.ParseDict(copy.deepcopy(doc), codec.GrpsMessage(), ignore_unknown_fields=True)
+    except json_format.ParseError:
+        want = None
+    got = codec._plain_gtensors(copy.deepcopy(doc))
+    if doc in _FAST_DOCS:
+        assert got is not None and got == want and got.WhichOneof("data_oneof") == want.WhichOneof("data_oneof")
+    else:
+        assert got is None
+
+
+_VALUES = st.lists(st.one_of(st.integers(min_value=-(2**70), max_value=2**70), st.floats(width=64),
+                             st.sampled_from([2**1023, 10**400, 3.4028234663852886e38, 3.4028235677973366e38]),
+                             st.booleans(), st.none(), st.text(max_size=2)), max_size=8)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(values=_VALUES, dtype=st.sampled_from([np.float32, np.float64, np.int32, np.int64, np.uint32]))
+def test_short_numeric_lists_are_judged_as_the_numpy_check_judges_them(values, dtype):
+    """Short flat lists are checked value by value: the same verdict as the numpy check of long ones."""
+    assert codec._plain_short(values, np.dtype(dtype)) == codec._plain_long(values, np.dtype(dtype))
