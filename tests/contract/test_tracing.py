@@ -160,7 +160,7 @@ def _joined(spans) -> bool:
         svc == TRITON_SERVICE and s.parent_span_id in clients for svc, s in spans)
 
 
-def _check(receiver: Receiver, send, triton_method: str, server_name: str):
+def _check(receiver: Receiver, send, triton_method: str, server_name: str, keep: str = ""):
     """``send(traceparent)`` with a new client context until Triton's spans join (see the docstring);
     the gateway's side is checked on every attempt. The joined trace's server span and Triton's roots."""
     for _ in range(ATTEMPTS):
@@ -183,8 +183,20 @@ def _check(receiver: Receiver, send, triton_method: str, server_name: str):
         assert roots, [(s.name, s.parent_span_id.hex()) for s in theirs]
         ids = {s.span_id for s in ours} | {s.span_id for s in theirs}
         assert all(s.parent_span_id in ids for s in theirs)
+        if keep:
+            _keep(spans, keep)
         return server, roots
     raise AssertionError(f"Triton's spans never joined the client's trace in {ATTEMPTS} requests")
+
+
+def _keep(spans, name: str) -> None:
+    """The joined trace as JSON in .run/trace-<name>.json (tools/trace_picture.py draws it)."""
+    out = ROOT / ".run" / f"trace-{name}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps([{"service": svc, "name": s.name, "kind": s.kind, "trace_id": s.trace_id.hex(),
+                                "span_id": s.span_id.hex(), "parent_span_id": s.parent_span_id.hex(),
+                                "start_ns": s.start_time_unix_nano, "end_ns": s.end_time_unix_nano}
+                               for svc, s in spans], indent=1))
 
 
 def test_tf_rest_predict_is_one_trace_with_tritons_spans(traced_stack, receiver):
@@ -195,7 +207,7 @@ def test_tf_rest_predict_is_one_trace_with_tritons_spans(traced_stack, receiver)
         with urllib.request.urlopen(req, timeout=30) as r:
             assert json.loads(r.read()) == {"predictions": [3.5, 4.0, 5.5]}
 
-    server, roots = _check(receiver, send, "ModelInfer", "POST /<path:path>")
+    server, roots = _check(receiver, send, "ModelInfer", "POST /<path:path>", keep="tfserving-rest")
     attrs = {a.key: a.value for a in server.attributes}
     assert attrs["gateway.dialect"].string_value == "tfserving"
     assert attrs["gateway.model"].string_value == "saved_model_half_plus_three"
