@@ -10,7 +10,7 @@ import grpc
 from sanic import Request, response
 from tritonclient.grpc import service_pb2
 
-from gateway import metrics
+from gateway import metrics, tracing
 from gateway.access import unknown_model
 from gateway.call import current
 from gateway.core.errors import ErrorKind, GatewayError
@@ -72,7 +72,7 @@ class Rest:
         self._stream = channel.stream_stream(PREFIX + "ModelStreamInfer", request_serializer=_bytes_or_message,
                                              response_deserializer=service_pb2.ModelStreamInferResponse.FromString)
 
-    def stream(self, request: bytes, done: asyncio.Event):
+    def stream(self, request: bytes, done: asyncio.Event, metadata=None):
         """ModelStreamInfer of one request; the request side stays open until ``done`` (Triton's
         answers for it are complete)."""
 
@@ -80,7 +80,7 @@ class Rest:
             yield request
             await done.wait()
 
-        return self._stream(requests(), timeout=current().remaining(stream=True))
+        return self._stream(requests(), timeout=current().remaining(stream=True), metadata=metadata)
 
     def check(self, model: str) -> None:
         if self.scope is not None and not self.scope.allows(model):
@@ -88,18 +88,19 @@ class Rest:
 
     async def call(self, name: str, request, model: str = ""):
         start, code = time.perf_counter(), "OK"
-        call = self._rpc[name](request, timeout=current().remaining())
-        try:
-            return await call
-        except grpc.aio.AioRpcError as err:
-            code = err.code().name
-            raise UpstreamStatus(err) from None
-        except asyncio.CancelledError:  # the client went away (sanic cancels the handler)
-            code = "CANCELLED"
-            raise
-        finally:
-            call.cancel()  # no-op once done; cancels Triton's work when the client went away
-            metrics.observe_upstream(name, model, code, time.perf_counter() - start)
+        with tracing.upstream(name, model) as md:  # tracing on: a client span, its traceparent to Triton
+            call = self._rpc[name](request, timeout=current().remaining(), metadata=md)
+            try:
+                return await call
+            except grpc.aio.AioRpcError as err:
+                code = err.code().name
+                raise UpstreamStatus(err) from None
+            except asyncio.CancelledError:  # the client went away (sanic cancels the handler)
+                code = "CANCELLED"
+                raise
+            finally:
+                call.cancel()  # no-op once done; cancels Triton's work when the client went away
+                metrics.observe_upstream(name, model, code, time.perf_counter() - start)
 
 
 def _bytes_or_message(req) -> bytes:

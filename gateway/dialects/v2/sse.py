@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 import time
 
 import grpc
 from sanic import Request
 
-from gateway import metrics
+from gateway import metrics, tracing
 from gateway.call import current, stream_headers
 from gateway.core.errors import ErrorKind, GatewayError, invalid
 
@@ -51,7 +52,8 @@ async def handle(rest: Rest, request: Request, model: str, version: str, streami
     parsed = generate.convert(loads(request.body or b""), meta, model, version)
     done = asyncio.Event()
     start, code = time.perf_counter(), "OK"
-    call = rest.stream(serialize(parsed), done)
+    span = tracing.upstream("ModelStreamInfer", model)  # tracing on: a client span, its traceparent to Triton
+    call = rest.stream(serialize(parsed), done, span.__enter__())
     edge_call = current()
     try:
         answers = aiter(call)
@@ -89,6 +91,7 @@ async def handle(rest: Rest, request: Request, model: str, version: str, streami
         done.set()
         call.cancel()  # the client went away or the answer is complete: nothing more from Triton
         metrics.observe_upstream("ModelStreamInfer", model, code, time.perf_counter() - start)
+        span.__exit__(*sys.exc_info())
 
 
 async def _next_event(answers, done: asyncio.Event, decoupled: bool) -> tuple[int, bytes, str] | None:
