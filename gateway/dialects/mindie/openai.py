@@ -12,9 +12,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.core.bounded import clip_repr
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.llm.catalog import Catalog, Resolved
 from gateway.llm.chat import content_text
+from gateway.llm.profiles import guided_decoding
 from gateway.llm.types import Done, GenerateRequest, Token
 
 from . import validate as v
@@ -52,6 +54,90 @@ def _messages(body: Mapping[str, Any]) -> list[dict]:
     return out
 
 
+NO_LOGPROBS = "logprobs/top_logprobs are not supported by this endpoint"
+NO_TOOLS = "function/tool calls are not supported by this endpoint"
+NO_STRUCTURED = "structured output (response_format) is not supported by this endpoint"
+MAX_TOP_LOGPROBS = 20
+
+
+def _chat_logprobs(body: Mapping[str, Any]) -> None:
+    """Chat ``logprobs`` (bool) / ``top_logprobs`` ([0, 20]), checked with MindIE's texts, then
+    refused as MindIE refuses them on an endpoint without log probs (no served model returns them)."""
+    lp = v.boolean(body, "logprobs")
+    top = body.get("top_logprobs")
+    if top is not None and (not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= MAX_TOP_LOGPROBS):
+        raise v.invalid(f"Parameter top logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {clip_repr(top)}.")
+    if lp is False and top is not None:
+        raise v.invalid("Value error, when using top_logprobs, logprobs must be true or null in chat completions")
+    if lp or top is not None:
+        raise v.invalid(NO_LOGPROBS)
+
+
+def _completion_logprobs(body: Mapping[str, Any]) -> None:
+    """Completions ``logprobs`` (an int in [0, 20]): MindIE's check, then the same refusal."""
+    lp = body.get("logprobs")
+    if lp is None:
+        return
+    if not isinstance(lp, int) or isinstance(lp, bool) or not 0 <= lp <= MAX_TOP_LOGPROBS:
+        raise v.invalid(f"logprobs should be in range [0, {MAX_TOP_LOGPROBS}], got {clip_repr(lp)}.")
+    raise v.invalid(NO_LOGPROBS)
+
+
+def _tools(body: Mapping[str, Any]) -> None:
+    """``tool_choice`` and ``tools`` checked as MindIE does; a non-empty ``tools`` asks for tool calls,
+    which MindIE refuses where the model has no tool-call parser (no Triton model has one here)."""
+    choice = body.get("tool_choice")
+    if isinstance(choice, str):
+        if choice not in ("none", "auto", "required"):
+            raise v.invalid("Parameter tool_choice string not in [none, auto, required]")
+    elif choice is not None and not isinstance(choice, Mapping):
+        raise v.invalid("Parameter tool_choice not string or object")
+    tools = body.get("tools")
+    if tools is None or tools == [] or tools == {}:
+        return
+    if not isinstance(tools, list):
+        raise v.invalid("Tools not array")
+    raise v.invalid(NO_TOOLS)
+
+
+def _response_format(body: Mapping[str, Any], model: Resolved) -> dict | None:
+    """``response_format`` checked with MindIE's texts; ``text`` is no constraint; ``json_object`` /
+    ``json_schema`` go to the model's guided decoding (TensorRT-LLM's guided_decoding_* inputs), or
+    are refused when the model has none."""
+    fmt = body.get("response_format")
+    if fmt is None:
+        return None
+    if not isinstance(fmt, Mapping):
+        raise v.invalid("Parameter response_format must be an object")
+    kind = fmt.get("type")
+    if kind is None:
+        raise v.invalid("Parameter response_format must contain 'type' field")
+    if not isinstance(kind, str):
+        raise v.invalid("Parameter response_format.type must be a string")
+    if kind not in ("json_object", "json_schema", "text"):
+        raise v.invalid(f"Parameter response_format.type must be 'json_object', 'json_schema' or 'text', got "
+                        f"'{kind[:256]}'")
+    if kind == "text":
+        return None
+    if kind == "json_schema":
+        schema = fmt.get("json_schema")
+        if schema is None:
+            raise v.invalid("Parameter response_format.json_schema is required when type is 'json_schema'")
+        if not isinstance(schema, Mapping):
+            raise v.invalid("Parameter response_format.json_schema must be an object")
+        if "name" not in schema:
+            raise v.invalid("Parameter response_format.json_schema.name is required")
+        if not isinstance(schema["name"], str):
+            raise v.invalid("Parameter response_format.json_schema.name must be a string")
+        if schema.get("schema") is None:
+            raise v.invalid("Parameter response_format.json_schema.schema is required when type is 'json_schema'")
+        if not isinstance(schema["schema"], Mapping):
+            raise v.invalid("Parameter response_format.json_schema.schema must be an object")
+    if model.profile.name != "trtllm" or not guided_decoding(model.meta):
+        raise v.invalid(NO_STRUCTURED)
+    return dict(fmt)
+
+
 def _common(body: Mapping[str, Any], model: Resolved, prompt: str, rid: str) -> GenerateRequest:
     single_sequence(body)
     return GenerateRequest(
@@ -68,21 +154,34 @@ def _common(body: Mapping[str, Any], model: Resolved, prompt: str, rid: str) -> 
 async def plan_chat(body: dict[str, Any], catalog: Catalog, rid: str, path_model: str | None = None) -> Plan:
     model = await _model(body, catalog)
     messages = _messages(body)
+    _chat_logprobs(body)
+    _tools(body)
+    fmt = _response_format(body, model)
     kwargs = v.obj(body, "chat_template_kwargs")
     prompt = model.template.render(messages, **kwargs)
     v.prompt_length("messages", len(prompt))  # the template adds its own text
     req = _common(body, model, prompt, rid)
+    req.response_format = fmt
     return Plan(req, model, ChatEncoder(rid, model.name))
 
 
 async def plan_completions(body: dict[str, Any], catalog: Catalog, rid: str, path_model: str | None = None) -> Plan:
     model = await _model(body, catalog)
     prompt = body.get("prompt")
+    ids = None
     if isinstance(prompt, list):  # MindIE takes a string or token ids; never a list of strings
-        if prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            raise v.invalid("Token-id prompts are not supported: the served models take text.")
-        raise v.invalid("Parameter prompt must be a string or an array of token ids.")
-    req = _common(body, model, v.text(body, "prompt"), rid)
+        if not prompt:
+            raise v.invalid("Prompt array cannot be empty.")
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            raise v.invalid("All elements of the prompt array must be integers.")
+        ids = tuple(v.token_ids(prompt))
+        v.token_model(model)
+    elif prompt is not None and not isinstance(prompt, str):
+        raise v.invalid("The type of prompt is abnormal,prompt must be str or integer list.")
+    _completion_logprobs(body)
+    fmt = _response_format(body, model)
+    req = _common(body, model, "" if ids is not None else v.text(body, "prompt"), rid)
+    req.prompt_ids, req.response_format = ids, fmt
     return Plan(req, model, CompletionEncoder(rid, model.name))
 
 

@@ -45,7 +45,7 @@ from gateway.edge import Edge, current, stream_headers
 from gateway.llm.pd import Handoff, PhasedGeneration, Resume
 from gateway.llm.types import Done, Token
 
-from .. import errors, metrics, native, openai, tgi, triton_generate, vllm
+from .. import errors, metrics, native, openai, tgi, triton_generate, triton_token, vllm
 from ..http import Handlers, json_body
 from . import headers as pdh
 from . import records as rec
@@ -55,7 +55,7 @@ log = logging.getLogger("gateway.mindie.pd")
 
 FAMILIES = {
     "native": native.plan, "tgi": tgi.plan, "vllm": vllm.plan, "chat": openai.plan_chat,
-    "completions": openai.plan_completions, "triton": triton_generate.plan,
+    "completions": openai.plan_completions, "triton": triton_generate.plan, "triton_token": triton_token.plan,
 }
 _NAMES = {id(f): n for n, f in FAMILIES.items()}
 RETRYABLE = (ErrorKind.UNAVAILABLE, ErrorKind.NOT_READY, ErrorKind.UPSTREAM_FAILED)
