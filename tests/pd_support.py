@@ -135,7 +135,8 @@ class TcpProxy:
 
 
 _VOLATILE = [(re.compile(rb'"id":"\d+"'), b'"id":"<id>"'), (re.compile(rb'"created":\d+'), b'"created":<created>'),
-             (re.compile(rb'"seed":\d+'), b'"seed":<seed>')]
+             (re.compile(rb'"seed":\d+'), b'"seed":<seed>'),
+             (re.compile(rb'"(prefill_time|decode_time|queue_wait_time)":(\d+|\[[\d,]*\])'), rb'"\1":<time>')]
 
 
 def normalise(raw: bytes) -> bytes:

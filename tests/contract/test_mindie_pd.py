@@ -227,6 +227,9 @@ CASES = {
     "native": ("/infer", {"inputs": "Hello", "parameters": {"max_new_tokens": 5, "details": True}}),
     "one_token": ("/v1/chat/completions", {"model": "tiny_llm", "max_tokens": 1,
                                            "messages": [{"role": "user", "content": "Hi"}]}),
+    # token-id prompts: TensorRT-LLM's input_ids/output_ids through P's context and D's generation phase
+    "native_ids": ("/infer_token", {"input_id": [11, 12, 13], "parameters": {"max_new_tokens": 5, "details": True}}),
+    "completions_ids": ("/v1/completions", {"model": "tiny_llm", "prompt": [7, 8], "max_tokens": 6}),
 }
 STREAM_PATHS = {"/generate": None, "/v2/models/tiny_llm/generate": "/v2/models/tiny_llm/generate_stream"}
 
@@ -311,6 +314,28 @@ def test_coordinator_refuses_over_its_request_limit_with_plain_text(instances):
         assert all(f.result().status_code == 200 for f in running)
     assert r.status_code == 429 and r.content == b"Too many requests\r\n"
     assert r.headers["content-type"].startswith("text/plain")
+
+
+@pytest.mark.parametrize("model", ["tiny_llm", "llama2_7b"])
+def test_coordinator_serves_token_inference_as_a_standard_instance(instances, gateway, model):
+    body = {"id": "t1", "inputs": [{"name": "input0", "shape": [1, 3], "datatype": "UINT32", "data": [4, 5, 6]}],
+            "outputs": [{"name": "output0"}], "parameters": {"max_new_tokens": 6}}
+    got = requests.post(instances["coord"].url("mindie_http") + f"/v2/models/{model}/infer", json=body, timeout=30)
+    want = requests.post(gateway.url("mindie_http") + f"/v2/models/{model}/infer", json=body, timeout=30)
+    assert got.status_code == want.status_code == 200
+    assert got.headers["content-type"] == want.headers["content-type"] == "application/json"
+    assert got.content == want.content and len(want.json()["outputs"][0]["data"]) == 6
+
+
+def test_p_serves_every_route_the_coordinator_forwards(instances):
+    """Each MindIE-MS user route reaches a P route (a 422 for an empty body), none is P's 404."""
+    from gateway.dialects.mindie.pd.coordinator import USER_ROUTES
+
+    p1 = instances["p1"].url("mindie_http")
+    paths = [*USER_ROUTES, *(f"/v2/models/tiny_llm/{s}" for s in ("generate", "generate_stream", "infer"))]
+    for path in paths:
+        r = requests.post(p1 + path, json={}, timeout=30)
+        assert r.status_code == 422 and r.json()["error_type"] == "Input Validation Error", path
 
 
 def test_coordinator_routes_are_mindie_ms_ones(instances):

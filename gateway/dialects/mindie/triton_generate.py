@@ -97,7 +97,7 @@ class TritonEncoder(Encoder):
     def body(self, done: Done) -> dict:
         details = None
         if self.details:
-            n = max(1, done.events)
+            n = max(1, done.completion_tokens)  # one engine iteration per generated token
             details = self._details(done.completion_tokens, done.finish_reason, batch=[1] * n,
                                     queue=[done.queue_us] + [0] * (n - 1))
         return self._out(done.text, details)

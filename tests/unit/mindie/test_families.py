@@ -170,8 +170,9 @@ def test_triton_details_per_event_as_seed_004_and_arrays_in_the_answer():
     whole = enc.body(DONE)["details"]
     assert list(whole) == ["finish_reason", "generated_tokens", "first_token_cost", "decode_cost", "batch_size",
                            "queue_wait_time"]
-    # per-iteration arrays, one entry per token event: the gateway's wait first, then 0
-    whole = triton_generate.TritonEncoder("a123", "m", details=True).body(replace(DONE, queue_us=40, events=3))["details"]
+    # per-iteration arrays, one entry per generated token: the gateway's wait first, then 0
+    done = replace(DONE, queue_us=40, completion_tokens=3)
+    whole = triton_generate.TritonEncoder("a123", "m", details=True).body(done)["details"]
     assert whole["batch_size"] == [1, 1, 1] and whole["queue_wait_time"] == [40, 0, 0]
 
 
