@@ -39,6 +39,15 @@ OUTPUT_IDS = "output_ids"
 # TensorRT-LLM's guided decoding inputs (ensemble/BLS), used for OpenAI's response_format
 GUIDE_TYPE = "guided_decoding_guide_type"
 GUIDE = "guided_decoding_guide"
+# TensorRT-LLM's log probabilities: asked for with return_log_probs, one per generated token
+RETURN_LOG_PROBS = "return_log_probs"
+OUTPUT_LOG_PROBS = "output_log_probs"
+
+
+def returns_log_probs(meta: ModelMetadata) -> bool:
+    """The model can report each generated token's log probability (TensorRT-LLM's contract)."""
+    return any(s.name == RETURN_LOG_PROBS for s in meta.inputs) and any(
+        s.name == OUTPUT_LOG_PROBS for s in meta.outputs)
 
 
 def takes_token_ids(meta: ModelMetadata) -> bool:
@@ -85,6 +94,7 @@ def decode_outputs(resp: InferResponse) -> Chunk:
     reason_text = _text(reason) if reason is not None else None
     ctx = next((t for t in resp.outputs if t.name == CONTEXT_PHASE_PARAMS), None)
     ids = next((t for t in resp.outputs if t.name == OUTPUT_IDS), None)
+    lps = next((t for t in resp.outputs if t.name == OUTPUT_LOG_PROBS), None)
     return Chunk(
         text=_text(_first(resp, "text_output")),
         num_input_tokens=int(n_in) if n_in is not None else None,
@@ -92,6 +102,7 @@ def decode_outputs(resp: InferResponse) -> Chunk:
         finish_reason=None if reason_text in (None, "", "None") else reason_text,
         context_phase_params=ctx.data.astype(np.uint8).tobytes() if ctx is not None else None,
         token_ids=tuple(int(i) for i in ids.data.reshape(-1)) if ids is not None else None,
+        logprobs=tuple(float(x) for x in lps.data.reshape(-1)) if lps is not None else None,
     )
 
 
@@ -128,6 +139,10 @@ class TrtllmProfile:
             inputs.append(Tensor("stop_words", words, "BYTES"))
         if req.response_format is not None:
             inputs.extend(self._guide(req.response_format, model, meta))
+        if req.logprobs:
+            if not returns_log_probs(meta):
+                raise invalid(f"model {model} has no '{RETURN_LOG_PROBS}' input; it reports no log probabilities")
+            scalar(RETURN_LOG_PROBS, True, np.bool_)
         return InferRequest(model=model, inputs=inputs, id=req.request_id)
 
     @staticmethod
@@ -209,8 +224,8 @@ class VllmProfile:
         declared = {s.name for s in meta.inputs}
         if "text_input" not in declared:
             raise invalid(f"model {model} has no 'text_input' input; it does not fit profile vllm")
-        if req.prompt_ids is not None or req.response_format is not None:
-            raise invalid(f"Model {model} (profile vllm) takes neither token ids nor a response_format.")
+        if req.prompt_ids is not None or req.response_format is not None or req.logprobs:
+            raise invalid(f"Model {model} (profile vllm): no token ids, response_format or logprobs here.")
         inputs = [
             Tensor("text_input", np.array([req.prompt.encode()], dtype=object), "BYTES"),
             Tensor("stream", np.array([req.stream], dtype=np.bool_)),

@@ -10,10 +10,11 @@ returned, else the profile's tokenizer) and a derived finish reason.
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway import metrics
 from gateway.call import current
@@ -44,17 +45,37 @@ class Tally:
     last_at: float = 0.0  # perf_counter of the last token event
     queue_us: int = 0  # the wait in the gateway before the request reached Triton
     events: int = 0  # token events so far
+    logprobs: list[tuple[str, float]] | None = None  # every token's (text, log prob), when the model gives them
+    unshown: list[tuple[str, float]] = field(default_factory=list)  # ... not yet on a Token event
 
     def add(self, chunk: Chunk) -> None:
         self.raw += chunk.text
         if chunk.token_ids is not None:
             self.ids = (self.ids or []) + list(chunk.token_ids)
+        if chunk.logprobs is not None:
+            pairs = token_pieces(chunk.text, chunk.logprobs)
+            self.logprobs = (self.logprobs or []) + pairs
+            self.unshown += pairs
         if chunk.num_input_tokens is not None:
             self.n_in = chunk.num_input_tokens
         if chunk.num_output_tokens is not None:
             self.n_out = (self.n_out or 0) + chunk.num_output_tokens
         if chunk.finish_reason:
             self.reason = chunk.finish_reason
+
+
+_PIECE = re.compile(r"\s*\S+|\s+")
+
+
+def token_pieces(text: str, logprobs: tuple[float, ...]) -> list[tuple[str, float]]:
+    """One response's text shared out over its tokens' log probabilities: one token, its text; as
+    many word pieces as tokens (a word-level model), one each; else the text on the first."""
+    if len(logprobs) == 1:
+        return [(text, logprobs[0])]
+    pieces = _PIECE.findall(text)
+    if len(pieces) != len(logprobs):
+        pieces = [text] + [""] * (len(logprobs) - 1)
+    return list(zip(pieces, logprobs, strict=True))
 
 
 def finish_reason(model_reason: str | None, stopped: bool, produced: int, limit: int) -> tuple[str, bool]:
@@ -101,11 +122,12 @@ def timed(tally: Tally, text: str, ids: tuple[int, ...]) -> Token:
     gap_ms = int(round((now - tally.last_at) * 1000))
     tally.last_at = now
     tally.events += 1
+    logprobs, tally.unshown = tuple(tally.unshown), []
     if first:
         # MindIE's firstTokenCost runs from the request's arrival: the gateway wait plus Triton's first token
         prefill_ms = int(round((now - tally.start) * 1000 + tally.queue_us / 1000))
-        return Token(text, ids, prefill_ms=prefill_ms, queue_us=tally.queue_us)
-    return Token(text, ids, decode_ms=gap_ms)
+        return Token(text, ids, prefill_ms=prefill_ms, queue_us=tally.queue_us, logprobs=logprobs)
+    return Token(text, ids, decode_ms=gap_ms, logprobs=logprobs)
 
 
 async def tokens(upstream: Upstream, infer, req: GenerateRequest, model: Resolved, stops: StopMatcher,
@@ -177,4 +199,5 @@ def done_event(req: GenerateRequest, model: Resolved, tally: Tally, stopped: boo
         e2e_s=now - start,
         queue_us=tally.queue_us,
         events=tally.events,
+        logprobs=tuple(tally.logprobs or ()),
     )

@@ -40,6 +40,7 @@ class GenerateRequest:
     request_id: str = ""
     prompt_ids: tuple[int, ...] | None = None  # token-id prompt (the model's input_ids); then prompt is ""
     response_format: dict | None = None  # OpenAI json_object / json_schema: the backend's guided decoding
+    logprobs: bool = False  # ask the model for each generated token's log probability (return_log_probs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,7 @@ class Chunk:
     finish_reason: str | None = None  # the model's own, when it returns one
     context_phase_params: bytes | None = None  # a context-only response's hand-off state (PD)
     token_ids: tuple[int, ...] | None = None  # the model's own ids of this response's tokens (output_ids)
+    logprobs: tuple[float, ...] | None = None  # the model's log probability of each token (output_log_probs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,7 @@ class Token:
     prefill_ms: int | None = None
     decode_ms: int | None = None
     queue_us: int = 0
+    logprobs: tuple[tuple[str, float], ...] = ()  # (token text, log probability), when asked for
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +83,7 @@ class Done:
     ttft_s: float  # request sent -> first chunk from Triton
     e2e_s: float
     queue_us: int = 0  # the wait in the gateway before the request reached Triton, microseconds
+    logprobs: tuple[tuple[str, float], ...] = ()  # every generated token's (text, log probability), when asked for
     events: int = 0  # token events the generation produced (MindIE's per-iteration arrays)
 
     @property

@@ -230,6 +230,9 @@ CASES = {
     # token-id prompts: TensorRT-LLM's input_ids/output_ids through P's context and D's generation phase
     "native_ids": ("/infer_token", {"input_id": [11, 12, 13], "parameters": {"max_new_tokens": 5, "details": True}}),
     "completions_ids": ("/v1/completions", {"model": "tiny_llm", "prompt": [7, 8], "max_tokens": 6}),
+    # log probabilities from the model's output_log_probs, P's carried to D in the hand-off
+    "chat_logprobs": ("/v1/chat/completions", {"model": "tiny_llm", "max_tokens": 5, "logprobs": True,
+                                               "messages": [{"role": "user", "content": "Hello there"}]}),
 }
 STREAM_PATHS = {"/generate": None, "/v2/models/tiny_llm/generate": "/v2/models/tiny_llm/generate_stream"}
 

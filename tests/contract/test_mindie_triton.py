@@ -202,9 +202,34 @@ def test_stream_events_carry_mindies_timings(url):
     assert list(native[0]) == ["prefill_time", "decode_time", "token"] and native[0]["prefill_time"] >= 0
 
 
+def tiny_llm_log_prob(word: str) -> float:
+    """tiny_llm's reported log probability of a token: -(id % 7) / 8, its id the word's VOCAB index."""
+    return -(VOCAB.index(word.strip()) % 7) / 8
+
+
+def test_logprobs_are_the_models_output_log_probs(url):
+    assert len(set(VOCAB)) == len(VOCAB)  # a word names its id
+    chat = {"model": "tiny_llm", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "logprobs": True}
+    r = requests.post(url + "/v1/chat/completions", json=chat, timeout=30)
+    assert r.status_code == 200
+    choice = r.json()["choices"][0]
+    content = choice["logprobs"]["content"]
+    assert "".join(c["token"] for c in content) == choice["message"]["content"] and len(content) == 4
+    assert all(c["logprob"] == tiny_llm_log_prob(c["token"]) and c["bytes"] == list(c["token"].encode())
+               and c["top_logprobs"] == [] for c in content)
+    raw = requests.post(url + "/v1/chat/completions", json={**chat, "stream": True}, timeout=30).content
+    chunks = [orjson.loads(e[len(b"data: "):]) for e in raw.split(b"\n\n") if e and e != b"data: [DONE]"]
+    streamed = [c for ch in chunks if (lp := ch["choices"][0]["logprobs"]) for c in lp["content"]]
+    assert streamed == content
+    body = {"model": "tiny_llm", "prompt": "Hello", "max_tokens": 3, "logprobs": 0}
+    lp = requests.post(url + "/v1/completions", json=body, timeout=30).json()["choices"][0]["logprobs"]
+    assert lp["token_logprobs"] == [tiny_llm_log_prob(t) for t in lp["tokens"]]
+    assert lp["text_offset"] == [sum(len(t.encode()) for t in lp["tokens"][:i]) for i in range(3)]
+
+
 def test_openai_fields_mindie_refuses_on_this_model(url):
     chat = {"model": "tiny_llm", "messages": [{"role": "user", "content": "hi"}]}
-    for extra, message in (({"logprobs": True}, "logprobs/top_logprobs are not supported by this endpoint"),
+    for extra, message in (({"top_logprobs": 2}, "logprobs/top_logprobs are not supported by this endpoint"),
                            ({"tools": [{"type": "function", "function": {"name": "f"}}]},
                             "function/tool calls are not supported by this endpoint"),
                            ({"response_format": {"type": "json_object"}},

@@ -16,7 +16,7 @@ from gateway.core.bounded import clip_repr
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.llm.catalog import Catalog, Resolved
 from gateway.llm.chat import content_text
-from gateway.llm.profiles import guided_decoding
+from gateway.llm.profiles import guided_decoding, returns_log_probs
 from gateway.llm.types import Done, GenerateRequest, Token
 
 from . import validate as v
@@ -57,30 +57,38 @@ def _messages(body: Mapping[str, Any]) -> list[dict]:
 NO_LOGPROBS = "logprobs/top_logprobs are not supported by this endpoint"
 NO_TOOLS = "function/tool calls are not supported by this endpoint"
 NO_STRUCTURED = "structured output (response_format) is not supported by this endpoint"
-MAX_TOP_LOGPROBS = 20
+MAX_TOP_LOGPROBS = 20  # chat's top_logprobs
+MAX_COMPLETION_LOGPROBS = 5  # completions' logprobs (MAX_VLLM_OPENAI_TOP_LOGPROBS)
 
 
-def _chat_logprobs(body: Mapping[str, Any]) -> None:
-    """Chat ``logprobs`` (bool) / ``top_logprobs`` ([0, 20]), checked with MindIE's texts, then
-    refused as MindIE refuses them on an endpoint without log probs (no served model returns them)."""
+def _honour_logprobs(top: int, model: Resolved) -> bool:
+    """Log probabilities come from the model (TensorRT-LLM's return_log_probs -> output_log_probs),
+    which reports the chosen token's only: alternatives (top > 0), or a model without them, are
+    refused as MindIE refuses them on an endpoint without log probs."""
+    if top > 0 or model.profile.name != "trtllm" or not returns_log_probs(model.meta):
+        raise v.invalid(NO_LOGPROBS)
+    return True
+
+
+def _chat_logprobs(body: Mapping[str, Any], model: Resolved) -> bool:
+    """Chat ``logprobs`` (bool) / ``top_logprobs`` ([0, 20]), checked with MindIE's texts."""
     lp = v.boolean(body, "logprobs")
     top = body.get("top_logprobs")
     if top is not None and (not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= MAX_TOP_LOGPROBS):
         raise v.invalid(f"Parameter top logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {clip_repr(top)}.")
     if lp is False and top is not None:
         raise v.invalid("Value error, when using top_logprobs, logprobs must be true or null in chat completions")
-    if lp or top is not None:
-        raise v.invalid(NO_LOGPROBS)
+    return (lp or top is not None) and _honour_logprobs(top or 0, model)
 
 
-def _completion_logprobs(body: Mapping[str, Any]) -> None:
-    """Completions ``logprobs`` (an int in [0, 20]): MindIE's check, then the same refusal."""
+def _completion_logprobs(body: Mapping[str, Any], model: Resolved) -> bool:
+    """Completions ``logprobs`` (an int in [0, 5], the number of alternatives): MindIE's check."""
     lp = body.get("logprobs")
     if lp is None:
-        return
-    if not isinstance(lp, int) or isinstance(lp, bool) or not 0 <= lp <= MAX_TOP_LOGPROBS:
-        raise v.invalid(f"logprobs should be in range [0, {MAX_TOP_LOGPROBS}], got {clip_repr(lp)}.")
-    raise v.invalid(NO_LOGPROBS)
+        return False
+    if not isinstance(lp, int) or isinstance(lp, bool) or not 0 <= lp <= MAX_COMPLETION_LOGPROBS:
+        raise v.invalid(f"logprobs should be in range [0, {MAX_COMPLETION_LOGPROBS}], got {clip_repr(lp)}.")
+    return _honour_logprobs(lp, model)
 
 
 def _tools(body: Mapping[str, Any]) -> None:
@@ -154,15 +162,15 @@ def _common(body: Mapping[str, Any], model: Resolved, prompt: str, rid: str) -> 
 async def plan_chat(body: dict[str, Any], catalog: Catalog, rid: str, path_model: str | None = None) -> Plan:
     model = await _model(body, catalog)
     messages = _messages(body)
-    _chat_logprobs(body)
+    logprobs = _chat_logprobs(body, model)
     _tools(body)
     fmt = _response_format(body, model)
     kwargs = v.obj(body, "chat_template_kwargs")
     prompt = model.template.render(messages, **kwargs)
     v.prompt_length("messages", len(prompt))  # the template adds its own text
     req = _common(body, model, prompt, rid)
-    req.response_format = fmt
-    return Plan(req, model, ChatEncoder(rid, model.name))
+    req.response_format, req.logprobs = fmt, logprobs
+    return Plan(req, model, ChatEncoder(rid, model.name, logprobs))
 
 
 async def plan_completions(body: dict[str, Any], catalog: Catalog, rid: str, path_model: str | None = None) -> Plan:
@@ -178,11 +186,11 @@ async def plan_completions(body: dict[str, Any], catalog: Catalog, rid: str, pat
         v.token_model(model)
     elif prompt is not None and not isinstance(prompt, str):
         raise v.invalid("The type of prompt is abnormal,prompt must be str or integer list.")
-    _completion_logprobs(body)
+    logprobs = _completion_logprobs(body, model)
     fmt = _response_format(body, model)
     req = _common(body, model, "" if ids is not None else v.text(body, "prompt"), rid)
-    req.prompt_ids, req.response_format = ids, fmt
-    return Plan(req, model, CompletionEncoder(rid, model.name))
+    req.prompt_ids, req.response_format, req.logprobs = ids, fmt, logprobs
+    return Plan(req, model, CompletionEncoder(rid, model.name, logprobs))
 
 
 def usage(done: Done) -> dict:
@@ -196,8 +204,10 @@ def usage(done: Done) -> dict:
 class _OpenAIEncoder(Encoder):
     object_name = ""
 
-    def __init__(self, rid: str, model: str):
+    def __init__(self, rid: str, model: str, logprobs: bool = False):
         self.rid, self.model, self.created = rid, model, int(time.time())
+        self.logprobs = logprobs
+        self.offset = 0  # completions' text_offset (bytes) of the next token
 
     def envelope(self, choice: dict, **extra) -> dict:
         return {"id": self.rid, "object": self.object_name, "created": self.created, "model": self.model,
@@ -213,22 +223,30 @@ class _OpenAIEncoder(Encoder):
 class ChatEncoder(_OpenAIEncoder):
     object_name = "chat.completion.chunk"
 
-    def _choice(self, content: str, finish: str | None) -> dict:
-        return {"index": 0, "delta": {"role": "assistant", "content": content}, "logprobs": None,
+    def _choice(self, content: str, finish: str | None, pairs=None) -> dict:
+        return {"index": 0, "delta": {"role": "assistant", "content": content}, "logprobs": self._logprobs(pairs),
                 "finish_reason": finish}
+
+    def _logprobs(self, pairs) -> dict | None:
+        """MindIE's chat ``logprobs``: ``content`` entries {token, logprob, bytes, top_logprobs}."""
+        if not self.logprobs or pairs is None:
+            return None
+        return {"content": [{"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
+                            for t, lp in pairs]}
 
     def head(self) -> bytes:
         return self.event(self.envelope(self._choice("", None)))
 
     def token(self, tok: Token) -> bytes:
-        return self.event(self.envelope(self._choice(tok.text, None)))
+        return self.event(self.envelope(self._choice(tok.text, None, tok.logprobs)))
 
     def final_choice(self, done: Done) -> dict:
         return self._choice("", done.openai_reason)
 
     def body(self, done: Done) -> dict:
         message = {"role": "assistant", "content": done.text, "tool_calls": []}
-        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": done.openai_reason}
+        choice = {"index": 0, "message": message, "logprobs": self._logprobs(done.logprobs),
+                  "finish_reason": done.openai_reason}
         out = self.envelope(choice, usage=usage(done))
         out["object"] = "chat.completion"
         return out
@@ -237,14 +255,29 @@ class ChatEncoder(_OpenAIEncoder):
 class CompletionEncoder(_OpenAIEncoder):
     object_name = "text_completion"
 
-    def _choice(self, text: str, finish: str | None) -> dict:
-        return {"index": 0, "text": text, "logprobs": None, "stop_reason": None, "finish_reason": finish}
+    def _choice(self, text: str, finish: str | None, pairs=None) -> dict:
+        return {"index": 0, "text": text, "logprobs": self._logprobs(pairs), "stop_reason": None,
+                "finish_reason": finish}
+
+    def _logprobs(self, pairs) -> dict | None:
+        """MindIE's completions ``logprobs``: text_offset (bytes), token_logprobs, tokens, top_logprobs
+        (each token's own {token: logprob}; no alternatives)."""
+        if not self.logprobs or pairs is None:
+            return None
+        out: dict[str, list] = {"text_offset": [], "token_logprobs": [], "tokens": [], "top_logprobs": []}
+        for t, lp in pairs:
+            out["text_offset"].append(self.offset)
+            self.offset += len(t.encode())
+            out["token_logprobs"].append(lp)
+            out["tokens"].append(t)
+            out["top_logprobs"].append({t: lp})
+        return out
 
     def token(self, tok: Token) -> bytes:
-        return self.event(self.envelope(self._choice(tok.text, None)))
+        return self.event(self.envelope(self._choice(tok.text, None, tok.logprobs)))
 
     def final_choice(self, done: Done) -> dict:
         return self._choice("", done.openai_reason)
 
     def body(self, done: Done) -> dict:
-        return self.envelope(self._choice(done.text, done.openai_reason), usage=usage(done))
+        return self.envelope(self._choice(done.text, done.openai_reason, done.logprobs), usage=usage(done))

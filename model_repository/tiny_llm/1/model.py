@@ -10,6 +10,10 @@ A token's id is its word's index in VOCAB (the end token: ``len(VOCAB)``); a tok
 read as the text ``ids:<id>,<id>,...``, so equal ids give equal replies. ``exclude_input_in_output``
 false puts the prompt ids before the generated ones in a non-stream answer, as TensorRT-LLM does.
 
+``return_log_probs`` true (TensorRT-LLM's name) adds ``output_log_probs`` FP32 [1, 1, K] (each
+token of the response) and ``cum_log_probs`` [1, 1] to every response. The toy's reported log
+probability of a token is a fixed function of its id, ``-(id % 7) / 8``, so tests can predict it.
+
 Generation: tokens are words from VOCAB. The sequence depends only on the prompt (and on ``seed``
 when ``temperature`` > 0). After ``natural_length(prompt)`` tokens (8..24) the model emits its end
 token and stops, so ``max_tokens`` below that ends by length and above it ends by the end token.
@@ -100,6 +104,10 @@ def _prompt(request):
     return (raw[0].decode("utf-8", "replace") if raw.size else ""), None
 
 
+def log_prob(token_id: int) -> float:
+    return -(token_id % 7) / 8
+
+
 def natural_length(prompt: str) -> int:
     return 8 + zlib.crc32(prompt.encode("utf-8")) % 17
 
@@ -153,6 +161,7 @@ class TritonPythonModel:
         seed = int(_scalar(request, "seed", 0))
         temperature = float(_scalar(request, "temperature", 0.0))
         exclude_input = bool(_scalar(request, "exclude_input_in_output", False))
+        lp = bool(_scalar(request, "return_log_probs", False))
         stops = _words(request, "stop_words")
         if max_tokens < 0:
             raise ValueError("max_tokens must be >= 0")
@@ -174,7 +183,8 @@ class TritonPythonModel:
             own += token
             own_ids.append(token_id)
             if stream and phase != "context_only":
-                sender.send(_response(token, token_ids=[token_id] if ids else None))
+                sender.send(_response(token, token_ids=[token_id] if ids else None,
+                                      log_probs=[token_id] if lp else None))
             if any(text.endswith(s) for s in stops):
                 break
         if phase == "context_only":
@@ -182,11 +192,12 @@ class TritonPythonModel:
                      "first_gen_tokens": [own] if own else []}
             out = own if stream or exclude_input or ids else prompt + own
             out_ids = own_ids if stream or exclude_input else (prompt_ids or []) + own_ids
-            sender.send(_response(out, json.dumps(state).encode("utf-8"), out_ids if ids else None))
+            sender.send(_response(out, json.dumps(state).encode("utf-8"), out_ids if ids else None,
+                                  own_ids if lp else None))
         elif not stream and not sender.is_cancelled():
             out_ids = own_ids if exclude_input else (prompt_ids or []) + first_ids + own_ids
             out = own if exclude_input or ids else prompt + text
-            sender.send(_response(out, token_ids=out_ids if ids else None))
+            sender.send(_response(out, token_ids=out_ids if ids else None, log_probs=own_ids if lp else None))
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def finalize(self):
@@ -194,8 +205,14 @@ class TritonPythonModel:
             t.join(timeout=2)
 
 
-def _response(text: str, context_phase_params: bytes | None = None, token_ids: list | None = None):
+def _response(text: str, context_phase_params: bytes | None = None, token_ids: list | None = None,
+              log_probs: list | None = None):
+    """``log_probs``: the ids of the generated tokens in ``text``, whose log probabilities to report."""
     out = [pb_utils.Tensor("text_output", np.array([[text.encode("utf-8")]], dtype=np.object_))]
+    if log_probs is not None:
+        values = np.array([log_prob(i) for i in log_probs], dtype=np.float32).reshape(1, 1, -1)
+        out.append(pb_utils.Tensor("output_log_probs", values))
+        out.append(pb_utils.Tensor("cum_log_probs", np.array([[values.sum()]], dtype=np.float32)))
     if token_ids is not None:  # TensorRT-LLM's shapes: output_ids [batch, beam, len], sequence_length [batch, beam]
         out.append(pb_utils.Tensor("output_ids", np.array([[token_ids]], dtype=np.int32).reshape(1, 1, -1)))
         out.append(pb_utils.Tensor("sequence_length", np.array([[len(token_ids)]], dtype=np.int32)))

@@ -232,3 +232,39 @@ async def test_response_format_goes_to_the_models_guided_decoding():
     plan = await openai.plan_completions({"model": "tiny_llm", "prompt": "x",
                                           "response_format": {"type": "json_object"}}, catalog, "1")
     assert plan.req.response_format == {"type": "json_object"}
+
+
+def lp_meta():
+    meta = token_meta(extra=("return_log_probs",))
+    return replace(meta, outputs=meta.outputs + (TensorSpec("output_log_probs", "FP32", (-1, -1, -1)),))
+
+
+def lp_response(text: str, lps: list[float]) -> InferResponse:
+    outs = [Tensor("text_output", np.array([[text.encode()]], dtype=object), "BYTES"),
+            Tensor("output_log_probs", np.array(lps, dtype=np.float32).reshape(1, 1, -1))]
+    return InferResponse("tiny_llm", "1", outs)
+
+
+async def test_logprobs_come_from_the_models_output_log_probs():
+    up = FakeUpstream([lp_response("a", [-0.5]), lp_response(" bc d", [-0.25, -1.0])], metas=[lp_meta()])
+    catalog = Catalog(up, CatalogSettings())
+    plan = await openai.plan_chat({**CHAT, "logprobs": True, "top_logprobs": 0}, catalog, "1")
+    events = [ev async for ev in GenerationService(up).generate(plan.req, plan.model)]
+    tensors = {t.name: t for t in up.requests[0][0].inputs}
+    assert tensors["return_log_probs"].data.tolist() == [[True]]
+    done = events[-1]
+    assert done.logprobs == (("a", -0.5), (" bc", -0.25), (" d", -1.0))  # word pieces shared out
+    content = plan.encoder.body(done)["choices"][0]["logprobs"]["content"]
+    assert content[1] == {"token": " bc", "logprob": -0.25, "bytes": [32, 98, 99], "top_logprobs": []}
+    chunk = orjson.loads(plan.encoder.token(events[0])[len(b"data: "):])
+    assert chunk["choices"][0]["logprobs"]["content"] == [{"token": "a", "logprob": -0.5, "bytes": [97],
+                                                            "top_logprobs": []}]
+    plan = await openai.plan_completions({"model": "tiny_llm", "prompt": "x", "logprobs": 0}, catalog, "1")
+    assert plan.encoder.body(done)["choices"][0]["logprobs"] == {
+        "text_offset": [0, 1, 4], "token_logprobs": [-0.5, -0.25, -1.0], "tokens": ["a", " bc", " d"],
+        "top_logprobs": [{"a": -0.5}, {" bc": -0.25}, {" d": -1.0}]}
+    # alternatives are not reported by TensorRT-LLM: asked for, refused as MindIE refuses them
+    for req in ({**CHAT, "top_logprobs": 2}, {"model": "tiny_llm", "prompt": "x", "logprobs": 1}):
+        planner = openai.plan_chat if "messages" in req else openai.plan_completions
+        with pytest.raises(GatewayError, match="^logprobs/top_logprobs are not supported by this endpoint$"):
+            await planner(req, catalog, "1")
