@@ -6,7 +6,6 @@ Handlers read, call, write: the family module builds a Plan (neutral GenerateReq
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
@@ -15,7 +14,7 @@ from sanic import Request, Sanic, response
 
 from gateway.call import current
 from gateway.context import GatewayContext
-from gateway.core.errors import ErrorKind, GatewayError, invalid
+from gateway.core.errors import invalid
 from gateway.edge import Edge
 from gateway.llm.catalog import Catalog
 from gateway.llm.service import GenerationService
@@ -71,12 +70,7 @@ class Handlers:
                 if req.stream:
                     result = await streaming.stream(self.service, plan, request, entry)
                 else:
-                    try:
-                        result = await streaming.whole(self.service, plan)
-                    except asyncio.CancelledError:
-                        if not entry.absorb():
-                            raise
-                        raise GatewayError(ErrorKind.CANCELLED, streaming.STOPPED) from None
+                    result = await streaming.whole(self.service, plan, entry)
             ok = True
             return result
         finally:

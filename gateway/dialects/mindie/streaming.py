@@ -35,12 +35,17 @@ def _encode(plan: Plan, ev: Token | Done) -> bytes:
     return plan.encoder.done(ev)
 
 
-async def whole(service: GenerationService, plan: Plan):
+async def whole(service: GenerationService, plan: Plan, entry: Entry | None = None):
     done = None
     async with aclosing(service.generate(plan.req, plan.model)) as events:
-        async for ev in events:
-            if isinstance(ev, Done):
-                done = ev
+        try:
+            async for ev in events:
+                if isinstance(ev, Done):
+                    done = ev
+        except asyncio.CancelledError:
+            if entry is not None and entry.absorb():  # stopInfer: 500 Incomplete Generation
+                raise GatewayError(ErrorKind.CANCELLED, STOPPED) from None
+            raise
     if done is None:
         raise GatewayError(ErrorKind.UPSTREAM_FAILED, "generation ended without a result")
     metrics.observe(plan.model.spec.name, done)

@@ -268,3 +268,26 @@ async def test_logprobs_come_from_the_models_output_log_probs():
         planner = openai.plan_chat if "messages" in req else openai.plan_completions
         with pytest.raises(GatewayError, match="^logprobs/top_logprobs are not supported by this endpoint$"):
             await planner(req, catalog, "1")
+
+
+async def test_stop_infer_ends_a_whole_answer_as_incomplete_generation_and_closes_the_triton_call(catalog):
+    from gateway.dialects.mindie import streaming, triton_generate
+
+    hold = asyncio.Event()
+    up = FakeUpstream([text_response("a")], metas=[token_meta()], hold=hold)
+    plan = await triton_generate.plan({"id": "s1", "text_input": "x"}, Catalog(up, CatalogSettings()), "5",
+                                      path_model="tiny_llm")
+    running = Running()
+
+    async def handler():
+        with running.track(plan.req.request_id, plan.encoder.rid) as entry:
+            return await streaming.whole(GenerationService(up), plan, entry)
+
+    task = asyncio.create_task(handler())
+    while not up.requests:  # the request reached the upstream and waits there
+        await asyncio.sleep(0)
+    assert running.stop("s1")
+    with pytest.raises(GatewayError) as e:
+        await task
+    assert e.value.kind.value == "cancelled" and e.value.message == streaming.STOPPED
+    assert up.closed == 1  # the ModelStreamInfer call was closed: Triton cancels the request
