@@ -83,6 +83,17 @@ class PdConfig(BaseModel):
 
         return {"Authorization": f"Bearer {read_keys_file(self.peer_api_key_file)[0]}"}
 
+    def single_worker_reason(self) -> str | None:
+        """D and the coordinator keep state that one process owns (docs/architecture.md, "State across
+        workers"): refused with ``workers`` > 1. P keeps none between requests: any worker serves."""
+        if self.role == "decode":
+            return ("role: decode: D's one /dresult link and its pending records live in one process, "
+                    "so a hand-off taken by another worker would wait for a link that worker does not hold")
+        if self.role == "coordinator":
+            return ("role: coordinator: each worker would open its own /dresult link per D, the links "
+                    "would take each other over, and records for one worker's requests would reach another")
+        return None
+
     @field_validator("peer_api_key_file")
     @classmethod
     def _key_file(cls, value: str | None) -> str | None:
