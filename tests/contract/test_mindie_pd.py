@@ -31,9 +31,9 @@ def instances(triton, tmp_path_factory):
 
     try:
         start("d0", {"role": "decode", "heartbeat_s": 0.3})
-        start("p1", {"role": "prefill"})
-        start("p2", {"role": "prefill"})
-        start("p3", {"role": "prefill", "phase_split": False})
+        start("p1", {"role": "prefill"}, workers=2)  # P keeps no state between requests: any worker serves
+        start("p2", {"role": "prefill"}, workers=2)
+        start("p3", {"role": "prefill", "phase_split": False}, workers=2)
         start("d1", {"role": "decode"})
         start("d2", {"role": "decode"})
         addr = {n: f"127.0.0.1:{g.port('mindie_http')}" for n, g in started.items()}
