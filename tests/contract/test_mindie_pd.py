@@ -319,6 +319,41 @@ def test_coordinator_routes_are_mindie_ms_ones(instances):
     assert requests.get(coord + "/health").status_code == 200
 
 
+def _metric(gw, name: str, instance: str) -> float | None:
+    text = requests.get(gw.url("admin_http") + "/metrics", timeout=5).text
+    for line in text.splitlines():
+        if line.startswith(f'{name}{{instance="{instance}"}} '):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_a_taken_over_d_leaves_the_rotation_and_the_coordinator_does_not_fight(instances):
+    coord, d1 = instances["coord"], instances["d1"]
+    d1_addr = f"127.0.0.1:{d1.port('mindie_http')}"
+    taken_before = _metric(coord, "pd_dresult_taken_over_total", d1_addr) or 0.0
+    reader = DResultReader(d1.url("mindie_http"))  # an operator reads D1's /dresult: it takes the link over
+    try:
+        deadline = time.monotonic() + 10
+        while _metric(coord, "pd_dresult_taken_over_total", d1_addr) != taken_before + 1:
+            assert time.monotonic() < deadline, requests.get(coord.url("admin_http") + "/metrics").text
+            time.sleep(0.05)
+        assert _metric(coord, "pd_decode_in_rotation", d1_addr) == 0.0
+        for i in range(4):  # every request goes to D2 meanwhile, and finishes
+            r = requests.post(coord.url("mindie_http") + "/generate_stream", timeout=30,
+                              json={"inputs": f"while d1 is away {i}", "parameters": {"max_new_tokens": 4}})
+            assert r.status_code == 200 and b"error" not in r.content and b'"generated_text":"' in r.content
+        assert reader.status == 200 and not reader.ended.is_set()
+        assert not [x for x in reader.records if x.kind == "close"]  # the coordinator did not take it back
+        assert f"another client took over the /dresult link to D {d1_addr}; D is out of rotation" in \
+            coord.log_path.read_text()
+    finally:
+        reader.close()
+    deadline = time.monotonic() + 30  # the back-off (5 s) over, the coordinator links D1 again
+    while _metric(coord, "pd_decode_in_rotation", d1_addr) != 1.0:
+        assert time.monotonic() < deadline, coord.log_tail()
+        time.sleep(0.2)
+
+
 # -- failures: a D that goes away, a D that asks for a recompute ------------------------------------
 
 def test_d_killed_mid_stream_is_a_clean_error_and_non_stream_is_retried(triton, tmp_path_factory, instances, gateway):

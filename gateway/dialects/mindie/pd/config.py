@@ -20,6 +20,7 @@
           max_requests: 10000        # in flight; over it: 429 `Too many requests`
           max_retry: 5
           infer_timeout_s: 600
+          takeover_backoff_s: 5      # another client took over a D's /dresult: D out of rotation this long (doubling)
           # every role
           peer_api_key_file: null    # the API key sent to PD peers whose listeners have api_keys
 
@@ -71,6 +72,7 @@ class PdConfig(BaseModel):
     max_retry: int = Field(default=5, ge=0)
     infer_timeout_s: float = Field(default=600.0, gt=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
+    takeover_backoff_s: float = Field(default=5.0, gt=0)  # another client took a D's /dresult: wait, doubling
     # every role: the API key this instance sends its PD peers (coordinator -> P and D's /dresult,
     # P -> D hand-off) when their mindie_http listeners have api_keys; a file, first key line
     peer_api_key_file: str | None = None

@@ -8,7 +8,8 @@ the user's URL and body to P with ``req-id`` (a decimal 64-bit number), ``req-ty
 ``d-target: <D ip>;<D port>``, relays P's ``output`` and then D's records for that ``req-id``
 (queued until P's output went out), and ends on ``lastData`` (stream: each body as it comes;
 non-stream: the ``lastData`` body as ``application/json``). It holds one ``GET /dresult``
-connection per D instance (reconnecting with a back-off).
+connection per D instance (reconnecting with a back-off; when another client takes it over, that D
+leaves the rotation for ``takeover_backoff_s``, doubling, instead of a fight over the link).
 
 Failures: P's own error answers are forwarded unchanged; a ``retry:`` record sends its body to a
 P again with ``is-recompute: true`` (another D when there is one), at most ``max_retry`` times; a
@@ -40,12 +41,17 @@ from gateway.edge import Edge, current, stream_headers
 
 from . import records as rec
 from .config import split_host_port
-from .metrics import D_QUEUE, HANDOFF, P_QUEUE, RETRIES, ROUTED
+from .metrics import D_QUEUE, HANDOFF, IN_ROTATION, P_QUEUE, RETRIES, ROUTED, TAKEN_OVER
 
 log = logging.getLogger("gateway.mindie.coordinator")
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 LOST = rec.Record("", "lost", b"")
 LINK_IDLE_S = 30.0  # no record nor heartbeat for this long: the D link is considered dead
+MAX_TAKEOVER_BACKOFF_S = 300.0
+
+
+class TakenOver(Exception):
+    """D sent ``close``: another client opened /dresult and holds the link now."""
 
 
 def plain(text: str, status: int):
@@ -193,15 +199,21 @@ class Coordinator:
             await self.session.close()
 
     async def _link(self, d: Instance) -> None:
-        """Hold one GET /dresult on D; dispatch its records; reconnect with a back-off."""
-        backoff = 0.1
+        """Hold one GET /dresult on D; dispatch its records; reconnect with a back-off. When another
+        client takes the link over (D sends ``close``), D leaves the rotation and the coordinator
+        waits ``takeover_backoff_s`` (doubling, at most ``MAX_TAKEOVER_BACKOFF_S``) before it takes
+        the link back, instead of fighting for it: an operator reading /dresult keeps it meanwhile."""
+        backoff, takeover_wait = 0.1, self.pd.takeover_backoff_s
+        IN_ROTATION.labels(d.address).set(0)
         while True:
+            linked_at = None
             try:
                 async with self.session.get(d.url + "/dresult", timeout=aiohttp.ClientTimeout(
                         total=None, connect=self.pd.connect_timeout_s, sock_read=LINK_IDLE_S)) as r:
                     if r.status != 200:
                         raise aiohttp.ClientResponseError(r.request_info, (), status=r.status)
-                    d.connected, backoff = True, 0.1
+                    d.connected, backoff, linked_at = True, 0.1, time.monotonic()
+                    IN_ROTATION.labels(d.address).set(1)
                     log.info("coordinator: /dresult linked to D %s", d.address)
                     buf = b""
                     async for data, end in r.content.iter_chunks():
@@ -211,16 +223,28 @@ class Coordinator:
                         chunk, buf = buf, b""
                         for record in rec.parse_chunk(chunk):
                             if record.kind == rec.CLOSE:
-                                raise ConnectionResetError("D sent close: another coordinator took over")
+                                raise TakenOver
                             agent = self.agents.get(record.req_id)
                             if agent is not None:
                                 agent.queue.put_nowait(record)
             except asyncio.CancelledError:
                 raise
+            except TakenOver:
+                if linked_at is not None and time.monotonic() - linked_at > takeover_wait:
+                    takeover_wait = self.pd.takeover_backoff_s  # held long enough: not a fight
+                self._lost(d)
+                IN_ROTATION.labels(d.address).set(0)
+                TAKEN_OVER.labels(d.address).inc()
+                log.warning("coordinator: another client took over the /dresult link to D %s; D is out of rotation, "
+                            "next try in %.0f s", d.address, takeover_wait)
+                await asyncio.sleep(takeover_wait)
+                takeover_wait = min(takeover_wait * 2, MAX_TAKEOVER_BACKOFF_S)
+                continue
             except Exception as e:  # noqa: BLE001 - any failure: D is lost until the link is back
                 if d.connected:
                     log.warning("coordinator: /dresult link to D %s lost: %s", d.address, e)
             self._lost(d)
+            IN_ROTATION.labels(d.address).set(0)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 2.0)
 
