@@ -134,7 +134,9 @@ def test_without_a_phase_split_p_generates_and_relays_the_rest_to_d(instances, d
      "Invalid req-id, the character of req-id should be hex char [0-9, a-f, A-F], but got 12g"),
     ({"req-id": "a" * 1025, "req-type": "prefill", "d-target": "127.0.0.1"}, "The length of req-id cannot exceed 1024"),
     ({"req-id": "1", "req-type": "decode", "d-target": "127.0.0.1"}, "Parameter req-type must be prefill but got decode"),
-    ({"req-id": "1", "req-type": "prefill", "d-target": "localhost;3025"}, "Parameter d-target must be an IPv4 address"),
+    ({"req-id": "1", "req-type": "prefill", "d-target": "256.0.0.1;3025"}, "Parameter d-target must be an IPv4 address"),
+    ({"req-id": "1", "req-type": "prefill", "d-target": "d_0;3025"}, "Parameter d-target must be an IPv4 address"),
+    ({"req-id": "1", "req-type": "prefill", "d-target": "::1;3025"}, "Parameter d-target must be an IPv4 address"),
     ({"req-id": "1", "req-type": "prefill", "d-target": "127.0.0.1", "is-recompute": "yes"},
      "Parameter is-recompute is an optional parameter. When it is set, it must be true or false."),
 ])

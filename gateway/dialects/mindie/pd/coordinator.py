@@ -5,7 +5,7 @@ MindIE-MS's user-facing routes only (``/infer``, ``/infer_token``, ``/generate``
 ``/v2/models/{m}/generate[_stream]``, ``/v2/models/{m}/infer``) plus ``GET /health``. For each
 request it picks the P instance and the D instance with the fewest requests outstanding, sends
 the user's URL and body to P with ``req-id`` (a decimal 64-bit number), ``req-type: prefill`` and
-``d-target: <D ip>;<D port>``, relays P's ``output`` and then D's records for that ``req-id``
+``d-target: <D host>;<D port>``, relays P's ``output`` and then D's records for that ``req-id``
 (queued until P's output went out), and ends on ``lastData`` (stream: each body as it comes;
 non-stream: the ``lastData`` body as ``application/json``). It holds one ``GET /dresult``
 connection per D instance (reconnecting with a back-off; when another client takes it over, that D
@@ -39,6 +39,7 @@ from gateway.context import GatewayContext
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.edge import Edge, current, stream_headers
 
+from . import peers
 from . import records as rec
 from .config import split_host_port
 from .metrics import D_QUEUE, HANDOFF, IN_ROTATION, P_QUEUE, RETRIES, ROUTED, TAKEN_OVER
@@ -69,10 +70,7 @@ class Instance:
     down_until: float = 0.0
     connected: bool = False  # D: a /dresult link is open
     task: asyncio.Task | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+    url: str = ""  # http(s)://host:port (pd.tls: https)
 
     def take(self, n: int) -> None:
         self.outstanding += n
@@ -99,11 +97,11 @@ class Agent:
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
 
 
-def _instances(addresses, gauge) -> list[Instance]:
+def _instances(addresses, gauge, tls) -> list[Instance]:
     out = []
     for a in addresses:
         host, port = split_host_port(a)
-        out.append(Instance(a, host, port, gauge))
+        out.append(Instance(a, host, port, gauge, url=peers.base_url(host, port, tls)))
     return out
 
 
@@ -176,9 +174,9 @@ class Coordinator:
     def __init__(self, ctx: GatewayContext, cfg):
         self.ctx = ctx
         self.pd = cfg.pd
-        self.p = _instances(self.pd.prefill, P_QUEUE)
-        self.d = _instances(self.pd.decode, D_QUEUE)
-        self.s = _instances(self.pd.standard, P_QUEUE)
+        self.p = _instances(self.pd.prefill, P_QUEUE, self.pd.tls)
+        self.d = _instances(self.pd.decode, D_QUEUE, self.pd.tls)
+        self.s = _instances(self.pd.standard, P_QUEUE, self.pd.tls)
         self.agents: dict[str, Agent] = {}
         self.inflight = 0
         self.session: aiohttp.ClientSession | None = None
@@ -186,7 +184,9 @@ class Coordinator:
 
     # -- lifecycle and D links ----------------------------------------------------------------
     async def start(self, *_a) -> None:
-        self.session = aiohttp.ClientSession(headers=self.peer_headers, timeout=aiohttp.ClientTimeout(
+        tls = peers.client_ssl(self.pd.tls)
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=tls) if tls else None,
+                                             headers=self.peer_headers, timeout=aiohttp.ClientTimeout(
             total=None, connect=self.pd.connect_timeout_s, sock_read=self.pd.infer_timeout_s))
         for d in self.d:
             d.task = asyncio.create_task(self._link(d))

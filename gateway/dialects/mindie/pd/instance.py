@@ -48,6 +48,7 @@ from gateway.llm.types import Done, Token
 from .. import errors, metrics, native, openai, tgi, triton_generate, vllm
 from ..http import Handlers, json_body
 from . import headers as pdh
+from . import peers
 from . import records as rec
 from .metrics import D_CONNECTIONS, D_PENDING, D_RUNNING, HANDOFF
 
@@ -142,6 +143,8 @@ class PdHandlers(Handlers):
         self.hub = DResultHub(cfg.pd.heartbeat_s, cfg.pd.max_pending_records)
         self.tasks: set[asyncio.Task] = set()
         self._session: aiohttp.ClientSession | None = None
+        self._tls = peers.client_ssl(cfg.pd.tls)  # https to D (mTLS with a client certificate)
+        self._trusted_peers = peers.TrustedPeers(cfg.pd.trusted_peers)
 
     # -- P ----------------------------------------------------------------------------------
     async def run(self, request: Request, planner, body: dict | None = None, **kw):
@@ -235,7 +238,7 @@ class PdHandlers(Handlers):
         return _envelope(hdr.req_id, True, bytes(out), last=False)
 
     async def _relay_rest(self, events, plan, hdr: pdh.PdHeaders, skip: int) -> None:
-        url = f"http://{hdr.d_host}:{hdr.d_port}/pd/v1/relay"
+        url = peers.base_url(hdr.d_host, hdr.d_port, self.pd.tls) + "/pd/v1/relay"
         enc = plan.encoder
         try:
             async with aclosing(events):  # closing it cancels the Triton request
@@ -263,9 +266,10 @@ class PdHandlers(Handlers):
 
     async def _handoff(self, hdr: pdh.PdHeaders, payload: dict) -> None:
         if self._session is None:
-            self._session = aiohttp.ClientSession(headers=self._peer_headers,
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self._tls) if self._tls else None,
+                                                  headers=self._peer_headers,
                                                   timeout=aiohttp.ClientTimeout(total=self.pd.handoff_timeout_s))
-        url = f"http://{hdr.d_host}:{hdr.d_port}/pd/v1/decode"
+        url = peers.base_url(hdr.d_host, hdr.d_port, self.pd.tls) + "/pd/v1/decode"
         start = time.perf_counter()
         try:
             async with self._session.post(url, data=orjson.dumps(payload),
@@ -277,13 +281,13 @@ class PdHandlers(Handlers):
         HANDOFF.labels("prefill").observe(time.perf_counter() - start)
 
     # -- D ----------------------------------------------------------------------------------
-    def _trusted(self, request: Request) -> bool:
-        return request.ip in self.pd.trusted_peers
+    async def _trusted(self, request: Request) -> bool:
+        return await self._trusted_peers.allows(request.ip)
 
     async def decode(self, request: Request):
         if self.pd.role != "decode":
             return bad_request(f"Only the Decode node supports decode hand-offs but you send to {self.pd.role}")
-        if not self._trusted(request):
+        if not await self._trusted(request):
             return response.json({"error": "not a trusted peer", "error_type": "Forbidden"}, status=403)
         p = await json_body(request)
         if p.get("relay") is True and isinstance(p.get("reqId"), str):  # P relays the chunks itself
@@ -344,7 +348,7 @@ class PdHandlers(Handlers):
         """One record relayed by a P that runs the whole generation: ``req-id``/``pd-kind`` headers."""
         if self.pd.role != "decode":
             return bad_request(f"Only the Decode node supports relayed records but you send to {self.pd.role}")
-        if not self._trusted(request):
+        if not await self._trusted(request):
             return response.json({"error": "not a trusted peer", "error_type": "Forbidden"}, status=403)
         rid, kind = request.headers.get("req-id", ""), request.headers.get("pd-kind", "")
         if not rid or kind not in (rec.DATA, rec.LAST, rec.ERROR):
