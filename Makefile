@@ -38,7 +38,7 @@ run: install
 
 # MindIE PD on 127.0.0.1: local Triton, coordinator :1025, P :2025/:2026, D :3025/:3026 (docs/mindie.md)
 run-pd: install
-	$(BIN)/python -m gateway.dialects.mindie.pd.local --config $(CONFIG)
+	$(BIN)/gateway run-pd --config $(CONFIG)
 
 test: install
 	$(BIN)/python -m pytest tests
@@ -61,6 +61,7 @@ onnx:
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check gateway tests bench tools soak
+	$(BIN)/lint-imports
 	$(BIN)/python -m gateway.tools.genproto --check
 
 # Its own Triton and gateway on free 127.0.0.1 ports, stopped at the end (also on Ctrl-C): about 7 minutes,

@@ -13,7 +13,8 @@ import sys
 import timeit
 
 from gateway import logs
-from gateway.edge import Admission, Call, Edge
+from gateway.call import Admission, Call
+from gateway.edge import Edge
 
 
 def bench(label: str, fn, number: int) -> None:

@@ -1,7 +1,6 @@
 """CPU time and memory of processes, read from /proc (Linux).
 
-CPU per request is judged the way /work/shared/tools/cpu_per_request.sh does it: the change in
-utime+stime (fields 14 and 15 of /proc/<pid>/stat, in clock ticks) of the gateway's processes
+CPU per request: the change in utime+stime (fields 14 and 15 of /proc/<pid>/stat, in clock ticks) of the gateway's processes
 across a load run, divided by the requests that run completed.
 """
 

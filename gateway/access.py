@@ -235,20 +235,6 @@ def channel_credentials(tls) -> tuple[grpc.ChannelCredentials, tuple[tuple[str, 
     return creds, options
 
 
-def triton_client(settings, **overrides):
-    """The upstream client ``settings`` describe (address, deadlines, retries, balancing, TLS), as the
-    worker and ``gateway check`` both use it; ``overrides`` replace constructor arguments."""
-    from gateway.upstream import TritonUpstream
-
-    u = settings.upstream
-    creds, tls_options = channel_credentials(u.tls) if u.tls is not None else (None, ())
-    args = dict(default_timeout=u.timeout_s, cache_ttl=u.cache_ttl_s, retries=u.retries,
-                stream_timeout=settings.limits.stream_timeout_s, lb_policy=u.lb_policy,
-                credentials=creds, extra_options=tls_options)
-    args.update(overrides)
-    return TritonUpstream(u.grpc, **args)
-
-
 # -- models per dialect -------------------------------------------------------------------------------
 def unknown_model(name: str) -> GatewayError:
     """Triton's own answer for a model it does not have: a model outside the scope is not there."""
@@ -258,7 +244,8 @@ def unknown_model(name: str) -> GatewayError:
 class ModelScope:
     """The Upstream as one dialect sees it when ``dialects.<name>.triton_models`` lists models: calls
     naming another model answer NOT_FOUND in Triton's words (each dialect renders it as its own
-    not-found), and the repository index lists only these models. Everything else is delegated."""
+    not-found), and the repository index lists only these models. It is the whole Upstream
+    contract (gateway.upstream.Upstream), each method stated."""
 
     def __init__(self, upstream, models: Iterable[str]):
         self.upstream = upstream
@@ -271,13 +258,13 @@ class ModelScope:
         if model not in self.models:
             raise unknown_model(model)
 
-    async def infer(self, req, *, timeout: float | None = None):
+    async def infer(self, req):
         self._check(req.model)
-        return await self.upstream.infer(req, timeout=timeout)
+        return await self.upstream.infer(req)
 
-    async def stream(self, req, *, timeout: float | None = None):
+    async def stream(self, req):
         self._check(req.model)
-        async with aclosing(self.upstream.stream(req, timeout=timeout)) as items:  # closed at once with us
+        async with aclosing(self.upstream.stream(req)) as items:  # closed at once with us
             async for resp in items:
                 yield resp
 
@@ -295,29 +282,14 @@ class ModelScope:
     async def repository_index(self):
         return [e for e in await self.upstream.repository_index() if e.name in self.models]
 
-    def __getattr__(self, name: str):  # server_ready, server_metadata, connect, close, channel...
-        return getattr(self.upstream, name)
+    async def server_ready(self) -> bool:
+        return await self.upstream.server_ready()
+
+    async def server_metadata(self):
+        return await self.upstream.server_metadata()
 
 
 def scoped(upstream, models: Iterable[str]):
     """``upstream`` restricted to ``models``; unchanged when the list is empty (every model)."""
     models = tuple(models)
     return ModelScope(upstream, models) if models else upstream
-
-
-class _ScopedContext:
-    """A worker's GatewayContext with the upstream replaced by a ModelScope; everything else (admission,
-    draining, started...) is read from the worker's own context, live."""
-
-    def __init__(self, ctx, upstream):
-        self._ctx = ctx
-        self.upstream = upstream
-
-    def __getattr__(self, name: str):
-        return getattr(self._ctx, name)
-
-
-def scoped_context(ctx, models: Iterable[str]):
-    """The context handed to a dialect's ``open``: ``ctx`` itself unless ``models`` restricts it."""
-    models = tuple(models)
-    return _ScopedContext(ctx, ModelScope(ctx.upstream, models)) if models else ctx

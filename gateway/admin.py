@@ -12,8 +12,7 @@ from sanic import Sanic, response
 
 from gateway import metrics
 from gateway.context import GatewayContext
-from gateway.core.errors import GRPC_STATUS, HTTP_STATUS, ErrorKind, GatewayError
-from gateway.dialect import Dialect, GrpcStatus, ListenerSpec
+from gateway.dialect import DefaultRendering, Dialect, ListenerSpec
 from gateway.edge import Edge
 
 DIALECT = Dialect(
@@ -25,25 +24,14 @@ DIALECT = Dialect(
 )
 
 
-class Rendering:
-    def overloaded(self, limit: int) -> GatewayError:
-        return GatewayError(ErrorKind.OVERLOADED, f"too many requests in flight ({limit})")
-
-    def http(self, err: GatewayError, status: int | None = None):
-        return response.json({"error": err.message}, status=status or HTTP_STATUS[err.kind])
-
-    def grpc(self, err: GatewayError) -> GrpcStatus:
-        return GrpcStatus(GRPC_STATUS[err.kind], err.message)
-
-
 @dataclass
 class State:
     ctx: GatewayContext
-    errors: Rendering
+    errors: DefaultRendering
 
 
 def open(ctx: GatewayContext, _config) -> State:
-    return State(ctx, Rendering())
+    return State(ctx, DefaultRendering())
 
 
 def attach(app: Sanic, edge: Edge, state: State) -> None:

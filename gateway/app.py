@@ -23,7 +23,7 @@ from gateway.dialects import CATALOGUE
 from gateway.edge import Edge
 from gateway.http import make_app
 from gateway.settings import Listener, Settings
-from gateway.upstream import Upstream
+from gateway.upstream import Upstream, from_settings
 
 log = logging.getLogger("gateway")
 
@@ -66,7 +66,7 @@ class Worker:
     def _upstream(self) -> Upstream:
         if self.upstream_factory is not None:
             return self.upstream_factory(self.settings)
-        return access.triton_client(self.settings)
+        return from_settings(self.settings)
 
     async def start(self) -> GatewayContext:
         bounded.configure(self.settings.limits)  # the limits pure decoding functions read
@@ -89,7 +89,8 @@ class Worker:
     async def _start_dialect(self, dialect: Dialect, listeners: list[Listener], ctx: GatewayContext) -> None:
         config = self.settings.dialect(dialect.name)
         models = getattr(config, "triton_models", ())  # the dialect sees only these models (empty: all)
-        state = load(dialect.open)(access.scoped_context(ctx, models), config)
+        scope = access.ModelScope(ctx.upstream, models) if models else None
+        state = load(dialect.open)(ctx.for_dialect(scope), config)
         self._states.append(state)
         if hasattr(state, "start"):
             await state.start()

@@ -28,81 +28,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
-
-from pydantic import BaseModel
+from typing import Any
 
 from gateway.access import scoped
 from gateway.core.errors import GatewayError
-from gateway.core.tensors import TensorSpec
+from gateway.dialect import load
+from gateway.dialects import CATALOGUE
+from gateway.findings import CheckContext, Finding, Row
 from gateway.settings import Settings
-from gateway.upstream import Upstream
-
-Level = Literal["error", "warning"]
-
-
-@dataclass(frozen=True, slots=True)
-class Io:
-    """One input or output as a client sees it: its alias, and the Triton tensor behind it."""
-
-    alias: str
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
-
-    def __str__(self) -> str:
-        head = self.name if self.alias == self.name else f"{self.alias}={self.name}"
-        return f"{head} {self.datatype}{list(self.shape)}"
-
-
-def ios(pairs: Iterable[tuple[str, TensorSpec]] | Iterable[TensorSpec], datatype=None) -> tuple[Io, ...]:
-    """Io rows from (alias, TensorSpec) pairs or bare TensorSpecs (alias = Triton name);
-    ``datatype(spec)`` overrides the dtype shown (TF's half_as_float)."""
-    out = []
-    for item in pairs:
-        alias, spec = (item.name, item) if isinstance(item, TensorSpec) else item
-        out.append(Io(alias, spec.name, datatype(spec) if datatype else spec.datatype, tuple(spec.shape)))
-    return tuple(out)
-
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    dialect: str
-    name: str  # the name a client uses
-    model: str  # the Triton model ("" when the row is not a model, e.g. a PD peer)
-    version: str = ""  # "" = Triton's version policy (latest)
-    inputs: tuple[Io, ...] = ()
-    outputs: tuple[Io, ...] = ()
-    detail: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    level: Level
-    dialect: str
-    name: str  # the exposed name (or setting) it is about
-    message: str
-
-
-@dataclass(slots=True)
-class CheckContext:
-    """What a dialect's check function gets."""
-
-    settings: Settings
-    dialect: str
-    config: BaseModel  # the validated ``dialects.<name>`` section
-    upstream: Upstream
-
-    def row(self, name: str, model: str, version: str = "", inputs=(), outputs=(), detail: str = "") -> Row:
-        return Row(self.dialect, name, model, version, tuple(inputs), tuple(outputs), detail)
-
-    def error(self, name: str, message: str) -> Finding:
-        return Finding("error", self.dialect, name, message)
-
-    def warning(self, name: str, message: str) -> Finding:
-        return Finding("warning", self.dialect, name, message)
+from gateway.upstream import Upstream, from_settings
 
 
 @dataclass(slots=True)
@@ -140,9 +75,6 @@ class Report:
 
 async def collect(settings: Settings, upstream: Upstream) -> Report:
     """Every dialect's rows and findings against ``upstream`` (connected by the caller)."""
-    from gateway.dialect import load
-    from gateway.dialects import CATALOGUE
-
     report = Report(settings.upstream.grpc)
     try:
         await upstream.repository_index()
@@ -181,9 +113,8 @@ async def collect(settings: Settings, upstream: Upstream) -> Report:
 
 async def run(settings: Settings) -> Report:
     """Connect to ``upstream.grpc`` with the gateway's own client, collect, close."""
-    from gateway.access import triton_client
 
-    client = triton_client(settings, default_timeout=min(settings.upstream.timeout_s, 10.0), cache_ttl=300.0)
+    client = from_settings(settings, default_timeout=min(settings.upstream.timeout_s, 10.0), cache_ttl=300.0)
     await client.connect()
     try:
         return await collect(settings, client)

@@ -1,5 +1,6 @@
-"""Command line: ``gateway serve`` (the gateway alone), ``gateway local`` (local Triton + gateway) and
-``gateway check`` (how each dialect's names map onto Triton's models)."""
+"""Command line: ``gateway serve`` (the gateway alone), ``gateway local`` (local Triton + gateway),
+``gateway run-pd`` (local Triton + a MindIE PD cluster) and ``gateway check`` (how each dialect's
+names map onto Triton's models)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,9 @@ import sys
 import tempfile
 import time
 from dataclasses import replace
-from pathlib import Path
 
-from gateway import settings as settings_mod
-from gateway.settings import Settings
+from gateway import config as config_mod
+from gateway.settings import ENV_PREFIX, Settings, SettingsError
 
 log = logging.getLogger("gateway")
 
@@ -65,7 +65,7 @@ def _run_loop(coro) -> None:
 
 def _worker_entry(config: str | None, env: dict[str, str]) -> None:
     os.environ.update(env)
-    s = settings_mod.load(config)
+    s = config_mod.load(config)
     _setup_logging(s)
     _run_loop(_serve_async(s, reuse_port=True, announce=False))
 
@@ -88,7 +88,7 @@ def serve(settings: Settings, config: str | None) -> int:
     env = {
         "PROMETHEUS_MULTIPROC_DIR": metrics_dir,
         shared.ENV: shared_dir,
-        settings_mod.ENV_PREFIX + "UPSTREAM__GRPC": settings.upstream.grpc,
+        ENV_PREFIX + "UPSTREAM__GRPC": settings.upstream.grpc,
     }
     os.environ.update(env)
     ctx = multiprocessing.get_context("spawn")
@@ -156,45 +156,21 @@ def _supervise(procs: list, spawn, stopping, stop) -> int:
     return code
 
 
-def _raise_exit(signum, _frame) -> None:
-    raise SystemExit(128 + signum)
-
-
-def _exit_with_parent() -> None:
-    """Get SIGTERM when the starting process dies (Linux PR_SET_PDEATHSIG).
-
-    `make run` is the parent of `gateway local`; make does not pass SIGTERM on to its children, so
-    without this a supervisor stopping make would leave the gateway, Triton and its stubs running.
-    """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: nothing to do
-        return
-    if os.getppid() == 1:  # the parent died before prctl took effect
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
 def local(settings: Settings, config: str | None) -> int:
     """Start the bundled tritonserver on CPU, then the gateway in front of it; stop both on exit."""
-    from gateway import localtriton, startup
+    from gateway import launch, startup
 
     # While Triton starts, SIGTERM becomes an exception so that start() stops what it started;
     # afterwards serve() handles signals itself and the finally below stops Triton.
-    signal.signal(signal.SIGTERM, _raise_exit)
-    _exit_with_parent()
+    signal.signal(signal.SIGTERM, launch.raise_exit)
+    launch.exit_with_parent()
     if not startup.preflight(settings, upstream=False):  # a listener's port taken: say so before Triton loads
         return 1
-    try:
-        tp = localtriton.start(settings.local_triton, Path.cwd(), on_progress=lambda line: print(line, flush=True))
-    except localtriton.TritonStartError as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
+    tp = launch.start_triton(settings, on_progress=lambda line: print(line, flush=True))
+    if tp is None:
         return 1
-    print(f"{'Triton (local, CPU) KServe V2 gRPC / HTTP':<70} {tp.grpc_target} / {tp.http_url}", flush=True)
     settings = replace(settings, upstream=settings.upstream.model_copy(update={"grpc": tp.grpc_target}))
-    os.environ[settings_mod.ENV_PREFIX + "UPSTREAM__GRPC"] = tp.grpc_target
+    os.environ[ENV_PREFIX + "UPSTREAM__GRPC"] = tp.grpc_target
     try:
         return serve(settings, config)
     finally:
@@ -215,16 +191,29 @@ def main(argv: list[str] | None = None) -> int:
                                          "exit 1 on a mismatch (gateway/check.py)")
     check.add_argument("--config", "-c", help="YAML settings file (gateway.yaml is the commented reference)")
     check.add_argument("--json", action="store_true", help="JSON instead of a table")
+    pd = sub.add_parser("run-pd", help="MindIE PD on 127.0.0.1: local Triton, a coordinator, two P and two D "
+                                       "instances (make run-pd)")
+    pd.add_argument("--config", "-c", help="YAML settings (local_triton); default: built-in defaults")
+    pd.add_argument("--ports", default="1025,2025,2026,3025,3026",
+                    help="coordinator,P1,P2,D1,D2 MindIE ports (default %(default)s)")
+    pd.add_argument("--admin-base", type=int, default=9190,
+                    help="first admin port; 0: no admin listeners (default %(default)s)")
     args = parser.parse_args(argv)
+    if args.command == "run-pd" and len(args.ports.split(",")) != 5:
+        parser.error("--ports needs five ports")
     try:
-        s = settings_mod.load(args.config)
-    except (OSError, settings_mod.SettingsError) as e:
+        s = config_mod.load(args.config)
+    except (OSError, SettingsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.command == "check":
         from gateway import check as check_mod
 
         return check_mod.main(s, as_json=args.json)
+    if args.command == "run-pd":
+        from gateway import launch
+
+        return launch.run_pd(s, [int(p) for p in args.ports.split(",")], args.admin_base)
     _setup_logging(s)
     if args.command == "serve":
         return serve(s, args.config)

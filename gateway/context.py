@@ -1,7 +1,11 @@
-"""What every listener of a worker shares: settings, the upstream client, the in-flight bound.
+"""What every listener of a worker shares, and what each dialect is handed.
 
-Created once per worker process, inside its running loop (``Worker.start``). Each dialect's
-``open`` receives it and keeps what it needs on its own per-worker state.
+    GatewayContext   one per worker process, created inside its running loop (``Worker.start``):
+                     settings, the upstream client, the in-flight bound, started / draining
+    DialectContext   what a dialect's ``open`` receives: the worker's shared parts (read live) and
+                     its own view of Triton: ``upstream`` is a ModelScope when
+                     ``dialects.<name>.triton_models`` restricts it (``scope``), and ``channel``
+                     is the raw gRPC channel, for a dialect that forwards bytes (the V2 passthrough)
 """
 
 from __future__ import annotations
@@ -9,7 +13,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from gateway.edge import Admission
+import grpc
+
+from gateway.access import ModelScope
+from gateway.call import Admission
 from gateway.settings import Settings
 from gateway.upstream import Upstream
 
@@ -29,3 +36,38 @@ class GatewayContext:
     @property
     def inflight(self) -> int:
         return self.admission.inflight
+
+    def for_dialect(self, scope: ModelScope | None) -> DialectContext:
+        return DialectContext(self, scope)
+
+
+class DialectContext:
+    """One dialect's view of its worker (see the module's docstring)."""
+
+    __slots__ = ("worker", "scope", "upstream")
+
+    def __init__(self, worker: GatewayContext, scope: ModelScope | None = None):
+        self.worker = worker
+        self.scope = scope  # the models this dialect may reach (None: every model)
+        self.upstream: Upstream = scope if scope is not None else worker.upstream
+
+    @property
+    def settings(self) -> Settings:
+        return self.worker.settings
+
+    @property
+    def admission(self) -> Admission:
+        return self.worker.admission
+
+    @property
+    def started(self) -> asyncio.Event:
+        return self.worker.started
+
+    @property
+    def draining(self) -> bool:
+        return self.worker.draining
+
+    @property
+    def channel(self) -> grpc.aio.Channel:
+        """The raw channel to Triton (TritonUpstream.channel), for byte-level forwarding."""
+        return self.worker.upstream.channel  # type: ignore[attr-defined]  (fakes have none)

@@ -4,7 +4,7 @@
       name          the ``dialects.<name>`` section, and the ``dialect`` metrics label
       listeners     ListenerSpec(name, default port, "http" | "grpc", description, attach, timeout)
       config        the pydantic model of its YAML section (checked with the whole file at start-up)
-      open          (WorkerContext, config) -> its per-worker state, created once per worker and
+      open          (DialectContext, config) -> its per-worker state, created once per worker and
                     shared by all its listeners; the state carries ``errors`` (ErrorRendering) and
                     may define ``async start()`` / ``async close()``
       check         optional "module:function": async (gateway.check.CheckContext) -> list of Row and
@@ -30,7 +30,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 import grpc
 from pydantic import BaseModel, ConfigDict
 
-from gateway.core.errors import GatewayError
+from gateway.core.errors import GRPC_STATUS, HTTP_STATUS, ErrorKind, GatewayError
 
 
 class NoConfig(BaseModel):
@@ -60,6 +60,23 @@ class ErrorRendering(Protocol):
         """A GrpcStatus to abort with, or a response message to answer with (GRPS: OK + FAILURE)."""
 
 
+class DefaultRendering:
+    """The generic envelope: ``{"error": message}`` with the taxonomy's HTTP status, the taxonomy's
+    gRPC code. A dialect subclasses it and overrides what its original server writes differently,
+    so a dialect without an HTTP (or gRPC) listener need not write that half."""
+
+    def overloaded(self, limit: int) -> GatewayError:
+        return GatewayError(ErrorKind.OVERLOADED, f"too many requests in flight ({limit})")
+
+    def http(self, err: GatewayError, status: int | None = None) -> Any:
+        from sanic import response
+
+        return response.json({"error": err.message}, status=status or HTTP_STATUS[err.kind])
+
+    def grpc(self, err: GatewayError) -> GrpcStatus | Any:
+        return GrpcStatus(GRPC_STATUS[err.kind], err.message)
+
+
 @dataclass(frozen=True, slots=True)
 class ListenerSpec:
     name: str  # unique over all dialects: the ``listeners.<name>`` key
@@ -74,7 +91,7 @@ class ListenerSpec:
 class Dialect:
     name: str
     listeners: tuple[ListenerSpec, ...]
-    open: str  # "module:function": (WorkerContext, config) -> state with ``errors``
+    open: str  # "module:function": (DialectContext, config) -> state with ``errors``
     config: type[BaseModel] = NoConfig
     check: str | None = None  # "module:function" for ``gateway check`` (gateway/check.py)
     reaches_models: bool = True  # its section takes ``triton_models`` (gateway.access.ModelScope)

@@ -16,19 +16,18 @@
     metrics      one observation per request: dialect, listener, route, model, outcome, status, bytes;
                  and one access log line (``access_log``, gateway/logs.py)
 
-The request's ``Call`` lives in a context variable for the duration of the handler, so the upstream
+The request's ``Call`` (gateway/call.py) is current for the duration of the handler, so the upstream
 client takes the deadline and the request id from it without every dialect passing them along.
+Whatever a handler raises takes one path, ``Edge.failure``: a GatewayError as it is, sanic's body
+errors as the client's mistake, anything else logged and answered INTERNAL; HTTP and gRPC only
+differ in how the dialect renders it.
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextvars import ContextVar
 from typing import Any
 
 import grpc
@@ -36,85 +35,11 @@ from sanic.exceptions import SanicException
 
 from gateway import logs, metrics
 from gateway.access import AUTHORIZATION, UNAUTHENTICATED_MESSAGE, ApiKeys, bearer
+from gateway.call import REQUEST_ID, Admission, Call, current, enter, leave, request_id
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.dialect import ErrorRendering, GrpcStatus
 
 log = logging.getLogger("gateway.edge")
-
-REQUEST_ID = "x-request-id"
-MAX_REQUEST_ID = 128  # longer client ids are cut (they travel in logs, headers and Triton's trace)
-_ids = itertools.count(1)
-_ID_PREFIX = os.urandom(4).hex()
-_current: ContextVar[Call | None] = ContextVar("gateway_call", default=None)
-
-
-def current() -> Call | None:
-    """The request being handled in this task (None outside a request)."""
-    return _current.get()
-
-
-def new_request_id() -> str:
-    return f"{_ID_PREFIX}-{next(_ids):x}"
-
-
-def _request_id(given: str | None) -> str:
-    if not given:
-        return new_request_id()
-    if not (given.isascii() and given.isprintable()):  # it travels in headers, gRPC metadata and logs
-        return new_request_id()
-    return given[:MAX_REQUEST_ID]
-
-
-class Call:
-    """One request as the edge sees it."""
-
-    __slots__ = ("request_id", "route", "model", "start", "deadline", "stream_deadline", "failed")
-
-    def __init__(self, request_id: str, route: str, timeout: float, stream_timeout: float,
-                 client_timeout: float | None = None):
-        self.request_id = request_id
-        self.route = route
-        self.model = ""
-        self.failed = ""  # an error kind a handler answered in-band (a stream that failed midway)
-        self.start = now = time.monotonic()
-        if client_timeout is not None:
-            timeout, stream_timeout = min(timeout, client_timeout), min(stream_timeout, client_timeout)
-        self.deadline = now + timeout
-        self.stream_deadline = now + stream_timeout
-
-    def shorten(self, seconds: float) -> None:
-        """The client asked for less time than the listener's default (e.g. MindIE's ``timeout``)."""
-        end = self.start + seconds
-        self.deadline = min(self.deadline, end)
-        self.stream_deadline = min(self.stream_deadline, end)
-
-    def fail(self, err: GatewayError) -> None:
-        """The answer carries this error in-band (its status says OK): count it as the failure it is."""
-        self.failed = err.kind.value
-
-    def remaining(self, stream: bool = False) -> float:
-        return max((self.stream_deadline if stream else self.deadline) - time.monotonic(), 0.0)
-
-
-class Admission:
-    """The in-flight bound of one worker, shared by all its listeners."""
-
-    __slots__ = ("limit", "inflight")
-
-    def __init__(self, limit: int):
-        self.limit = limit
-        self.inflight = 0
-
-    def acquire(self) -> bool:
-        if self.inflight >= self.limit:
-            return False
-        self.inflight += 1
-        metrics.INFLIGHT.inc()
-        return True
-
-    def release(self) -> None:
-        self.inflight -= 1
-        metrics.INFLIGHT.dec()
 
 
 def _metadata_value(md, key: str) -> str | None:
@@ -143,8 +68,8 @@ class Edge:
         self.stream_timeout_s = stream_timeout_s
 
     # -- shared steps ------------------------------------------------------------------------
-    def begin(self, route: str, request_id: str | None, client_timeout: float | None = None) -> Call:
-        return Call(_request_id(request_id), route, self.timeout_s, self.stream_timeout_s, client_timeout)
+    def begin(self, route: str, given_id: str | None, client_timeout: float | None = None) -> Call:
+        return Call(request_id(given_id), route, self.timeout_s, self.stream_timeout_s, client_timeout)
 
     def finish(self, call: Call, outcome: str, status: int | str = "", bytes_in: int = 0, bytes_out: int = 0) -> None:
         """Metrics and the access line of one answered request (``status``: HTTP status or gRPC code name)."""
@@ -159,9 +84,34 @@ class Edge:
         if not self.admission.acquire():
             raise self.errors.overloaded(self.admission.limit)
 
-    def _internal(self, exc: BaseException) -> GatewayError:
-        log.error("%s %s: unexpected error", self.listener, current().route if current() else "", exc_info=exc)
+    def failure(self, exc: Exception) -> GatewayError:
+        """The one error path: what a handler raised, as the GatewayError its client is answered with.
+        A GatewayError as it is; sanic's errors while reading the body (over
+        ``limits.max_request_bytes``, too slow) as the client's mistake; anything else is a bug:
+        logged with its stack, answered INTERNAL without details."""
+        if isinstance(exc, GatewayError):
+            return exc
+        if isinstance(exc, SanicException) and (exc.status_code or 500) < 500:
+            kind = ErrorKind.DEADLINE_EXCEEDED if exc.status_code == 408 else ErrorKind.INVALID_ARGUMENT
+            return GatewayError(kind, str(exc) or "error")
+        call = current()
+        log.error("%s %s: unexpected error", self.listener, call.route if call else "", exc_info=exc)
         return GatewayError(ErrorKind.INTERNAL, "Internal error")
+
+    def _failed(self, exc: BaseException) -> tuple[str, GatewayError | None]:
+        """(outcome, the error to answer with); None when the request is gone (cancelled, or its
+        stream closed early) or the process is stopping: the caller re-raises."""
+        if isinstance(exc, Exception):
+            err = self.failure(exc)
+            return err.kind.value, err
+        return "cancelled", None
+
+    def render_http(self, err: GatewayError, status: int | None = None):
+        """The dialect's HTTP answer for ``err`` (``status`` overrides its table's, e.g. 413)."""
+        resp = self.errors.http(err, status=status)
+        if err.kind is ErrorKind.UNAUTHENTICATED:
+            resp.headers["www-authenticate"] = "Bearer"  # RFC 6750
+        return resp
 
     # -- HTTP ----------------------------------------------------------------------------------
     def route(self, app, handler: Callable[..., Awaitable[Any]], uri: str, methods: list[str], name: str,
@@ -172,12 +122,12 @@ class Edge:
         app.add_route(self.http(name, handler, admit, public), uri, methods=methods, name=name, stream=True)
 
     def http(self, route: str, handler: Callable[..., Awaitable[Any]], admit: bool = True, public: bool = False):
-        errors, admission = self.errors, self.admission
+        admission = self.admission
         keys = None if public else self.keys
 
         async def endpoint(request, **params):
             call = self.begin(route, request.headers.get(REQUEST_ID))
-            token = _current.set(call)
+            token = enter(call)
             outcome, resp = "internal", None
             try:
                 if keys is not None:
@@ -193,22 +143,16 @@ class Edge:
                     await _read_body(request)
                     resp = await handler(request, **params)
                 outcome = call.failed or "ok"
-            except GatewayError as err:
-                outcome, resp = err.kind.value, errors.http(err)
-                if err.kind is ErrorKind.UNAUTHENTICATED:
-                    resp.headers["www-authenticate"] = "Bearer"  # RFC 6750
-            except SanicException as exc:  # reading the body: over limits.max_request_bytes (413), timed out
-                err = _body_error(exc)
-                outcome, resp = err.kind.value, errors.http(err, status=exc.status_code)
-            except asyncio.CancelledError:
-                outcome = "cancelled"
-                raise
-            except Exception as exc:  # noqa: BLE001 - the edge: logged, answered INTERNAL
-                resp = errors.http(self._internal(exc))
+            except BaseException as exc:  # noqa: BLE001 - the edge: every failure takes Edge.failure
+                outcome, err = self._failed(exc)
+                if err is None:
+                    raise
+                status = exc.status_code if isinstance(exc, SanicException) and err is not exc else None
+                resp = self.render_http(err, status)
             finally:
-                _current.reset(token)
+                leave(token)
                 self.finish(call, outcome, *_http_answer(request, resp, outcome))
-            if resp is not None:  # None: the handler streamed its answer (see stream_headers)
+            if resp is not None:  # None: the handler streamed its answer (see call.stream_headers)
                 resp.headers[REQUEST_ID] = call.request_id
             return resp
 
@@ -224,16 +168,11 @@ class Edge:
         # client's mistake, rendered as the dialect's invalid-argument envelope with status 413
         kind = {404: ErrorKind.NOT_FOUND, 405: ErrorKind.NOT_FOUND,
                 408: ErrorKind.DEADLINE_EXCEEDED}.get(status, ErrorKind.INVALID_ARGUMENT)
-        if status >= 500:
-            err = self._internal(exc)
-        else:
-            err = GatewayError(kind, str(exc) or "error")
+        err = self.failure(exc) if status >= 500 else GatewayError(kind, str(exc) or "error")
         if self.keys is not None and not self.keys.valid(bearer(request.headers.get(AUTHORIZATION))):
             err, status = GatewayError(ErrorKind.UNAUTHENTICATED, UNAUTHENTICATED_MESSAGE), 401  # no route probing
         call = self.begin("_unrouted", request.headers.get(REQUEST_ID))
-        resp = self.errors.http(err, status=None if status >= 500 else status)
-        if err.kind is ErrorKind.UNAUTHENTICATED:
-            resp.headers["www-authenticate"] = "Bearer"
+        resp = self.render_http(err, None if status >= 500 else status)
         self.finish(call, err.kind.value, resp.status, 0, len(resp.body or b""))
         resp.headers[REQUEST_ID] = call.request_id
         return resp
@@ -244,7 +183,7 @@ class Edge:
         call = self.begin(route, _metadata_value(context.invocation_metadata(), REQUEST_ID), _grpc_timeout(context))
         if model_of is not None:
             call.model = model_of(request)
-        return call, _current.set(call), ((REQUEST_ID, call.request_id),)
+        return call, enter(call), ((REQUEST_ID, call.request_id),)
 
     def _grpc_admit(self, context) -> None:
         """The API key (listeners with ``api_keys``), then admission: refused requests raise."""
@@ -254,33 +193,17 @@ class Edge:
 
     def unary(self, route: str, fn: Callable[[Any, Any], Awaitable[Any]],
               model_of: Callable[[Any], str] | None = None):
-        """A unary gRPC behaviour ``fn(request, context)`` behind the edge."""
-        errors, admission = self.errors, self.admission
+        """A unary gRPC behaviour ``fn(request, context)`` behind the edge: the stream path, one answer."""
+
+        async def once(request, context):
+            yield await fn(request, context)
+
+        drive = self._drive
 
         async def handler(request, context):
-            call, token, trailing = self._grpc_begin(route, request, context, model_of)
-            outcome, answer = "internal", None
-            try:
-                self._grpc_admit(context)
-                try:
-                    answer = await fn(request, context)
-                finally:
-                    admission.release()
-                outcome = call.failed or "ok"
-            except GatewayError as err:
-                outcome, answer = err.kind.value, errors.grpc(err)
-            except asyncio.CancelledError:
-                outcome = "cancelled"
-                raise
-            except Exception as exc:  # noqa: BLE001
-                answer = errors.grpc(self._internal(exc))
-            finally:
-                _current.reset(token)
-                self.finish(call, outcome, _grpc_code(answer, outcome), _size(request),
-                            0 if isinstance(answer, GrpcStatus) else _size(answer))
-            if isinstance(answer, GrpcStatus):
-                await context.abort(answer.code, answer.message, answer.trailing + trailing)
-            context.set_trailing_metadata(trailing)
+            answer = None
+            async for item in drive(route, once, request, context, model_of):
+                answer = item
             return answer
 
         return handler
@@ -288,37 +211,44 @@ class Edge:
     def stream(self, route: str, fn: Callable[[Any, Any], AsyncIterator[Any]],
                model_of: Callable[[Any], str] | None = None):
         """A server- or bidi-streaming gRPC behaviour ``fn(request_or_iterator, context)``."""
-        errors, admission = self.errors, self.admission
+        drive = self._drive
 
         async def handler(request, context):
-            call, token, trailing = self._grpc_begin(route, request, context, model_of)
-            outcome, failure, sent = "internal", None, 0
-            try:
-                self._grpc_admit(context)
-                try:
-                    async for item in fn(request, context):
-                        sent += _size(item)
-                        yield item
-                finally:
-                    admission.release()
-                outcome = call.failed or "ok"
-            except GatewayError as err:
-                outcome, failure = err.kind.value, errors.grpc(err)
-            except asyncio.CancelledError:
-                outcome = "cancelled"
-                raise
-            except Exception as exc:  # noqa: BLE001
-                failure = errors.grpc(self._internal(exc))
-            finally:
-                _current.reset(token)
-                self.finish(call, outcome, _grpc_code(failure, outcome), _size(request), sent)
-            if isinstance(failure, GrpcStatus):
-                await context.abort(failure.code, failure.message, failure.trailing + trailing)
-            if failure is not None:
-                yield failure  # a dialect that answers errors in-band (GRPS)
-            context.set_trailing_metadata(trailing)
+            async for item in drive(route, fn, request, context, model_of):
+                yield item
 
         return handler
+
+    async def _drive(self, route: str, fn, request, context, model_of) -> AsyncIterator[Any]:
+        """The one gRPC path: key, admission, the handler's answers, then a failure either aborts the
+        call with its status or, for a dialect that answers errors in-band (GRPS), is the last answer."""
+        call, token, trailing = self._grpc_begin(route, request, context, model_of)
+        admission = self.admission
+        outcome, failure, sent = "internal", None, 0
+        try:
+            self._grpc_admit(context)
+            try:
+                async for item in fn(request, context):
+                    sent += _size(item)
+                    yield item
+            finally:
+                admission.release()
+            outcome = call.failed or "ok"
+        except BaseException as exc:  # noqa: BLE001 - the edge: every failure takes Edge.failure
+            outcome, err = self._failed(exc)
+            if err is None:
+                raise
+            failure = self.errors.grpc(err)
+            if not isinstance(failure, GrpcStatus):
+                sent += _size(failure)
+        finally:
+            leave(token)
+            self.finish(call, outcome, _grpc_code(failure, outcome), _size(request), sent)
+        if isinstance(failure, GrpcStatus):
+            await context.abort(failure.code, failure.message, failure.trailing + trailing)
+        if failure is not None:
+            yield failure
+        context.set_trailing_metadata(trailing)
 
 
 _access_enabled = logs.ACCESS.isEnabledFor
@@ -357,17 +287,3 @@ async def _read_body(request) -> None:
     if stream is not None and stream.request_body:
         stream.request_max_size = request.app.config.REQUEST_MAX_SIZE
         await request.receive_body()
-
-
-def _body_error(exc: SanicException) -> GatewayError:
-    kind = ErrorKind.DEADLINE_EXCEEDED if exc.status_code == 408 else ErrorKind.INVALID_ARGUMENT
-    return GatewayError(kind, str(exc) or "error")
-
-
-def stream_headers(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Headers for an answer a handler streams itself (``request.respond``): the request id."""
-    call = current()
-    headers = dict(extra or {})
-    if call is not None:
-        headers[REQUEST_ID] = call.request_id
-    return headers

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from gateway.call import current
 from gateway.core.errors import ErrorKind, GatewayError, not_found
 from gateway.core.tensors import (
     InferRequest,
@@ -56,6 +57,12 @@ def text_response(text: str, final: bool = False, name: str = "text_output", **e
     return InferResponse("llm", "1", outs, final=final)
 
 
+
+def _deadline(stream: bool = False) -> float | None:
+    """The seconds a real upstream call would be given: the current request's (None outside one)."""
+    call = current()
+    return call.remaining(stream) if call is not None else None
+
 class FakeUpstream:
     def __init__(self, script=None, metas=None, *, infer: Callable[[InferRequest], InferResponse] | None = None,
                  index: list[ModelIndexEntry] | None = None, ready: bool = True, hold: asyncio.Event | None = None):
@@ -75,16 +82,16 @@ class FakeUpstream:
     async def close(self) -> None:
         pass
 
-    async def infer(self, req, *, timeout=None):
-        self.requests.append((req, timeout))
+    async def infer(self, req):
+        self.requests.append((req, _deadline()))
         if self.hold is not None:
             await self.hold.wait()
         if self._infer is None:
             raise GatewayError(ErrorKind.UNAVAILABLE, "no infer scripted")
         return self._infer(req)
 
-    async def stream(self, req, *, timeout=None):
-        self.requests.append((req, timeout))
+    async def stream(self, req):
+        self.requests.append((req, _deadline(stream=True)))
         try:
             if self.hold is not None:
                 await self.hold.wait()

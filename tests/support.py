@@ -74,7 +74,7 @@ def worker_settings(ports: dict[str, int], upstream: str, **extra: str):
     Built through the environment rule (``GATEWAY__...``), as an operator would override a file;
     ``extra`` adds more variables, e.g. ``LIMITS__MAX_INFLIGHT="1"``.
     """
-    from gateway import settings
+    from gateway import config
     from gateway.dialects import LISTENERS
 
     env = {"GATEWAY__UPSTREAM__GRPC": upstream, "GATEWAY__HOST": "127.0.0.1"}
@@ -83,7 +83,7 @@ def worker_settings(ports: dict[str, int], upstream: str, **extra: str):
         if name in ports:
             env[f"GATEWAY__LISTENERS__{name.upper()}__PORT"] = str(ports[name])
     env.update({f"GATEWAY__{k}": v for k, v in extra.items()})
-    return settings.load(None, env=env)
+    return config.load(None, env=env)
 
 
 def http_call(base: str, method: str, path: str, body: bytes | str | None = None, headers: dict | None = None,

@@ -16,7 +16,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 
 from gateway import metrics
-from gateway.edge import current
+from gateway.call import current
 from gateway.upstream import Upstream
 
 from .catalog import Resolved
@@ -84,7 +84,7 @@ async def tokens(upstream: Upstream, infer, req: GenerateRequest, model: Resolve
     back and cut by the stop strings. ``params`` collects context_phase_params (PD's context phase).
     Closing early (stop string, client gone) closes the upstream stream, which cancels the Triton request.
     """
-    stream = upstream.stream(infer, timeout=req.timeout)
+    stream = upstream.stream(infer)  # its deadline: the request's (gateway.call; MindIE's `timeout` shortens it)
     try:
         async for resp in stream:
             chunk = model.profile.decode(resp)

@@ -1,5 +1,6 @@
 """The only package that knows KServe V2 and tritonclient."""
 
 from .client import TritonUpstream, Upstream
+from .factory import from_settings
 
-__all__ = ["Upstream", "TritonUpstream"]
+__all__ = ["Upstream", "TritonUpstream", "from_settings"]

@@ -21,9 +21,9 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from gateway import metrics
+from gateway.call import current
 from gateway.core.errors import GRPC_STATUS, ErrorKind, GatewayError, from_grpc_code
 from gateway.core.tensors import InferRequest, InferResponse, ModelIndexEntry, ModelMetadata
-from gateway.edge import current
 
 from . import codec
 
@@ -60,9 +60,9 @@ def channel_options(lb_policy: str = "pick_first") -> tuple[tuple[str, Any], ...
 class Upstream(Protocol):
     """What the dialects need from Triton, in neutral terms (fakes implement this in unit tests)."""
 
-    async def infer(self, req: InferRequest, *, timeout: float | None = None) -> InferResponse: ...
+    async def infer(self, req: InferRequest) -> InferResponse: ...
 
-    def stream(self, req: InferRequest, *, timeout: float | None = None) -> AsyncIterator[InferResponse]: ...
+    def stream(self, req: InferRequest) -> AsyncIterator[InferResponse]: ...
 
     async def model_metadata(self, model: str, version: str = "") -> ModelMetadata: ...
 
@@ -136,8 +136,9 @@ class _TTLCache:
 
 class TritonUpstream:
     """Deadlines and request ids: a call made while the edge handles a request takes the request's
-    remaining deadline (shortened by an explicit ``timeout``) and, when the request has no id of its
-    own, the edge's request id; outside a request, ``default_timeout`` / ``stream_timeout`` apply."""
+    remaining deadline (gateway.call: the listener's, or the client's when shorter) and, when the
+    request has no id of its own, the edge's request id; outside a request, ``default_timeout`` /
+    ``stream_timeout`` apply."""
 
     def __init__(self, target: str, *, default_timeout: float = 60.0, cache_ttl: float = 2.0, retries: int = 3,
                  stream_timeout: float = 600.0, lb_policy: str = "pick_first",
@@ -186,13 +187,12 @@ class TritonUpstream:
             raise GatewayError(ErrorKind.INTERNAL, "upstream used before connect()")
         return self._stub
 
-    def _timeout(self, timeout: float | None, stream: bool = False) -> float:
+    def _timeout(self, stream: bool = False) -> float:
+        """The one source of a call's deadline: the request's (gateway.call), else the defaults."""
         call = current()
         if call is not None:
-            remaining = call.remaining(stream)
-        else:
-            remaining = self.stream_timeout if stream else self.default_timeout
-        return remaining if timeout is None else min(timeout, remaining)
+            return call.remaining(stream)
+        return self.stream_timeout if stream else self.default_timeout
 
     @staticmethod
     def _request_id(req: InferRequest) -> None:
@@ -216,16 +216,16 @@ class TritonUpstream:
         raise AssertionError("unreachable")
 
     # -- inference -------------------------------------------------------------------------
-    async def infer(self, req: InferRequest, *, timeout: float | None = None) -> InferResponse:
+    async def infer(self, req: InferRequest) -> InferResponse:
         self._request_id(req)
         if self._channel is None:
             raise GatewayError(ErrorKind.INTERNAL, "upstream used before connect()")
         data = codec.serialize_request(req)
         with _translate("ModelInfer", req.model):
-            resp = await self._model_infer(data, timeout=self._timeout(timeout))
+            resp = await self._model_infer(data, timeout=self._timeout())
         return codec.decode_response(resp)
 
-    async def stream(self, req: InferRequest, *, timeout: float | None = None) -> AsyncIterator[InferResponse]:
+    async def stream(self, req: InferRequest) -> AsyncIterator[InferResponse]:
         """ModelStreamInfer for one request: yields each response, ends on triton_final_response.
 
         Closing the generator early (client gone, task cancelled) cancels the call, which Triton
@@ -235,7 +235,7 @@ class TritonUpstream:
         if not req.id:
             req.id = f"gw-{next(self._ids)}"
         msg = codec.encode_request(req, stream=True)
-        call = self.stub.ModelStreamInfer(timeout=self._timeout(timeout, stream=True))
+        call = self.stub.ModelStreamInfer(timeout=self._timeout(stream=True))
         try:
             with _translate("ModelStreamInfer", req.model):
                 await call.write(msg)

@@ -42,7 +42,7 @@ def test_run_pd_starts_a_cluster_that_answers_and_stops_on_ctrl_c(tmp_path):
                                                     "model_repository": str(ROOT / "model_repository"),
                                                     "startup_timeout_s": 180, **triton}}))
     log = open(tmp_path / "launcher.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, "-m", "gateway.dialects.mindie.pd.local", "--config", str(cfg),
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "run-pd", "--config", str(cfg),
                              "--ports", ",".join(map(str, ports)), "--admin-base", "0"],
                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:

@@ -14,7 +14,7 @@ import pytest
 import text_generation
 from prometheus_client import REGISTRY
 
-from gateway import access, settings
+from gateway import access, config
 from gateway._proto import grps_pb2, grps_pb2_grpc
 from gateway._proto.tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
 from gateway.app import Worker
@@ -75,7 +75,7 @@ def test_keys_from_the_file_the_file_and_the_environment(tmp_path):
     keys.write_text(f"# the LLM clients' keys\n{KEY}\n\n  {OTHER}  \n")
     cfg = tmp_path / "gateway.yaml"
     cfg.write_text(f"listeners:\n  mindie_http:\n    api_keys_file: {keys}\n    api_keys: [inline-key]\n")
-    s = settings.load(cfg, env={"GATEWAY__LISTENERS__GRPS_GRPC__API_KEYS": "[env-key]"})
+    s = config.load(cfg, env={"GATEWAY__LISTENERS__GRPS_GRPC__API_KEYS": "[env-key]"})
     got = [k.get_secret_value() for k in s.listener("mindie_http").api_keys]
     assert got == ["inline-key", KEY, OTHER]
     assert [k.get_secret_value() for k in s.listener("grps_grpc").api_keys] == ["env-key"]
@@ -89,18 +89,18 @@ def test_a_keys_file_that_gives_no_key_stops_the_gateway(tmp_path, content, mess
     if content is not None:
         keys.write_text(content)
     with pytest.raises(SettingsError, match=f"listeners.admin_http.api_keys_file: .*{message}"):
-        settings.load(None, env={"GATEWAY__LISTENERS__ADMIN_HTTP__API_KEYS_FILE": str(keys)})
+        config.load(None, env={"GATEWAY__LISTENERS__ADMIN_HTTP__API_KEYS_FILE": str(keys)})
 
 
 def test_key_and_tls_settings_are_checked():
     with pytest.raises(SettingsError, match="api_keys"):
-        settings.load(None, env={"GATEWAY__LISTENERS__ADMIN_HTTP__API_KEYS": "just-a-string"})
+        config.load(None, env={"GATEWAY__LISTENERS__ADMIN_HTTP__API_KEYS": "just-a-string"})
     with pytest.raises(SettingsError, match="api_keys.0"):
-        settings.load(None, env={"GATEWAY__LISTENERS__ADMIN_HTTP__API_KEYS": '[""]'})
+        config.load(None, env={"GATEWAY__LISTENERS__ADMIN_HTTP__API_KEYS": '[""]'})
     with pytest.raises(SettingsError, match="cert_file and key_file go together"):
-        settings.load(None, env={"GATEWAY__UPSTREAM__TLS": "{cert_file: c.pem}"})
+        config.load(None, env={"GATEWAY__UPSTREAM__TLS": "{cert_file: c.pem}"})
     with pytest.raises(SettingsError, match="key_file"):
-        settings.load(None, env={"GATEWAY__LISTENERS__ADMIN_HTTP__TLS": "{cert_file: c.pem}"})
+        config.load(None, env={"GATEWAY__LISTENERS__ADMIN_HTTP__TLS": "{cert_file: c.pem}"})
 
 
 # -- a live worker with keys on every listener -------------------------------------------------------

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2
 
-from gateway import access, settings
+from gateway import access, config
 from gateway.app import Worker
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.core.tensors import InferRequest, InferResponse, Tensor
@@ -46,14 +46,14 @@ async def test_the_scope_answers_not_found_for_other_models_and_filters_the_inde
 
 
 def test_every_dialect_but_admin_takes_a_model_list():
-    s = settings.load(None, env={"GATEWAY__DIALECTS__MINDIE__TRITON_MODELS": "[tiny_llm]",
+    s = config.load(None, env={"GATEWAY__DIALECTS__MINDIE__TRITON_MODELS": "[tiny_llm]",
                                  "GATEWAY__DIALECTS__V2__TRITON_MODELS": "[a, b]"})
     assert s.dialect("mindie").triton_models == ("tiny_llm",) and s.dialect("v2").triton_models == ("a", "b")
     assert s.dialect("tfserving").triton_models == () and s.dialect("grps").default_model == "grps_echo-1"
     with pytest.raises(SettingsError, match="dialects.admin.triton_models"):
-        settings.load(None, env={"GATEWAY__DIALECTS__ADMIN__TRITON_MODELS": "[a]"})
+        config.load(None, env={"GATEWAY__DIALECTS__ADMIN__TRITON_MODELS": "[a]"})
     with pytest.raises(SettingsError, match="triton_models"):
-        settings.load(None, env={"GATEWAY__DIALECTS__GRPS__TRITON_MODELS": "a"})
+        config.load(None, env={"GATEWAY__DIALECTS__GRPS__TRITON_MODELS": "a"})
 
 
 async def test_a_translated_dialect_sees_only_its_models():

@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from gateway import check, cli, settings
+from gateway import check, cli, config, findings, settings
 from gateway.core.errors import ErrorKind, GatewayError, not_found
 from gateway.core.tensors import ModelIndexEntry, ModelMetadata, TensorSpec
 from tests.fakes import FakeUpstream, trtllm_meta, vllm_meta
@@ -46,7 +46,7 @@ class Upstream(FakeUpstream):
 def load(tmp_path, dialects: dict | None = None, **top) -> settings.Settings:
     path = tmp_path / "gateway.yaml"
     path.write_text(yaml.safe_dump({"upstream": {"grpc": "127.0.0.1:1"}, "dialects": dialects or {}, **top}))
-    return settings.load(path, env={})
+    return config.load(path, env={})
 
 
 async def report(tmp_path, dialects=None, metas=(HP3, ECHO, TINY), index=None, **top) -> check.Report:
@@ -61,8 +61,8 @@ def warnings(r: check.Report, dialect: str | None = None) -> list[str]:
     return [f"{f.name}: {f.message}" for f in r.findings if f.level == "warning" and dialect in (None, f.dialect)]
 
 
-def rows(r: check.Report, dialect: str) -> dict[str, list[check.Row]]:
-    out: dict[str, list[check.Row]] = {}
+def rows(r: check.Report, dialect: str) -> dict[str, list[findings.Row]]:
+    out: dict[str, list[findings.Row]] = {}
     for row in r.rows:
         if row.dialect == dialect:
             out.setdefault(row.name, []).append(row)
@@ -324,9 +324,9 @@ async def test_a_failing_dialect_check_is_an_error_and_the_others_still_report(t
 def test_table_shows_sections_rows_and_findings(tmp_path):
     r = check.Report("127.0.0.1:1", True, True, [{"name": "tfserving", "enabled": True,
                                                    "listeners": {"tfserving_rest": 8501}}])
-    r.rows.append(check.Row("tfserving", "half", "hp3", "123", (check.Io("input", "x", "FP32", (-1,)),), (),
+    r.rows.append(findings.Row("tfserving", "half", "hp3", "123", (findings.Io("input", "x", "FP32", (-1,)),), (),
                             "serving_default [predict]"))
-    r.findings.append(check.Finding("error", "tfserving", "half", "boom"))
+    r.findings.append(findings.Finding("error", "tfserving", "half", "boom"))
     text = check.render_table(r)
     assert "tfserving (tfserving_rest :8501)" in text
     assert "  half  hp3           123      serving_default [predict]" in text
@@ -375,7 +375,7 @@ def test_cli_bad_config_exits_2(tmp_path, capsys):
 @pytest.mark.parametrize("level,code", [("warning", 0), ("error", 1)])
 def test_exit_code_follows_errors_only(level, code):
     r = check.Report("x", True, True)
-    r.findings.append(check.Finding(level, "grps", "n", "m"))
+    r.findings.append(findings.Finding(level, "grps", "n", "m"))
     assert r.exit_code == code
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from gateway import settings
+from gateway import config
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "compose.yaml").read_text())
@@ -79,7 +79,7 @@ def test_the_gateway_publishes_every_listener_of_its_config():
     published = {int(p.split(":")[1]) for p in gateway["ports"]}
     assert published == LISTENER_PORTS
     assert gateway["command"] == ["--config", "${GATEWAY_CONFIG:-config/docker.yaml}"]
-    s = settings.load(ROOT / "config" / "docker.yaml", env={})
+    s = config.load(ROOT / "config" / "docker.yaml", env={})
     assert s.upstream.grpc == "triton:8001" and s.upstream.lb_policy == "round_robin"
 
 
@@ -98,7 +98,7 @@ def test_the_llm_gateway_config_differs_from_docker_yaml_only_in_upstream_and_mi
     plain = dict(DOCKER, upstream={k: v for k, v in DOCKER["upstream"].items() if k != "grpc"})
     assert {k: v for k, v in llm.pop("dialects").items() if k != "mindie"} == plain.pop("dialects", {})
     assert llm == plain
-    s = settings.load(ROOT / "config" / "docker-llm.yaml", env={})
+    s = config.load(ROOT / "config" / "docker-llm.yaml", env={})
     mindie = s.dialect("mindie")
     assert mindie.aliases == {"llama2_7b": "ensemble"}  # in place of tiny_llm
     assert mindie.models["ensemble"].profile == "trtllm"

@@ -272,12 +272,12 @@ async def test_a_body_over_the_limit_is_413_in_each_envelope_before_it_is_read(s
 
 
 def test_client_request_ids_are_kept_when_printable_ascii_and_replaced_otherwise():
-    from gateway import edge
+    from gateway import call as calls
 
-    assert edge._request_id("abc-123") == "abc-123"
-    assert edge._request_id("x" * 300) == "x" * edge.MAX_REQUEST_ID
+    assert calls.request_id("abc-123") == "abc-123"
+    assert calls.request_id("x" * 300) == "x" * calls.MAX_REQUEST_ID
     for bad in ("caf\u00e9", "a\x00b", "tab\there", "\u2028"):  # travel in headers, gRPC metadata, logs
-        generated = edge._request_id(bad)
+        generated = calls.request_id(bad)
         assert generated != bad and generated.isascii() and generated.isprintable()
 
 

@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gateway import settings
+from gateway import config
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -109,7 +109,7 @@ def test_the_gateway_balances_over_every_triton_replica_via_dns():
     grpc_port = next(p["port"] for p in headless["spec"]["ports"] if p["name"] == "grpc")
     assert env["GATEWAY__UPSTREAM__GRPC"] == f"dns:///{headless['metadata']['name']}:{grpc_port}"
     assert gw["args"] == ["--config", "config/docker.yaml"]  # the image's config: one place for compose and k8s
-    s = settings.load(ROOT / "config" / "docker.yaml", env=env)
+    s = config.load(ROOT / "config" / "docker.yaml", env=env)
     assert s.upstream.grpc.startswith("dns:///") and s.upstream.lb_policy == "round_robin"
     assert s.workers == int(gw["resources"]["limits"]["cpu"])
 

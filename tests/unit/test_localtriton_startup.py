@@ -11,7 +11,7 @@ import grpc
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from gateway import cli, localtriton, startup
+from gateway import cli, launch, localtriton, startup
 from tests.support import free_port, worker_settings
 
 
@@ -43,7 +43,7 @@ def test_local_refuses_a_taken_listener_port_before_starting_triton(held_port, m
         raise AssertionError("Triton must not start when a listener's port is taken")
 
     monkeypatch.setattr(localtriton, "start", never)
-    monkeypatch.setattr(cli, "_exit_with_parent", lambda: None)
+    monkeypatch.setattr(launch, "exit_with_parent", lambda: None)
     s = worker_settings({"grps_http": held_port}, "127.0.0.1:1")
     assert cli.local(s, None) == 1
     err = capsys.readouterr().err
@@ -55,7 +55,7 @@ def test_local_prints_tritons_start_error_and_exits_1(monkeypatch, capsys):
         raise localtriton.TritonStartError("model 'x' failed to load: boom")
 
     monkeypatch.setattr(localtriton, "start", fails)
-    monkeypatch.setattr(cli, "_exit_with_parent", lambda: None)
+    monkeypatch.setattr(launch, "exit_with_parent", lambda: None)
     s = worker_settings({"grps_http": free_port()}, "127.0.0.1:1")
     assert cli.local(s, None) == 1
     assert "error: model 'x' failed to load: boom" in capsys.readouterr().err

@@ -14,7 +14,7 @@ import grpc
 import orjson
 import pytest
 
-from gateway import logs, settings
+from gateway import config, logs, settings
 from gateway.app import Worker
 from gateway.core.tensors import InferResponse, ModelMetadata, TensorSpec
 from tests.fakes import FakeUpstream, text_response, trtllm_meta
@@ -96,13 +96,13 @@ def test_access_lines_are_info_and_access_log_false_silences_them(restore_loggin
 
 
 def test_the_settings_are_checked():
-    s = settings.load(None, env={"GATEWAY__LOG_FORMAT": "json", "GATEWAY__ACCESS_LOG": "false"})
+    s = config.load(None, env={"GATEWAY__LOG_FORMAT": "json", "GATEWAY__ACCESS_LOG": "false"})
     assert (s.log_format, s.access_log) == ("json", False)
-    assert (settings.load(None, env={}).log_format, settings.load(None, env={}).access_log) == ("auto", True)
+    assert (config.load(None, env={}).log_format, config.load(None, env={}).access_log) == ("auto", True)
     with pytest.raises(settings.SettingsError, match="log_format"):
-        settings.load(None, env={"GATEWAY__LOG_FORMAT": "xml"})
+        config.load(None, env={"GATEWAY__LOG_FORMAT": "xml"})
     with pytest.raises(settings.SettingsError, match="access_log"):
-        settings.load(None, env={"GATEWAY__ACCESS_LOG": '"yes"'})
+        config.load(None, env={"GATEWAY__ACCESS_LOG": '"yes"'})
 
 
 # -- a live worker ---------------------------------------------------------------------------------

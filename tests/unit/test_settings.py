@@ -3,7 +3,7 @@ and field, one environment rule, and every dialect section checked at load time.
 
 import pytest
 
-from gateway import settings
+from gateway import config
 from gateway.dialects import CATALOGUE
 from gateway.settings import SettingsError
 
@@ -11,7 +11,7 @@ from gateway.settings import SettingsError
 def _load(tmp_path, text, env=None):
     f = tmp_path / "gateway.yaml"
     f.write_text(text)
-    return settings.load(f, env=env or {}), f
+    return config.load(f, env=env or {}), f
 
 
 def _error(tmp_path, text, env=None) -> str:
@@ -21,7 +21,7 @@ def _error(tmp_path, text, env=None) -> str:
 
 
 def test_defaults_give_every_listener_its_documented_port():
-    s = settings.load(None, env={})
+    s = config.load(None, env={})
     assert {n: lst.port for n, lst in s.listeners.items()} == {
         "v2_grpc": 8001, "tfserving_grpc": 8500, "tfserving_rest": 8501, "grps_http": 7080,
         "grps_grpc": 7081, "mindie_http": 1025, "admin_http": 9090,
@@ -32,8 +32,8 @@ def test_defaults_give_every_listener_its_documented_port():
 def test_listeners_come_from_the_catalogue_only():
     declared = [spec.name for d in CATALOGUE for spec in d.listeners]
     assert len(declared) == len(set(declared))
-    assert sorted(settings.load(None, env={}).listeners) == sorted(declared)
-    assert {lst.dialect for lst in settings.load(None, env={}).listeners.values()} == {d.name for d in CATALOGUE}
+    assert sorted(config.load(None, env={}).listeners) == sorted(declared)
+    assert {lst.dialect for lst in config.load(None, env={}).listeners.values()} == {d.name for d in CATALOGUE}
 
 
 def test_yaml_then_environment(tmp_path):
@@ -110,7 +110,7 @@ def test_a_yaml_syntax_error_is_one_line(tmp_path):
 
 def test_a_missing_file_is_one_line(tmp_path):
     with pytest.raises(SettingsError, match="cannot read"):
-        settings.load(tmp_path / "absent.yaml", env={})
+        config.load(tmp_path / "absent.yaml", env={})
 
 
 def test_environment_values_are_checked_and_named(tmp_path):
@@ -118,8 +118,8 @@ def test_environment_values_are_checked_and_named(tmp_path):
     assert text.startswith("GATEWAY__LISTENERS__GRPS_HTTP__PORT: listeners.grps_http.port:")
     text = _error(tmp_path, "", env={"GATEWAY__LISTENERS__GRPS_HTTPS__PORT": "1"})
     assert "GATEWAY__LISTENERS__GRPS_HTTPS__PORT: listeners.grps_https" in text
-    assert settings.load(None, env={"GATEWAY__WORKERS": "3"}).workers == 3
-    assert settings.load(None, env={"OTHER__WORKERS": "3", "GATEWAY_WORKERS": "3"}).workers == 1
+    assert config.load(None, env={"GATEWAY__WORKERS": "3"}).workers == 3
+    assert config.load(None, env={"OTHER__WORKERS": "3", "GATEWAY_WORKERS": "3"}).workers == 1
 
 
 def test_two_listeners_cannot_share_a_port(tmp_path):
@@ -129,7 +129,7 @@ def test_two_listeners_cannot_share_a_port(tmp_path):
 
 
 def test_settings_are_immutable():
-    s = settings.load(None, env={})
+    s = config.load(None, env={})
     with pytest.raises(AttributeError):
         s.workers = 3  # type: ignore[misc]
     with pytest.raises(TypeError):
@@ -142,14 +142,14 @@ def test_an_upstream_that_is_our_own_listener_is_refused(tmp_path):
     f = tmp_path / "g.yaml"
     f.write_text("upstream: {grpc: '127.0.0.1:8001'}\n")
     with pytest.raises(SettingsError, match="own v2_grpc listener"):
-        settings.load(f, env={})
-    assert settings.load(f, env={"GATEWAY__LISTENERS__V2_GRPC__PORT": "9001"}).upstream.grpc == "127.0.0.1:8001"
-    assert settings.load(f, env={"GATEWAY__UPSTREAM__GRPC": "triton:8001"}).upstream.grpc == "triton:8001"
+        config.load(f, env={})
+    assert config.load(f, env={"GATEWAY__LISTENERS__V2_GRPC__PORT": "9001"}).upstream.grpc == "127.0.0.1:8001"
+    assert config.load(f, env={"GATEWAY__UPSTREAM__GRPC": "triton:8001"}).upstream.grpc == "triton:8001"
 
 
 def test_upstream_must_be_host_and_port():
     with pytest.raises(SettingsError, match="not host:port"):
-        settings.load(None, env={"GATEWAY__UPSTREAM__GRPC": "triton"})
+        config.load(None, env={"GATEWAY__UPSTREAM__GRPC": "triton"})
 
 
 def test_the_reference_file_is_complete_and_valid():
@@ -157,10 +157,10 @@ def test_the_reference_file_is_complete_and_valid():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    s = settings.load(root / "gateway.yaml", env={})
+    s = config.load(root / "gateway.yaml", env={})
     assert s.listener("tfserving_rest").port == 8501
     text = (root / "gateway.yaml").read_text()
-    schema = settings.schema()
+    schema = config.schema()
     for section in ("upstream", "limits", "local_triton"):
         for name in schema.model_fields[section].annotation.model_fields:
             assert f"{name}:" in text, f"gateway.yaml does not document {section}.{name}"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tritonclient.grpc import model_config_pb2, service_pb2
 
-from gateway import edge
+from gateway import call as calls
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.core.tensors import InferRequest, Tensor
 from gateway.upstream import TritonUpstream
@@ -149,8 +149,12 @@ async def test_closing_the_stream_early_cancels_the_upstream_call(upstream):
 
 async def test_stream_deadline_is_a_deadline_error(upstream):
     up, _ = upstream
-    with pytest.raises(GatewayError) as err:
-        [r async for r in up.stream(_prompt("slow"), timeout=0.2)]
+    token = calls.enter(calls.Call("r", "generate", timeout=60.0, stream_timeout=0.2))
+    try:
+        with pytest.raises(GatewayError) as err:
+            [r async for r in up.stream(_prompt("slow"))]
+    finally:
+        calls.leave(token)
     assert err.value.kind is ErrorKind.DEADLINE_EXCEEDED
 
 
@@ -190,8 +194,12 @@ async def test_unreachable_triton_is_unavailable_and_not_ready(upstream):
     await up.close()
     up.target = "127.0.0.1:1"  # nothing listens there
     await up.connect()
-    with pytest.raises(GatewayError) as err:
-        await up.infer(InferRequest("double", [Tensor("x", np.array([1], np.float32))]), timeout=2)
+    token = calls.enter(calls.Call("r", "predict", timeout=2.0, stream_timeout=2.0))
+    try:
+        with pytest.raises(GatewayError) as err:
+            await up.infer(InferRequest("double", [Tensor("x", np.array([1], np.float32))]))
+    finally:
+        calls.leave(token)
     assert err.value.kind in (ErrorKind.UNAVAILABLE, ErrorKind.DEADLINE_EXCEEDED)
     assert await up.server_ready() is False
 
@@ -219,15 +227,16 @@ def _infer_request() -> InferRequest:
 
 async def test_request_id_and_deadline_come_from_the_edge_call(upstream):
     up, scripted = upstream
-    call = edge.Call("client-rid-7", "predict", timeout=2.0, stream_timeout=30.0)
-    token = edge._current.set(call)
+    call = calls.Call("client-rid-7", "predict", timeout=2.0, stream_timeout=30.0)
+    token = calls.enter(call)
     try:
         await up.infer(_infer_request())
-        await up.infer(_infer_request(), timeout=0.5)  # an explicit, shorter timeout wins
+        call.shorten(0.5)  # the client asked for less (e.g. MindIE's `timeout`): the shorter deadline wins
+        await up.infer(_infer_request())
         short = scripted.last_infer[1]
         [r async for r in up.stream(_prompt())]
     finally:
-        edge._current.reset(token)
+        calls.leave(token)
     assert scripted.last_infer[0].id == "client-rid-7"
     assert 0 < short <= 0.6
     assert scripted.last_stream_request.id == "client-rid-7"
@@ -242,22 +251,22 @@ async def test_outside_a_request_the_default_deadline_applies(upstream):
 
 async def test_the_listener_deadline_applies_when_it_is_shorter(upstream):
     up, scripted = upstream
-    token = edge._current.set(edge.Call("r", "predict", timeout=1.5, stream_timeout=30.0, client_timeout=None))
+    token = calls.enter(calls.Call("r", "predict", timeout=1.5, stream_timeout=30.0, client_timeout=None))
     try:
         await up.infer(_infer_request())
     finally:
-        edge._current.reset(token)
+        calls.leave(token)
     assert 0 < scripted.last_infer[1] <= 1.6
 
 
 async def test_a_metadata_wait_ends_at_the_requests_deadline_without_failing_the_shared_fetch(upstream):
     up, _ = upstream
-    token = edge._current.set(edge.Call("r", "predict", timeout=0.3, stream_timeout=0.3))
+    token = calls.enter(calls.Call("r", "predict", timeout=0.3, stream_timeout=0.3))
     try:
         with pytest.raises(GatewayError) as err:
             await up.model_metadata("slow_meta")
     finally:
-        edge._current.reset(token)
+        calls.leave(token)
     assert err.value.kind is ErrorKind.DEADLINE_EXCEEDED
     meta = await up.model_metadata("slow_meta")  # the fetch went on for the callers without a deadline
     assert meta.name == "slow_meta"

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from gateway import settings
+from gateway import config, settings
 from gateway.settings import SettingsError
 from gateway.upstream.client import CHANNEL_OPTIONS, TritonUpstream, channel_options
 
@@ -23,29 +23,29 @@ from gateway.upstream.client import CHANNEL_OPTIONS, TritonUpstream, channel_opt
 )
 def test_every_address_of_a_target_is_parsed(target, addresses):
     assert settings.upstream_addresses(target) == addresses
-    assert settings.load(None, env={"GATEWAY__UPSTREAM__GRPC": target}).upstream.grpc == target
+    assert config.load(None, env={"GATEWAY__UPSTREAM__GRPC": target}).upstream.grpc == target
 
 
 @pytest.mark.parametrize("target", ["dns:///triton", "ipv4:127.0.0.1:1,127.0.0.1", "triton"])
 def test_targets_without_a_port_are_refused(target):
     with pytest.raises(SettingsError, match="not host:port"):
-        settings.load(None, env={"GATEWAY__UPSTREAM__GRPC": target})
+        config.load(None, env={"GATEWAY__UPSTREAM__GRPC": target})
 
 
 @pytest.mark.parametrize("target", ["ipv4:127.0.0.1:18001,127.0.0.1:8001", "dns:///localhost:8001"])
 def test_a_replica_list_that_includes_our_own_listener_is_refused(target):
     with pytest.raises(SettingsError, match="own v2_grpc listener"):
-        settings.load(None, env={"GATEWAY__UPSTREAM__GRPC": target})
+        config.load(None, env={"GATEWAY__UPSTREAM__GRPC": target})
 
 
 def test_lb_policy_is_read_from_yaml_and_checked(tmp_path):
     f = tmp_path / "g.yaml"
     f.write_text("upstream: {grpc: 'dns:///triton-headless:8001', lb_policy: round_robin}\n")
-    assert settings.load(f, env={}).upstream.lb_policy == "round_robin"
-    assert settings.load(None, env={}).upstream.lb_policy == "pick_first"
+    assert config.load(f, env={}).upstream.lb_policy == "round_robin"
+    assert config.load(None, env={}).upstream.lb_policy == "pick_first"
     f.write_text("upstream: {grpc: 'triton:8001', lb_policy: least_request}\n")
     with pytest.raises(SettingsError, match="lb_policy"):
-        settings.load(f, env={})
+        config.load(f, env={})
 
 
 def test_the_channel_carries_the_policy_as_a_service_config():

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from gateway.check import CheckContext, ios
 from gateway.core import datatypes
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.core.tensors import InferResponse, ModelMetadata, Tensor
+from gateway.findings import CheckContext, ios
 
 from . import codec, mapping
 from .config import GrpsSettings

@@ -14,8 +14,9 @@ import numpy as np
 from sanic import Request, Sanic, response
 
 from gateway import offload
+from gateway.call import stream_headers
 from gateway.core.errors import invalid
-from gateway.edge import Edge, stream_headers
+from gateway.edge import Edge
 
 from . import codec, monitor_page
 from .service import GrpsService

@@ -18,10 +18,10 @@ import numpy as np
 import yaml
 
 from gateway import offload, shared
+from gateway.call import current
 from gateway.context import GatewayContext
 from gateway.core.errors import ErrorKind, GatewayError, invalid, not_found
 from gateway.core.tensors import InferResponse, ModelMetadata
-from gateway.edge import current
 
 from . import codec, config, errors, mapping
 from .monitor import Monitor

@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from gateway.check import CheckContext, Finding, ios
 from gateway.core.errors import ErrorKind, GatewayError
+from gateway.findings import CheckContext, Finding, ios
 from gateway.llm import profiles
 from gateway.llm.catalog import Catalog
 from gateway.llm.types import GenerateRequest

@@ -15,9 +15,9 @@ from __future__ import annotations
 import orjson
 from sanic import response
 
-from gateway.core.errors import GRPC_STATUS, ErrorKind, GatewayError
-from gateway.dialect import GrpcStatus
-from gateway.edge import current
+from gateway.call import current
+from gateway.core.errors import ErrorKind, GatewayError
+from gateway.dialect import DefaultRendering
 
 VALIDATION = "Input Validation Error"
 
@@ -61,8 +61,8 @@ def envelope_bytes(err: GatewayError) -> bytes:
     return orjson.dumps(envelope(err)[1])
 
 
-class Rendering:
-    """The edge's ErrorRendering for the MindIE listener."""
+class Rendering(DefaultRendering):
+    """The edge's ErrorRendering for the MindIE listener (HTTP only: gRPC is the default's)."""
 
     def overloaded(self, limit: int) -> GatewayError:
         return GatewayError(ErrorKind.OVERLOADED, "Too many requests")
@@ -73,6 +73,3 @@ class Rendering:
         if err.kind is ErrorKind.UNAUTHENTICATED and call is not None and call.route in OPENAI_ROUTES:
             body = openai_unauthenticated(err)
         return response.raw(orjson.dumps(body), status=status or code, content_type="application/json")
-
-    def grpc(self, err: GatewayError) -> GrpcStatus:  # no gRPC listener; kept for completeness
-        return GrpcStatus(GRPC_STATUS[err.kind], message(err))

@@ -14,9 +14,10 @@ import orjson
 from sanic import Request, Sanic, response
 
 from gateway import offload
+from gateway.call import current
 from gateway.context import GatewayContext
 from gateway.core.errors import invalid
-from gateway.edge import Edge, current
+from gateway.edge import Edge
 from gateway.llm.catalog import Catalog
 from gateway.llm.service import GenerationService
 
@@ -24,8 +25,8 @@ from . import errors, metrics, native, openai, streaming, tgi, triton_generate, 
 from .config import MindieConfig
 
 
-def new_request_id() -> str:
-    """MindIE request ids are plain numbers (also used as the OpenAI ``id``)."""
+def new_mindie_id() -> str:
+    """MindIE's own request ids are plain numbers (also the OpenAI ``id``); not the edge's request id."""
     return str(uuid.uuid4().int >> 65)
 
 
@@ -52,7 +53,7 @@ class Handlers:
 
     async def run(self, request: Request, planner, body: dict | None = None, **kw):
         body = await json_body(request) if body is None else body
-        plan = await planner(body, self.catalog, new_request_id(), **kw)
+        plan = await planner(body, self.catalog, new_mindie_id(), **kw)
         req = plan.req
         name = plan.model.spec.name
         call = current()
@@ -123,26 +124,8 @@ def _model_row(name: str, root: str) -> dict:
             "parent": None if name == root else root}
 
 
-def open(ctx: GatewayContext, cfg: MindieConfig):
-    """The worker's MindIE state for its PD role (gateway/dialects/mindie/pd/): standard Handlers,
-    P/D handlers, or a coordinator."""
-    if cfg.pd.role == "coordinator":
-        from .pd.coordinator import Coordinator
-
-        return Coordinator(ctx, cfg)
-    if cfg.pd.role != "standard":
-        from .pd.instance import PdHandlers
-
-        return PdHandlers(ctx, cfg)
-    return Handlers(ctx, cfg)
-
-
-def attach(app: Sanic, edge: Edge, h) -> None:
-    """MindIE's routes; a PD coordinator has its own (MindIE-MS's user routes), P and D add theirs."""
-    if h.role == "coordinator":
-        from .pd import coordinator
-
-        return coordinator.attach(app, edge, h)
+def attach(app: Sanic, edge: Edge, h: Handlers) -> None:
+    """MindIE Server's routes (a P or D instance adds its own: gateway/dialects/mindie/roles.py)."""
 
     async def native_route(r):
         return await h.run(r, native.plan)
@@ -181,7 +164,3 @@ def attach(app: Sanic, edge: Edge, h) -> None:
     for path, name in (("/health", "health"), ("/v2/health/live", "live"), ("/v2/health/ready", "ready")):
         edge.route(app, h.health, path, get, name)
     edge.route(app, h.health, r"/v2/models/<model:[\w\-.]+>/ready", get, "model_ready")
-    if h.role != "standard":
-        from .pd import instance
-
-        instance.install(app, edge, h)

@@ -14,8 +14,8 @@ from contextlib import aclosing
 
 from sanic import Request, response
 
+from gateway.call import current, stream_headers
 from gateway.core.errors import ErrorKind, GatewayError
-from gateway.edge import current, stream_headers
 from gateway.llm.service import GenerationService
 from gateway.llm.types import Done, Token
 

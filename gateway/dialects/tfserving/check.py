@@ -9,9 +9,9 @@ tf.Example cannot fill. Warning: tensors TF Serving's REST JSON cannot carry (gR
 
 from __future__ import annotations
 
-from gateway.check import CheckContext, ios
 from gateway.core import datatypes
 from gateway.core.errors import ErrorKind, GatewayError
+from gateway.findings import CheckContext, ios
 
 from . import codec, examples
 from .config import ModelConf, TFServingConfig

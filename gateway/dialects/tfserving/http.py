@@ -15,10 +15,11 @@ from google.protobuf import json_format
 from sanic import Request, Sanic, response
 
 from gateway import offload
+from gateway.call import current
 from gateway.core import bounded
 from gateway.core.bounded import check_name
 from gateway.core.errors import invalid, not_found
-from gateway.edge import Edge, current
+from gateway.edge import Edge
 
 from . import codec, errors, jsonio, protocodec
 from .mapping import Spec
@@ -64,12 +65,13 @@ async def dispatch(service: Service, request: Request) -> bytes:
         return b""
     m = _PREDICT.fullmatch(path) if method == "POST" else None
     if m:
-        check_name(unquote(m[1]), "Model name")
-        spec = Spec(unquote(m[1]), _version(m[2]), unquote(m[3]) if m[3] else None)
+        name = unquote(m[1])
+        check_name(name, "Model name")
+        version, label = _version(m[2]), unquote(m[3]) if m[3] else None
         if m[4] in _VERBS:
             call = current()
-            call.model, call.route = spec.name, m[4]
-            return await _infer(service, spec, m[4], request.body)
+            call.model, call.route = name, m[4]
+            return await _infer(service, name, version, label, m[4], request.body)
     m = _STATUS.fullmatch(path) if method == "GET" else None
     if m:
         spec = Spec(unquote(m[1]) if m[1] else "", _version(m[2]), unquote(m[3]) if m[3] else None)
@@ -83,23 +85,24 @@ async def dispatch(service: Service, request: Request) -> bytes:
     raise not_found(f"Not found: {method} {path}")
 
 
-async def _infer(service: Service, spec: Spec, verb: str, body: bytes) -> bytes:
+async def _infer(service: Service, name: str, version: int | None, label: str | None, verb: str,
+                 body: bytes) -> bytes:
     """Parsing and writing run in the worker's thread pool when the body or the answer is larger
     than limits.offload_bytes (``offload.run``), so a large one never holds up the event loop."""
     size = len(body)
     doc = await offload.run(size, jsonio.loads, body, bounded.LIMITS.max_json_depth)
     if not isinstance(doc, dict):
         raise invalid(f"JSON Value: {jsonio.debug_string(doc)} Is not object")
-    sig = codec.signature_name(doc)
+    spec = Spec(name, version, label, codec.signature_name(doc))  # the signature is named in the body
     if verb == "predict":
-        target = await service.resolve(Spec(spec.name, spec.version, spec.label, sig), method="predict")
+        target = await service.resolve(spec, method="predict")
         inputs, row = await offload.run(size, codec.parse_predict, doc, target.signature, codec.may_hold_bools(body))
         _, outs = await service.predict(target, inputs)
         text = 4 * sum(a.nbytes for a, _ in outs.values())  # float text: ~10 bytes per 4-byte float
         return await offload.run(text, codec.write_predict, outs, row)
     # classify/regress: the whole body is read into Examples before the model is looked up
     exs, context = await offload.run(size, codec.parse_examples, doc, verb)
-    target = await service.resolve(Spec(spec.name, spec.version, spec.label, sig), method=verb)
+    target = await service.resolve(spec, method=verb)
     _, result = await service.run_examples(target, verb, exs, context)
     return codec.write_regress(result) if verb == "regress" else codec.write_classify(*result)
 

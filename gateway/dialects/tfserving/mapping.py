@@ -139,6 +139,31 @@ def derived(meta: ModelMetadata, examples: bool) -> dict[str, SignatureConf]:
     return sigs
 
 
+def _check_spec(spec: Spec) -> None:
+    """ServerCore::ServableRequestFromModelSpec's checks of the request's own fields."""
+    if not spec.name:
+        raise invalid("ModelSpec has no name specified.")
+    if spec.version is not None and spec.label:
+        raise invalid(f"Both model version ({spec.version}) and model version label ({spec.label}) "
+                      "cannot be supplied.")
+
+
+def _pick_version(spec: Spec, conf: ModelConf | None, ready: list[int]) -> int | None:
+    """The version ``spec`` names (label resolved) among the ``ready`` ones; NOT_FOUND in TF's words."""
+    if conf is None:
+        raise errors.servable_not_found(spec.name, spec.version)
+    version = spec.version
+    if spec.label:
+        if spec.label not in conf.version_labels:
+            raise errors.unknown_label(spec.label)
+        version = conf.version_labels[spec.label]
+    if version is None and not ready:
+        raise errors.servable_not_found(spec.name, None)
+    if version is not None and version not in ready:
+        raise errors.servable_not_found(spec.name, version)
+    return version
+
+
 class Catalog:
     """Resolves TF names against the configuration and Triton's repository (index cached upstream)."""
 
@@ -147,14 +172,24 @@ class Catalog:
         self.upstream = upstream
         # realised signatures, reused while upstream serves the same (cached) metadata objects
         self._sigs: dict[tuple, tuple[tuple, dict[str, Signature]]] = {}
+        self._exposed: dict[str, ModelConf] = {}  # Triton models exposed under their own names
 
     async def model(self, name: str) -> ModelConf | None:
         conf = self.conf.models.get(name)
         if conf is not None:
             return conf
-        if self.conf.expose_all_models and await self._versions(name):
-            return ModelConf(triton=name)
-        return None
+        return self._expose(name, await self._versions(name))
+
+    def _expose(self, name: str, ready: list[int]) -> ModelConf | None:
+        """``expose_all_models``: a Triton model with a ready version, under its own name."""
+        if not (self.conf.expose_all_models and ready):
+            return None
+        conf = self._exposed.get(name)
+        if conf is None:
+            if len(self._exposed) >= 1024:  # bounded by the names Triton has had
+                self._exposed.clear()
+            conf = self._exposed[name] = ModelConf(triton=name)
+        return conf
 
     async def _versions(self, triton: str, ready_only: bool = True) -> list[int]:
         out = []
@@ -168,24 +203,8 @@ class Catalog:
 
     async def version(self, spec: Spec, conf: ModelConf | None) -> int | None:
         """The version a request names (label resolved); NOT_FOUND as TF Serving words it."""
-        if not spec.name:  # ServerCore::ServableRequestFromModelSpec
-            raise invalid("ModelSpec has no name specified.")
-        if spec.version is not None and spec.label:
-            raise invalid(f"Both model version ({spec.version}) and model version label ({spec.label}) "
-                          "cannot be supplied.")
-        if conf is None:
-            raise errors.servable_not_found(spec.name, spec.version)
-        version = spec.version
-        if spec.label:
-            if spec.label not in conf.version_labels:
-                raise errors.unknown_label(spec.label)
-            version = conf.version_labels[spec.label]
-        ready = await self._versions(conf.triton)
-        if version is None and not ready:
-            raise errors.servable_not_found(spec.name, None)
-        if version is not None and version not in ready:
-            raise errors.servable_not_found(spec.name, version)
-        return version
+        _check_spec(spec)
+        return _pick_version(spec, conf, await self._versions(conf.triton) if conf is not None else [])
 
     async def latest(self, conf: ModelConf) -> int | None:
         ready = await self._versions(conf.triton)
@@ -220,8 +239,12 @@ class Catalog:
         """``method``: the API called (predict, classify, regress; None: the signature as configured).
         TF Serving words an unknown signature differently in its REST predict, gRPC predict and
         classify/regress paths; Predict sees an example signature through ``predict_view``."""
-        conf = await self.model(spec.name) if spec.name else None
-        version = await self.version(spec, conf)
+        _check_spec(spec)
+        conf = self.conf.models.get(spec.name)
+        ready = await self._versions(conf.triton if conf is not None else spec.name)  # one index scan
+        if conf is None:
+            conf = self._expose(spec.name, ready)
+        version = _pick_version(spec, conf, ready)
         sigs = await self.signatures(conf, version)
         name = spec.signature or DEFAULT_SIGNATURE
         sig = sigs.get(name)

@@ -46,11 +46,10 @@ class Service:
     async def resolve(self, spec: Spec, *, grpc: bool = False, method: str | None = None) -> Target:
         return await self.catalog.resolve(spec, grpc=grpc, method=method)
 
-    async def _infer(self, req: InferRequest, timeout: float | None) -> InferResponse:
-        return await self.ctx.upstream.infer(req, timeout=timeout)
+    async def _infer(self, req: InferRequest) -> InferResponse:
+        return await self.ctx.upstream.infer(req)
 
-    async def predict(self, target: Target, inputs: dict[str, np.ndarray], output_filter=(),
-                      timeout: float | None = None) -> tuple[str, Outputs]:
+    async def predict(self, target: Target, inputs: dict[str, np.ndarray], output_filter=()) -> tuple[str, Outputs]:
         sig = target.signature
         if sig.method != "predict":
             raise invalid(f"Expected prediction signature method_name to be tensorflow/serving/predict. "
@@ -67,7 +66,7 @@ class Service:
             tensors.append(Tensor(spec.name, fitted, spec.datatype))
             added.append(add)
         req = InferRequest(sig.triton, tensors, target.triton_version, [s.name for _, s in outs])
-        resp = await self._infer(req, timeout)
+        resp = await self._infer(req)
         unbatch = bool(added) and all(added)
         like = next(iter(inputs.values())).shape if sig.elementwise and inputs else None
         result = {}
@@ -79,8 +78,7 @@ class Service:
             result[alias] = (shapes.restore(data, like) if like is not None else data, v2)
         return resp.version, result
 
-    async def run_examples(self, target: Target, method: str, exs: list[Features], context: Features,
-                           timeout: float | None = None):
+    async def run_examples(self, target: Target, method: str, exs: list[Features], context: Features):
         """regress -> (version, float32 [N]); classify -> (version, (labels, scores [N, C]))."""
         sig = target.signature
         if sig.method != method:
@@ -93,7 +91,7 @@ class Service:
         tensors = [Tensor(n, shapes.bridge(a, specs[n], sig.max_batch_size)[0], specs[n].datatype)
                    for n, a in arrays.items()]
         outs = [s.name for _, s in sig.outputs]
-        resp = await self._infer(InferRequest(sig.triton, tensors, target.triton_version, outs), timeout)
+        resp = await self._infer(InferRequest(sig.triton, tensors, target.triton_version, outs))
         n = len(exs)
         if method == "regress":
             return resp.version, examples.regress_values(resp.output(outs[0]).data, n)

@@ -2,7 +2,7 @@
 
 from gateway.dialect import Dialect, ListenerSpec
 
-from .passthrough import V2Config
+from .config import V2Config
 
 DIALECT = Dialect(
     name="v2",

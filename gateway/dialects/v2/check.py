@@ -7,8 +7,8 @@ it fail as Triton answers them.
 
 from __future__ import annotations
 
-from gateway.check import CheckContext, ios
 from gateway.core.errors import GatewayError
+from gateway.findings import CheckContext, ios
 
 
 async def check(ctx: CheckContext) -> list:

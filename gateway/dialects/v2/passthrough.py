@@ -22,22 +22,22 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import grpc
-from sanic import response
 from tritonclient.grpc import service_pb2
 
 from gateway.access import AUTHORIZATION, ModelScope, unknown_model
-from gateway.context import GatewayContext
+from gateway.call import current
+from gateway.context import DialectContext
 from gateway.core.errors import (
     GRPC_STATUS,
-    HTTP_STATUS,
     ErrorKind,
     GatewayError,
     from_grpc_code,
     public_details,
 )
-from gateway.dialect import GrpcStatus
-from gateway.edge import Edge, current
-from gateway.settings import Strict
+from gateway.dialect import DefaultRendering, GrpcStatus
+from gateway.edge import Edge
+
+from .config import V2Config
 
 SERVICE = "inference.GRPCInferenceService"
 PREFIX = f"/{SERVICE}/"
@@ -101,12 +101,6 @@ def model_name(raw: bytes, max_fields: int = 16, field: int = 1) -> str:
     return ""
 
 
-class V2Config(Strict):
-    """``dialects.v2``."""
-
-    control_plane: bool = False  # forward model load/unload, shared memory, trace and log settings
-
-
 class Denied(GatewayError):
     """An RPC of Triton's control plane while it is closed (PERMISSION_DENIED, as Triton words it)."""
 
@@ -128,14 +122,11 @@ class UpstreamStatus(GatewayError):
         self.status = GrpcStatus(err.code(), details, tuple(err.trailing_metadata() or ()))
 
 
-class Rendering:
+class Rendering(DefaultRendering):
     """Overloaded is Triton's own queue-full answer: UNAVAILABLE "Exceeds maximum queue size"."""
 
     def overloaded(self, limit: int) -> GatewayError:
         return GatewayError(ErrorKind.OVERLOADED, "Exceeds maximum queue size")
-
-    def http(self, err: GatewayError, status: int | None = None):  # no HTTP listener; for completeness
-        return response.json({"error": err.message}, status=status or HTTP_STATUS[err.kind])
 
     def grpc(self, err: GatewayError) -> GrpcStatus:
         if isinstance(err, UpstreamStatus):
@@ -147,21 +138,20 @@ class Rendering:
 
 @dataclass
 class State:
-    ctx: GatewayContext
+    ctx: DialectContext
     errors: Rendering
     config: V2Config
 
 
-def open(ctx: GatewayContext, config: V2Config) -> State:
+def open(ctx: DialectContext, config: V2Config) -> State:
     return State(ctx, Rendering(), config)
 
 
 class Passthrough(grpc.GenericRpcHandler):
     def __init__(self, edge: Edge, state: State):
         self._edge = edge
-        self._channel = state.ctx.upstream.channel  # type: ignore[attr-defined]
-        # dialects.v2.triton_models: the models this listener may name (None: every model)
-        self._scope = state.ctx.upstream if isinstance(state.ctx.upstream, ModelScope) else None
+        self._channel = state.ctx.channel
+        self._scope = state.ctx.scope  # dialects.v2.triton_models: the models it may name (None: every one)
         self._control = state.config.control_plane
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
         self._drop = frozenset({AUTHORIZATION}) if edge.keys is not None else frozenset()

@@ -9,7 +9,7 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from gateway import settings
+from gateway import config
 from gateway.core.tensors import InferResponse, ModelMetadata, Tensor, TensorSpec
 from gateway.dialects.mindie.config import MindieConfig
 from gateway.dialects.mindie.pd import headers as pdh
@@ -97,7 +97,7 @@ def test_pd_config_defaults_and_strictness():
                 {"decode": ["no-port"]}, {"trusted_peers": ["not a host"]}, {"decode": ["d_0:3025"]},
                 {"tls": {"cert_file": "/nonexistent.pem"}}, {"tls": {"ca_file": "/nonexistent.pem"}}):
         with pytest.raises(SettingsError, match="dialects.mindie.pd"):
-            settings.load(None, env={"GATEWAY__DIALECTS__MINDIE__PD": orjson.dumps(bad).decode()})
+            config.load(None, env={"GATEWAY__DIALECTS__MINDIE__PD": orjson.dumps(bad).decode()})
 
 
 # -- coordinator helpers -----------------------------------------------------------------------------
@@ -213,7 +213,7 @@ def test_peer_api_key_file_is_checked_with_the_settings(tmp_path):
     empty.write_text("# no key\n")
     for path, problem in ((tmp_path / "missing", "cannot read"), (empty, "holds no key")):
         with pytest.raises(SettingsError, match=problem):
-            settings.load(None, env={"GATEWAY__DIALECTS__MINDIE__PD__PEER_API_KEY_FILE": str(path)})
+            config.load(None, env={"GATEWAY__DIALECTS__MINDIE__PD__PEER_API_KEY_FILE": str(path)})
     key = tmp_path / "key"
     key.write_text("# the PD peers' key\ns3cret\n")
     assert PdConfig(peer_api_key_file=str(key)).peer_headers() == {"Authorization": "Bearer s3cret"}

@@ -61,12 +61,12 @@ async def test_error_before_first_byte_raises_so_the_edge_sets_the_status():
 
 
 async def test_an_in_band_error_marks_the_request_failed_for_metrics_and_the_access_line():
-    from gateway import edge
+    from gateway import call as calls
 
-    call = edge.Call("r-1", "chat", 10.0, 10.0)
-    token = edge._current.set(call)
+    call = calls.Call("r-1", "chat", 10.0, 10.0)
+    token = calls.enter(call)
     try:
         await _run([text_response("a"), GatewayError(ErrorKind.UPSTREAM_FAILED, "boom")], openai.ChatEncoder("1", "llm"))
     finally:
-        edge._current.reset(token)
+        calls.leave(token)
     assert call.failed == "upstream_failed"

@@ -40,8 +40,9 @@ import aiohttp
 import orjson
 from sanic import Request, Sanic, response
 
+from gateway.call import current, stream_headers
 from gateway.core.errors import ErrorKind, GatewayError, invalid
-from gateway.edge import Edge, current, stream_headers
+from gateway.edge import Edge
 from gateway.llm.pd import Handoff, PhasedGeneration, Resume
 from gateway.llm.types import Done, Token
 
@@ -317,6 +318,8 @@ class PdHandlers(Handlers):
             for key, value in p["encoder"].items():
                 setattr(enc, key, value)
             req.timeout = p["timeout"]
+            if req.timeout and (call := current()) is not None:  # this task runs in the hand-off's context
+                call.shorten(req.timeout)
             async with aclosing(self.phased.generation(req, plan.model, resume)) as events:
                 async for ev in events:
                     if isinstance(ev, Token):

@@ -1,0 +1,20 @@
+"""The upstream client the settings describe: one place builds it for the worker and ``gateway check``."""
+
+from __future__ import annotations
+
+from gateway.access import channel_credentials
+from gateway.settings import Settings
+
+from .client import TritonUpstream
+
+
+def from_settings(settings: Settings, **overrides) -> TritonUpstream:
+    """Address, deadlines, retries, balancing and TLS from ``settings``; ``overrides`` replace
+    constructor arguments (``gateway check`` waits less and caches longer)."""
+    u = settings.upstream
+    creds, tls_options = channel_credentials(u.tls) if u.tls is not None else (None, ())
+    args = dict(default_timeout=u.timeout_s, cache_ttl=u.cache_ttl_s, retries=u.retries,
+                stream_timeout=settings.limits.stream_timeout_s, lb_policy=u.lb_policy,
+                credentials=creds, extra_options=tls_options)
+    args.update(overrides)
+    return TritonUpstream(u.grpc, **args)
