@@ -100,6 +100,7 @@ def rotating(triton, tmp_path):
     for name in ("grps_http", "mindie_http"):
         cfg["listeners"][name]["api_keys_file"] = str(keys)
     cfg["listeners"]["grps_http"]["tls"] = {"cert_file": str(pki.cert), "key_file": str(pki.key)}
+    cfg["listeners"]["grps_grpc"]["tls"] = {"cert_file": str(pki.cert), "key_file": str(pki.key)}
     gw = start_gateway(cfg, tmp_path)
     yield gw, keys, pki
     stop_gateway(gw)
@@ -161,3 +162,29 @@ def test_a_rotated_certificate_is_served_by_every_worker_without_a_restart(rotat
     assert len({w for _, w in seen}) == 2
     assert kept.get(live, **old).status_code == 200  # same connection, old certificate: still served
     kept.close()
+
+
+def _grpc_live(target: str, ca: bytes) -> bool:
+    """A fresh TLS channel to GRPS gRPC trusting only ``ca``: True when CheckLiveness answers."""
+    creds = grpc.ssl_channel_credentials(ca)
+    with grpc.secure_channel(target, creds, options=[("grpc.ssl_target_name_override", "localhost")]) as channel:
+        try:
+            return grps_pb2_grpc.GrpsServiceStub(channel).CheckLiveness(
+                grps_pb2.GrpsMessage(), timeout=5).status.code == 200
+        except grpc.RpcError:
+            return False
+
+
+def test_a_rotated_certificate_reaches_the_grpc_listener_of_every_worker(rotating, tmp_path):
+    gw, _keys, pki = rotating
+    target = f"localhost:{gw.port('grps_grpc')}"
+    (tmp_path / "next").mkdir()
+    fresh = Pki(tmp_path / "next")
+    assert _grpc_live(target, pki.ca_file.read_bytes())
+    assert not _grpc_live(target, fresh.ca_file.read_bytes())
+    pki.cert.write_bytes(fresh.cert.read_bytes())
+    pki.key.write_bytes(fresh.key.read_bytes())
+    rotated = time.monotonic()
+    while not all(_grpc_live(target, fresh.ca_file.read_bytes()) for _ in range(FRESH)):
+        assert time.monotonic() - rotated < 10 * ROTATION_S
+    assert not _grpc_live(target, pki.ca_file.read_bytes())  # the old CA's certificate is no longer served
