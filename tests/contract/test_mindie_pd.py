@@ -30,12 +30,12 @@ def instances(triton, tmp_path_factory):
         return started[name]
 
     try:
-        start("d0", {"role": "decode", "heartbeat_s": 0.3})
+        start("d0", {"role": "decode", "heartbeat_s": 0.3}, workers=2)  # records reach the worker holding /dresult
         start("p1", {"role": "prefill"}, workers=2)  # P keeps no state between requests: any worker serves
         start("p2", {"role": "prefill"}, workers=2)
         start("p3", {"role": "prefill", "phase_split": False}, workers=2)
-        start("d1", {"role": "decode"})
-        start("d2", {"role": "decode"})
+        start("d1", {"role": "decode"}, workers=2)
+        start("d2", {"role": "decode"}, workers=2)
         addr = {n: f"127.0.0.1:{g.port('mindie_http')}" for n, g in started.items()}
         start("coord", {"role": "coordinator", "prefill": [addr["p1"], addr["p2"]],
                         "decode": [addr["d1"], addr["d2"]], "max_requests": 4})

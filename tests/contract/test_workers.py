@@ -68,11 +68,9 @@ def test_grps_grpc_offline_is_seen_by_http_on_every_worker(two_workers):
             stub.Online(grps_pb2.GrpsMessage(), timeout=5)
 
 
-@pytest.mark.parametrize("role", ["decode", "coordinator"])
-def test_pd_roles_pinned_to_one_process_are_refused_with_several_workers(role, tmp_path):
-    pd = {"role": role}
-    if role == "coordinator":
-        pd.update(prefill=["127.0.0.1:2025"], decode=["127.0.0.1:3025"])
+def test_a_pd_coordinator_is_refused_with_several_workers(tmp_path):
+    role = "coordinator"
+    pd = {"role": role, "prefill": ["127.0.0.1:2025"], "decode": ["127.0.0.1:3025"]}
     ports = {name: free_port() for name in LISTENERS}
     cfg = gateway_config("127.0.0.1:1", ports, {"workers": 2, "dialects": {"mindie": {"pd": pd}}})
     path = tmp_path / "gateway.yaml"

@@ -33,15 +33,13 @@ def test_without_a_shared_directory_a_flag_is_the_process_own(monkeypatch):
     assert f.get() is False and shared.Flag("switch", True).get() is True
 
 
-def test_pd_roles_that_keep_state_in_one_process_need_one_worker():
+def test_the_pd_coordinator_needs_one_worker():
     def problems(role: str, workers: int) -> list[str]:
         pd = '{role: ' + role + ', prefill: ["p:1"], decode: ["d:1"]}'
         s = worker_settings({"mindie_http": 1025}, "127.0.0.1:1", WORKERS=str(workers), DIALECTS__MINDIE__PD=pd)
         return shared.single_worker_problems(s)
 
-    assert problems("decode", 1) == [] and problems("coordinator", 1) == []
-    assert problems("prefill", 4) == [] and problems("standard", 4) == []
-    (msg,) = problems("decode", 2)
-    assert msg.startswith("`workers: 2` with dialects.mindie.pd.role: decode: ") and "set `workers: 1`" in msg
+    assert problems("coordinator", 1) == []
+    assert problems("prefill", 4) == [] and problems("standard", 4) == [] and problems("decode", 4) == []
     (msg,) = problems("coordinator", 3)
-    assert msg.startswith("`workers: 3` with dialects.mindie.pd.role: coordinator: ")
+    assert msg.startswith("`workers: 3` with dialects.mindie.pd.role: coordinator: ") and "set `workers: 1`" in msg

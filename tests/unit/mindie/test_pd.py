@@ -295,3 +295,40 @@ async def test_trusted_peers_may_be_host_names():
     assert await TrustedPeers(["localhost"]).allows("127.0.0.1")
     assert await TrustedPeers(["10.0.0.1"]).allows("10.0.0.1")
     assert not await TrustedPeers(["10.0.0.1"]).allows("127.0.0.1")
+
+
+async def test_d_workers_pass_records_to_the_worker_holding_dresult(tmp_path):
+    from gateway.dialects.mindie.pd.fanin import Fanin
+
+    a, b = DResultHub(5.0, 100), DResultHub(5.0, 100)
+    a.fanin, b.fanin = Fanin(str(tmp_path), a, me=1), Fanin(str(tmp_path), b, me=2)
+    await a.fanin.start()
+    await b.fanin.start()
+    try:
+        a.push("1", rec.DATA, b"before any link")  # no owner yet: it waits where it was made
+        await asyncio.sleep(0.05)
+        assert list(a.pending) == [rec.record("1", rec.DATA, b"before any link")] and not b.pending
+        b.current = object()  # b accepted /dresult (what DResultHub.serve does)
+        await b.fanin.claim()
+        a.push("1", rec.DATA, b"x")
+        a.push("1", rec.LAST, b"y")
+        for _ in range(100):
+            if len(b.pending) == 3:
+                break
+            await asyncio.sleep(0.01)
+        assert list(b.pending) == [rec.record("1", rec.DATA, b"before any link"), rec.record("1", rec.DATA, b"x"),
+                                   rec.record("1", rec.LAST, b"y")]  # in order
+        assert not a.pending
+        a.current = object()  # now a accepts a /dresult: b's connection is told to close
+        await a.fanin.claim()
+        assert id(b.current) in b.replaced
+        b.current = None  # b's serve loop ends: what it still holds goes to a
+        b.fanin.kick()
+        for _ in range(100):
+            if len(a.pending) == 3:
+                break
+            await asyncio.sleep(0.01)
+        assert [r.endswith(b"y\0") for r in a.pending] == [False, False, True] and not b.pending
+    finally:
+        await a.fanin.close()
+        await b.fanin.close()

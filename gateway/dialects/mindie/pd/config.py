@@ -111,11 +111,9 @@ class PdConfig(BaseModel):
         return {"Authorization": f"Bearer {read_keys_file(self.peer_api_key_file)[0]}"}
 
     def single_worker_reason(self) -> str | None:
-        """D and the coordinator keep state that one process owns (docs/architecture.md, "State across
-        workers"): refused with ``workers`` > 1. P keeps none between requests: any worker serves."""
-        if self.role == "decode":
-            return ("role: decode: D's one /dresult link and its pending records live in one process, "
-                    "so a hand-off taken by another worker would wait for a link that worker does not hold")
+        """The coordinator keeps state that one process owns (docs/architecture.md, "State across
+        workers"): refused with ``workers`` > 1. P keeps none between requests; D's workers pass
+        their records to the one holding ``/dresult`` (pd/fanin.py)."""
         if self.role == "coordinator":
             return ("role: coordinator: each worker would open its own /dresult link per D, the links "
                     "would take each other over, and records for one worker's requests would reach another")

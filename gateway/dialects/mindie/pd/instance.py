@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections import deque
 from contextlib import aclosing
@@ -40,6 +41,7 @@ import aiohttp
 import orjson
 from sanic import Request, Sanic, response
 
+from gateway import shared
 from gateway.call import current, stream_headers
 from gateway.core.errors import ErrorKind, GatewayError, invalid
 from gateway.edge import Edge
@@ -51,6 +53,7 @@ from ..http import Handlers, json_body
 from . import headers as pdh
 from . import peers
 from . import records as rec
+from .fanin import Fanin
 from .metrics import D_CONNECTIONS, D_PENDING, D_RUNNING, HANDOFF
 
 log = logging.getLogger("gateway.mindie.pd")
@@ -73,7 +76,8 @@ def encoder_state(enc) -> dict:
 
 
 class DResultHub:
-    """D's side of ``GET /dresult``: one connection at a time, records queued while none is open."""
+    """D's side of ``GET /dresult``: one connection at a time, records queued while none is open.
+    With several workers, ``fanin`` (pd/fanin.py) carries records to the worker holding the link."""
 
     def __init__(self, heartbeat_s: float, max_pending: int):
         self.heartbeat_s = heartbeat_s
@@ -82,14 +86,31 @@ class DResultHub:
         self.wake = asyncio.Event()
         self.current: object | None = None
         self.replaced: set[int] = set()
+        self.fanin = None
 
     def push(self, req_id: str, kind: str, body: bytes) -> None:
+        self.append(rec.record(req_id, kind, body))
+
+    def append(self, item: bytes) -> None:
         if len(self.pending) >= self.max_pending:
             self.pending.popleft()
             log.warning("dresult: no connection and %d records pending; dropped the oldest", self.max_pending)
-        self.pending.append(rec.record(req_id, kind, body))
-        D_PENDING.set(len(self.pending))
+        self.pending.append(item)
+        self.counted()
         self.wake.set()
+        if self.fanin is not None and self.current is None:
+            self.fanin.kick()
+
+    def counted(self) -> None:
+        D_PENDING.set(len(self.pending))
+
+    def taken_elsewhere(self) -> None:
+        """Another worker of this D accepted a /dresult: ours, if any, gets ``close``."""
+        if self.current is not None:
+            self.replaced.add(id(self.current))
+            self.wake.set()
+        elif self.pending and self.fanin is not None:
+            self.fanin.kick()
 
     async def serve(self, request: Request) -> None:
         conn = object()
@@ -97,6 +118,8 @@ class DResultHub:
             self.replaced.add(id(self.current))
             self.wake.set()
         self.current = conn
+        if self.fanin is not None:
+            await self.fanin.claim()
         D_CONNECTIONS.inc()
         resp = await request.respond(content_type="text/event-stream", headers=stream_headers({"Cache-Control": "no-cache"}))
         await resp.send(b"", end_stream=False)  # the headers now, not with the first record
@@ -130,6 +153,8 @@ class DResultHub:
         finally:
             if self.current is conn:
                 self.current = None
+            if self.fanin is not None and self.pending:
+                self.fanin.kick()  # to the worker that took the link, if one did
         await resp.eof()
 
 
@@ -364,7 +389,15 @@ class PdHandlers(Handlers):
             return bad_request(f"Only the Decode node supports dresult but you send to {self.pd.role}")
         await self.hub.serve(request)
 
+    async def start(self) -> None:
+        directory = os.environ.get(shared.ENV)
+        if self.pd.role == "decode" and directory:  # several workers: records reach the link's holder
+            self.hub.fanin = Fanin(directory, self.hub)
+            await self.hub.fanin.start()
+
     async def close(self, *_args) -> None:
+        if self.hub.fanin is not None:
+            await self.hub.fanin.close()
         for t in list(self.tasks):
             t.cancel()
         if self._session is not None:
