@@ -250,6 +250,7 @@ class ModelScope:
     def __init__(self, upstream, models: Iterable[str]):
         self.upstream = upstream
         self.models = frozenset(models)
+        self._index: tuple = ((), [])  # (the upstream's index object, its filtered list): one object per index
 
     def allows(self, model: str) -> bool:
         return model in self.models
@@ -280,7 +281,11 @@ class ModelScope:
         return model in self.models and await self.upstream.model_ready(model, version)
 
     async def repository_index(self):
-        return [e for e in await self.upstream.repository_index() if e.name in self.models]
+        """The filtered index: the same list while the upstream serves the same (cached) index."""
+        full = await self.upstream.repository_index()
+        if self._index[0] is not full:
+            self._index = (full, [e for e in full if e.name in self.models])
+        return self._index[1]
 
     async def server_ready(self) -> bool:
         return await self.upstream.server_ready()

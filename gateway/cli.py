@@ -49,9 +49,10 @@ async def _serve_async(settings: Settings, reuse_port: bool, announce: bool) -> 
     await stop.wait()
     log.info("worker %d stopping", os.getpid())
     await worker.stop(grace=settings.limits.drain_s)
-    from gateway import logs
+    from gateway import logs, metrics
 
     logs.flush()  # the access lines still queued (a spawned worker exits without atexit handlers)
+    metrics.flush()  # and the observations
 
 
 def _run_loop(coro) -> None:

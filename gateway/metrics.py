@@ -20,12 +20,16 @@ suffix (``_seconds``), and ``{token}`` units are dropped.
 
 from __future__ import annotations
 
+import asyncio
+import bisect
 import os
 import platform
+import weakref
 from pathlib import Path
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
+    REGISTRY,
     CollectorRegistry,
     Counter,
     Gauge,
@@ -35,6 +39,21 @@ from prometheus_client import (
 )
 
 import gateway
+
+
+class _Flush:
+    """Registered before every metric, so that reading the registry (a scrape, a test) first writes
+    the observations still queued (see ``observe``)."""
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        flush()
+        return []
+
+
+REGISTRY.register(_Flush())
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 LABELS = ("dialect", "listener", "route", "model")
@@ -108,35 +127,134 @@ def _inc(counter: Counter):
     return value.inc if value is not None and hasattr(value, "inc") else counter.inc
 
 
+# -- the request path's observations, queued and written together -----------------------------------
+# A request's five series (count, latency, bytes in and out, Triton's latency) are queued as one
+# tuple and written at most FLUSH_S later, grouped by labels: one increment per label set and one
+# histogram update per batch instead of a lock and a method call per series per request (as the
+# access lines are, gateway/logs.py). Reading the registry (a scrape, ``exposition``) writes
+# them first; in multiprocess mode another worker's scrape sees them at most FLUSH_S late.
+FLUSH_S = 0.1
+FLUSH_BATCH = 1024
+_pending: list[tuple] = []  # (labels, seconds, bytes in, bytes out)
+_pending_upstream: list[tuple] = []  # (labels, seconds)
+_scheduled = [False]
+_admissions: weakref.WeakSet = weakref.WeakSet()  # objects with ``inflight`` (gateway.call.Admission)
+
+
+def track_inflight(admission) -> None:
+    """``gateway_inflight_requests`` is the sum of these objects' ``inflight``, set when queued
+    observations are written (and on every scrape)."""
+    _admissions.add(admission)
+    _schedule()
+
+
+def changed() -> None:
+    """Something the queued write reads changed (the in-flight count): write within FLUSH_S."""
+    if not _scheduled[0]:
+        _schedule()
+
+
+def _schedule() -> None:
+    if _scheduled[0]:
+        return
+    try:
+        asyncio.get_running_loop().call_later(FLUSH_S, flush)
+    except RuntimeError:  # no loop (a script, a test): write at once
+        flush()
+        return
+    _scheduled[0] = True
+
+
 def observe(dialect: str, listener: str, route: str, model: str, outcome: str, seconds: float,
             status: int | str = "", bytes_in: int = 0, bytes_out: int = 0) -> None:
-    """Count, time and size one answered request (the label children are looked up once, then cached)."""
-    key = (dialect, listener, route, model, outcome, status)
-    kids = _children.get(key)
-    if kids is None:
-        _bounded(_children)
-        label = model_label(model, outcome)
-        kids = _children[key] = (_inc(REQUESTS.labels(dialect, listener, route, label, outcome, status)),
-                                 LATENCY.labels(dialect, listener, route, label, outcome).observe,
-                                 _inc(REQUEST_BYTES.labels(dialect, listener, route, label)),
-                                 _inc(RESPONSE_BYTES.labels(dialect, listener, route, label)))
-    kids[0](1)
-    kids[1](seconds)
-    if bytes_in:
-        kids[2](bytes_in)
-    if bytes_out:
-        kids[3](bytes_out)
+    """Count, time and size one answered request (queued: see above)."""
+    _pending.append(((dialect, listener, route, model, outcome, status), seconds, bytes_in, bytes_out))
+    if len(_pending) >= FLUSH_BATCH:
+        flush()
+    elif not _scheduled[0]:
+        _schedule()
 
 
 def observe_upstream(method: str, model: str, code: str, seconds: float) -> None:
     """Time one call to Triton (``code``: the gRPC status code name, ``OK`` when it succeeded)."""
-    key = (method, model, code)
+    _pending_upstream.append(((method, model, code), seconds))
+    if not _scheduled[0]:
+        _schedule()
+
+
+def flush() -> None:
+    """Write the queued observations, grouped by labels; set the in-flight gauge."""
+    global _pending, _pending_upstream
+    _scheduled[0] = False
+    batch, _pending = _pending, []
+    ups, _pending_upstream = _pending_upstream, []
+    INFLIGHT.set(sum(a.inflight for a in list(_admissions)))
+    grouped: dict[tuple, list] = {}
+    for key, seconds, bytes_in, bytes_out in batch:
+        g = grouped.get(key)
+        if g is None:
+            g = grouped[key] = [0, 0, 0, []]
+        g[0] += 1
+        g[1] += bytes_in
+        g[2] += bytes_out
+        g[3].append(seconds)
+    for key, (n, bytes_in, bytes_out, times) in grouped.items():
+        kids = _request_children(key)
+        kids[0](n)
+        observe_all(kids[1], times)
+        if bytes_in:
+            kids[2](bytes_in)
+        if bytes_out:
+            kids[3](bytes_out)
+    times_by: dict[tuple, list] = {}
+    for key, seconds in ups:
+        times_by.setdefault(key, []).append(seconds)
+    for key, times in times_by.items():
+        observe_all(_upstream_child(key), times)
+
+
+def _request_children(key: tuple) -> tuple:
+    """A request label set's children (looked up once, then cached)."""
+    kids = _children.get(key)
+    if kids is None:
+        _bounded(_children)
+        dialect, listener, route, model, outcome, status = key
+        label = model_label(model, outcome)
+        kids = _children[key] = (_inc(REQUESTS.labels(dialect, listener, route, label, outcome, status)),
+                                 LATENCY.labels(dialect, listener, route, label, outcome),
+                                 _inc(REQUEST_BYTES.labels(dialect, listener, route, label)),
+                                 _inc(RESPONSE_BYTES.labels(dialect, listener, route, label)))
+    return kids
+
+
+def _upstream_child(key: tuple):
     child = _upstream_children.get(key)
     if child is None:
         _bounded(_upstream_children)
+        method, model, code = key
         label = model_label(model, "not_found" if code == "NOT_FOUND" else "ok") if model else ""
-        child = _upstream_children[key] = UPSTREAM_LATENCY.labels(method, label, code).observe
-    child(seconds)
+        child = _upstream_children[key] = UPSTREAM_LATENCY.labels(method, label, code)
+    return child
+
+
+def observe_all(child, values: list[float]) -> None:
+    """``child.observe(v)`` for every value, as one update of each bucket and of the sum: the
+    histogram child's own values (prometheus-client 0.26, pinned; its ``observe`` adds 1 to the
+    first bucket whose bound is >= the value, and the value to the sum). tests/unit/test_metrics.py
+    compares it with ``observe``."""
+    bounds = getattr(child, "_upper_bounds", None)
+    buckets = getattr(child, "_buckets", None)
+    if bounds is None or buckets is None or len(bounds) != len(buckets):
+        for v in values:
+            child.observe(v)
+        return
+    counts = [0] * len(bounds)
+    for v in values:
+        counts[bisect.bisect_left(bounds, v)] += 1
+    child._sum.inc(sum(values))
+    for i, n in enumerate(counts):
+        if n:
+            buckets[i].inc(n)
 
 
 def observe_generation(operation: str, model: str, seconds: float, ttft_s: float, input_tokens: int,
@@ -192,6 +310,7 @@ BUILD_INFO.labels(gateway.__version__, _commit(), platform.python_version()).set
 
 def exposition() -> tuple[bytes, str]:
     """The text exposition of every metric (all workers in multiprocess mode)."""
+    flush()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)

@@ -13,14 +13,13 @@ import itertools
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import contextmanager
 from typing import Any, Protocol
 
 import grpc
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from gateway import metrics
+from gateway import metrics, tracing
 from gateway.call import current
 from gateway.core.errors import GRPC_STATUS, ErrorKind, GatewayError, from_grpc_code
 from gateway.core.tensors import InferRequest, InferResponse, ModelIndexEntry, ModelMetadata
@@ -77,28 +76,38 @@ class Upstream(Protocol):
     async def repository_index(self) -> list[ModelIndexEntry]: ...
 
 
-@contextmanager
-def _translate(method: str = "", model: str = ""):
+class _translate:  # noqa: N801 - used as a context manager, like contextlib's
     """Re-raise grpc errors as GatewayError (foreign exceptions never escape); with ``method``, time
-    the call (``gateway_upstream_request_duration_seconds{method, model, code}``)."""
-    start, code = time.perf_counter(), "OK"
-    try:
-        yield
-    except grpc.aio.AioRpcError as e:
-        code = e.code().name
-        raise from_grpc_code(e.code(), e.details()) from None
-    except asyncio.TimeoutError:
-        code = "DEADLINE_EXCEEDED"
-        raise GatewayError(ErrorKind.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
-    except GatewayError as e:  # an in-stream error_message (the call itself ended OK)
-        code = GRPC_STATUS[e.kind].name
-        raise
-    except (asyncio.CancelledError, GeneratorExit):  # the caller went away, or a stream closed early
-        code = "CANCELLED"
-        raise
-    finally:
-        if method:
-            metrics.observe_upstream(method, model, code, time.perf_counter() - start)
+    the call (``gateway_upstream_request_duration_seconds{method, model, code}``). A class rather
+    than a @contextmanager generator: it wraps every Triton call, and costs a third as much."""
+
+    __slots__ = ("method", "model", "start")
+
+    def __init__(self, method: str = "", model: str = ""):
+        self.method, self.model = method, model
+
+    def __enter__(self) -> None:
+        self.start = time.perf_counter()
+
+    def __exit__(self, kind, exc, _tb) -> bool:
+        code = "OK"
+        try:
+            if exc is None:
+                return False
+            if isinstance(exc, grpc.aio.AioRpcError):
+                code = exc.code().name
+                raise from_grpc_code(exc.code(), exc.details()) from None
+            if isinstance(exc, asyncio.TimeoutError):
+                code = "DEADLINE_EXCEEDED"
+                raise GatewayError(ErrorKind.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+            if isinstance(exc, GatewayError):  # an in-stream error_message (the call itself ended OK)
+                code = GRPC_STATUS[exc.kind].name
+            elif isinstance(exc, (asyncio.CancelledError, GeneratorExit)):  # caller gone, stream closed early
+                code = "CANCELLED"
+            return False
+        finally:
+            if self.method:
+                metrics.observe_upstream(self.method, self.model, code, time.perf_counter() - self.start)
 
 
 def _is_unavailable(exc: BaseException) -> bool:
@@ -211,8 +220,9 @@ class TritonUpstream:
             reraise=True,
         ):
             with attempt:
-                with _translate(method, getattr(request, "name", "")):
-                    return await rpc(request, timeout=timeout or min(self.default_timeout, 10.0))
+                model = getattr(request, "name", "")
+                with _translate(method, model), tracing.upstream(method, model) as md:
+                    return await rpc(request, timeout=timeout or min(self.default_timeout, 10.0), metadata=md)
         raise AssertionError("unreachable")
 
     # -- inference -------------------------------------------------------------------------
@@ -221,8 +231,8 @@ class TritonUpstream:
         if self._channel is None:
             raise GatewayError(ErrorKind.INTERNAL, "upstream used before connect()")
         data = codec.serialize_request(req)
-        with _translate("ModelInfer", req.model):
-            resp = await self._model_infer(data, timeout=self._timeout())
+        with _translate("ModelInfer", req.model), tracing.upstream("ModelInfer", req.model) as md:
+            resp = await self._model_infer(data, timeout=self._timeout(), metadata=md)
         return codec.decode_response(resp)
 
     async def stream(self, req: InferRequest) -> AsyncIterator[InferResponse]:
@@ -235,27 +245,28 @@ class TritonUpstream:
         if not req.id:
             req.id = f"gw-{next(self._ids)}"
         msg = codec.encode_request(req, stream=True)
-        call = self.stub.ModelStreamInfer(timeout=self._timeout(stream=True))
-        try:
-            with _translate("ModelStreamInfer", req.model):
-                await call.write(msg)
-                while True:
-                    item = await call.read()
-                    if item is grpc.aio.EOF:
-                        raise GatewayError(ErrorKind.UPSTREAM_FAILED, "stream ended without a final response")
-                    if item.error_message:
-                        raise _stream_error(item.error_message)
-                    resp = codec.decode_response(item.infer_response)
-                    if resp.outputs or not resp.final:
-                        yield resp
-                    if resp.final:
-                        if not resp.outputs:
-                            yield resp  # an empty final marker: consumers see the end explicitly
-                        break
-                await call.done_writing()
-        finally:
-            if not call.done():
-                call.cancel()
+        with tracing.upstream("ModelStreamInfer", req.model) as md:
+            call = self.stub.ModelStreamInfer(timeout=self._timeout(stream=True), metadata=md)
+            try:
+                with _translate("ModelStreamInfer", req.model):
+                    await call.write(msg)
+                    while True:
+                        item = await call.read()
+                        if item is grpc.aio.EOF:
+                            raise GatewayError(ErrorKind.UPSTREAM_FAILED, "stream ended without a final response")
+                        if item.error_message:
+                            raise _stream_error(item.error_message)
+                        resp = codec.decode_response(item.infer_response)
+                        if resp.outputs or not resp.final:
+                            yield resp
+                        if resp.final:
+                            if not resp.outputs:
+                                yield resp  # an empty final marker: consumers see the end explicitly
+                            break
+                    await call.done_writing()
+            finally:
+                if not call.done():
+                    call.cancel()
 
     # -- metadata and health (idempotent, cached briefly) ------------------------------------
     async def _cached(self, key: tuple, produce: Callable[[], Awaitable[Any]]) -> Any:

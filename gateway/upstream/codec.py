@@ -1,4 +1,4 @@
-"""Neutral tensors ⇄ KServe V2 protobufs. The only V2 conversion in the gateway.
+"""Neutral tensors ⇄ KServe V2 protobufs: the dialects' one V2 conversion (the V2 dialect forwards bytes).
 
 Requests carry tensor bytes in ``raw_input_contents`` (ndarray.tobytes: memcpy speed; the typed
 ``contents`` fields are ~500x slower for large arrays). Responses are read with ``np.frombuffer``
@@ -44,6 +44,8 @@ def set_params(target, params: Params) -> None:
 
 
 def get_params(source) -> Params:
+    if not source:
+        return {}
     out: Params = {}
     for key, p in source.items():
         which = p.WhichOneof("parameter_choice")
@@ -82,22 +84,67 @@ def _raw_parts(t: Tensor) -> list:
     return [memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))]
 
 
+def _delimited(field: int, payload: bytes) -> bytes:
+    """A length-delimited field (wire type 2) of a protobuf message."""
+    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _header(req: InferRequest) -> bytes:
+    """The request's fields but ``id`` and the raw contents, written as protobuf writes them
+    (model_name 1, model_version 2, inputs 5 {name 1, datatype 2, shape 3 packed}, outputs 6 {name 1});
+    only for requests without parameters (``serialize_request`` checks)."""
+    out = [_delimited(1, req.model.encode())] if req.model else []
+    if req.version:
+        out.append(_delimited(2, req.version.encode()))
+    for t in req.inputs:
+        dims = b"".join(_varint(int(d) & 0xFFFFFFFFFFFFFFFF) for d in t.shape)  # int64: negatives as 10 bytes
+        body = _delimited(1, t.name.encode()) + _delimited(2, t.datatype.encode()) + (_delimited(3, dims) if dims else b"")
+        out.append(_delimited(5, body))
+    for name in req.outputs or ():
+        out.append(_delimited(6, _delimited(1, name.encode())))
+    return b"".join(out)
+
+
+_headers: dict[tuple, bytes] = {}  # per model, version, inputs' names, dtypes and shapes, outputs
+MAX_HEADERS = 4096
+
+
+def _cached_header(req: InferRequest) -> bytes:
+    key = (req.model, req.version, tuple((t.name, t.datatype, t.shape) for t in req.inputs),
+           tuple(req.outputs) if req.outputs else ())
+    hit = _headers.get(key)
+    if hit is None:
+        if len(_headers) >= MAX_HEADERS:  # bounded: the shapes clients send
+            _headers.clear()
+        hit = _headers[key] = _header(req)
+    return hit
+
+
 def serialize_request(req: InferRequest) -> bytes:
     """``encode_request(req)`` as wire bytes, with every tensor's data copied exactly once.
 
-    The message is serialized without its raw contents, then each ``raw_input_contents`` entry is
-    appended as its own field (protobuf lets a repeated field's entries follow the other fields on
-    the wire), so large tensors are not copied into the message and out again.
+    The fields but the raw contents are written first: for a request without parameters (every
+    TF Serving and GRPS predict), from a header written by hand once per model, version, inputs'
+    names, dtypes and shapes, and outputs, then the ``id``; else through a protobuf message. Each
+    ``raw_input_contents`` entry follows as its own field (protobuf lets a repeated field's entries
+    follow the other fields on the wire), so large tensors are not copied into the message and out
+    again. Parsed, it is ``encode_request(req)`` (tests/unit/test_upstream_codec.py).
     """
-    msg = service_pb2.ModelInferRequest(model_name=req.model, model_version=req.version, id=req.id)
     pieces: list = [b""]
+    plain = not req.parameters and not any(t.parameters for t in req.inputs)
+    for t in req.inputs:
+        parts = _raw_parts(t)
+        pieces += (_RAW_INPUT_TAG, _varint(sum(len(p) if isinstance(p, bytes) else p.nbytes for p in parts)))
+        pieces += parts
+    if plain:
+        head = _cached_header(req)
+        pieces[0] = head + _delimited(3, req.id.encode()) if req.id else head
+        return b"".join(pieces)
+    msg = service_pb2.ModelInferRequest(model_name=req.model, model_version=req.version, id=req.id)
     for t in req.inputs:
         inp = msg.inputs.add(name=t.name, datatype=t.datatype, shape=t.shape)
         if t.parameters:
             set_params(inp.parameters, t.parameters)
-        parts = _raw_parts(t)
-        pieces += (_RAW_INPUT_TAG, _varint(sum(len(p) if isinstance(p, bytes) else p.nbytes for p in parts)))
-        pieces += parts
     for name in req.outputs or ():
         msg.outputs.add(name=name)
     if req.parameters:
@@ -139,7 +186,7 @@ _TYPED_FIELD = {
 
 
 def _decode_output(out, raw: bytes | None) -> Tensor:
-    shape = tuple(int(d) for d in out.shape)
+    shape = tuple(out.shape)
     row = datatypes.by_v2(out.datatype)
     if raw is not None:
         if row.is_bytes:

@@ -313,3 +313,33 @@ def test_the_dashboard_is_valid_grafana_json():
     ids = [p["gridPos"] for p in DASHBOARD["panels"]]
     assert all(0 <= g["x"] and g["x"] + g["w"] <= 24 for g in ids)
     assert orjson.loads(orjson.dumps(DASHBOARD)) == DASHBOARD
+
+
+def test_queued_observations_are_written_as_observe_would_write_them():
+    """metrics.observe_all (one update per bucket for a batch) against the histogram's own observe."""
+    from prometheus_client import CollectorRegistry, Histogram
+
+    registry = CollectorRegistry()
+    hist = Histogram("h", "h", ["k"], buckets=metrics.LATENCY_BUCKETS, registry=registry)
+    values = [0.0, 0.0005, 0.0004999, 0.0005001, 0.3, 2.5, 60.0, 61.0, 1e9, 0.01, 0.01]
+    for v in values:
+        hist.labels("one").observe(v)
+    metrics.observe_all(hist.labels("batch"), values)
+    samples = [s for fam in registry.collect() for s in fam.samples if s.name != "h_created"]
+    by = {}
+    for s in samples:
+        by.setdefault(s.labels["k"], {})[(s.name, s.labels.get("le"))] = s.value
+    assert by["one"] == by["batch"] and by["one"][("h_count", None)] == len(values)
+
+
+def test_the_inflight_gauge_follows_admission():
+    from gateway.call import Admission
+
+    a = Admission(4)
+    assert a.acquire() and a.acquire()
+    metrics.flush()
+    assert REGISTRY.get_sample_value("gateway_inflight_requests") >= 2
+    a.release()
+    a.release()
+    metrics.flush()
+    assert REGISTRY.get_sample_value("gateway_inflight_requests") == 0

@@ -134,6 +134,25 @@ def test_serialize_request_is_the_encoded_message_on_the_wire(datatype, data):
     assert service_pb2.ModelInferRequest.FromString(wire) == codec.encode_request(req)
 
 
+@pytest.mark.parametrize("datatype,data", [
+    ("FP32", np.arange(6, dtype=np.float32).reshape(2, 3)),
+    ("BYTES", np.array([b"a", b"", "\u00e9".encode()], dtype=object)),
+    ("INT64", np.zeros((0, 4), dtype=np.int64)),  # an empty dimension
+    ("FP16", np.array(1.5, dtype=np.float32)),  # a scalar: no shape field
+])
+@pytest.mark.parametrize("version,rid,outputs", [("", "", None), ("3", "rid-\u00e9", ["out", "o2"])])
+def test_a_request_without_parameters_is_written_by_hand_as_protobuf_would(datatype, data, version, rid, outputs):
+    """No parameters: the header is written by hand (and cached per shape); parsed, the same message."""
+    for _ in range(2):  # written, then from the cache
+        req = InferRequest("m\u00e9", [Tensor("x", data, datatype), Tensor("y", np.array([7], np.int32), "INT32")],
+                           version, outputs, None, rid)
+        wire = codec.serialize_request(req)
+        assert service_pb2.ModelInferRequest.FromString(wire) == codec.encode_request(req)
+    assert codec._header(InferRequest("m", [Tensor("x", np.array([[-1]]), "INT64")], "", None)) == \
+        service_pb2.ModelInferRequest(model_name="m", inputs=[{"name": "x", "datatype": "INT64",
+                                                               "shape": [1, 1]}]).SerializeToString()
+
+
 def test_serialize_request_with_a_large_tensor():
     big = np.random.default_rng(0).random(300_000).astype(np.float32)  # a multi-byte length varint
     req = InferRequest("m", [Tensor("x", big, "FP32")])

@@ -173,6 +173,8 @@ class Catalog:
         # realised signatures, reused while upstream serves the same (cached) metadata objects
         self._sigs: dict[tuple, tuple[tuple, dict[str, Signature]]] = {}
         self._exposed: dict[str, ModelConf] = {}  # Triton models exposed under their own names
+        # resolved targets, reused while upstream serves the same (cached) index and metadata objects
+        self._resolved: dict[tuple, tuple[object, tuple, tuple, Target]] = {}
 
     async def model(self, name: str) -> ModelConf | None:
         conf = self.conf.models.get(name)
@@ -212,15 +214,20 @@ class Catalog:
 
     async def signatures(self, conf: ModelConf, version: int | None) -> dict[str, Signature]:
         """The model's signatures (read-only: shared by requests while the metadata is unchanged)."""
+        return (await self._signatures(conf, version))[0]
+
+    async def _signatures(self, conf: ModelConf, version: int | None) -> tuple[dict[str, Signature], tuple]:
+        """The signatures, and the ((model, version) keys, metadata objects) they come from."""
         v = "" if version is None else str(version)
         own = await self.upstream.model_metadata(conf.triton, v)
         others = sorted({sc.triton for sc in conf.signatures.values() if sc.triton and sc.triton != conf.triton})
         metas = (own, *[await self.upstream.model_metadata(t, "") for t in others])
+        sources = (((conf.triton, v), *((t, "") for t in others)), metas)
         # configured signatures are one dict per TF name; exposed models have none (key None)
         key = (conf.triton, v, conf.derived, id(conf.signatures) if conf.signatures else None)
         hit = self._sigs.get(key)
         if hit is not None and len(hit[0]) == len(metas) and all(a is b for a, b in zip(hit[0], metas, strict=True)):
-            return hit[1]
+            return hit[1], sources
         other_meta = dict(zip(others, metas[1:], strict=True))
         confs = derived(own, self.conf.derive_example_signatures) if conf.derived else {}
         confs.update(conf.signatures)
@@ -233,19 +240,40 @@ class Catalog:
         if len(self._sigs) >= 1024:  # bounded, like the metadata cache it follows
             self._sigs.clear()
         self._sigs[key] = (metas, out)
-        return out
+        return out, sources
 
     async def resolve(self, spec: Spec, *, grpc: bool = False, method: str | None = None) -> Target:
         """``method``: the API called (predict, classify, regress; None: the signature as configured).
         TF Serving words an unknown signature differently in its REST predict, gRPC predict and
-        classify/regress paths; Predict sees an example signature through ``predict_view``."""
+        classify/regress paths; Predict sees an example signature through ``predict_view``.
+
+        A request resolved before is answered from memory while Triton's repository index and the
+        model's metadata are the very objects the upstream cache served then (a new fetch, every
+        ``upstream.cache_ttl_s``, resolves again)."""
+        key = (spec, grpc, method)
+        hit = self._resolved.get(key)
+        index = await self.upstream.repository_index()
+        if hit is not None and hit[0] is index:
+            for (model, version), meta in zip(hit[1], hit[2], strict=True):
+                if await self.upstream.model_metadata(model, version) is not meta:
+                    break
+            else:
+                return hit[3]
+        target, sources = await self._resolve(spec, grpc, method)
+        if len(self._resolved) >= 1024:  # bounded, like the caches it follows
+            self._resolved.clear()
+        self._resolved[key] = (index, sources[0], sources[1], target)
+        return target
+
+    async def _resolve(self, spec: Spec, grpc: bool, method: str | None) -> tuple[Target, tuple]:
+        """The target, and the (model, version) keys and metadata objects it was realised from."""
         _check_spec(spec)
         conf = self.conf.models.get(spec.name)
         ready = await self._versions(conf.triton if conf is not None else spec.name)  # one index scan
         if conf is None:
             conf = self._expose(spec.name, ready)
         version = _pick_version(spec, conf, ready)
-        sigs = await self.signatures(conf, version)
+        sigs, sources = await self._signatures(conf, version)
         name = spec.signature or DEFAULT_SIGNATURE
         sig = sigs.get(name)
         if sig is None:
@@ -254,4 +282,4 @@ class Catalog:
             raise errors.signature_not_found_grpc(name) if grpc else errors.signature_not_found_rest(name)
         if method == "predict":
             sig = predict_view(sig)
-        return Target(spec.name, version, sig)
+        return Target(spec.name, version, sig), sources

@@ -1,0 +1,142 @@
+"""The gateway's own work per small TF REST predict, against the floor's, without sockets.
+
+Both handlers run in one process on the same canned Triton answer, so what differs is only the
+work each does around Sanic and grpc.aio (whose cost is the same for both and left out here):
+
+    gateway   the edge (request id, admission, deadline, metrics, access line) around TF Serving's
+              REST dispatch: path parsing, name resolution, JSON parse and validation, the V2
+              request serialized by hand, the answer decoded and written in TF's float text
+    floor     the least a Sanic + grpc.aio gateway does for the same predict: orjson, a
+              ModelInferRequest built with protobuf, the answer through numpy and orjson
+
+Triton's side is a coroutine answering canned bytes (decoded by protobuf as grpc would). Prints
+CPU µs per request for each (best of several rounds) and their ratio.
+
+    .venv/bin/python -m bench.handler_floor [N]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+import numpy as np
+import orjson
+from sanic.response import raw
+from tritonclient.grpc import model_config_pb2, service_pb2
+
+from gateway.call import Admission
+from gateway.dialects.tfserving import config as tf_config
+from gateway.dialects.tfserving import errors as tf_errors
+from gateway.dialects.tfserving.http import dispatch
+from gateway.dialects.tfserving.service import Service
+from gateway.edge import Edge
+from gateway.settings import Settings
+from gateway.upstream import TritonUpstream
+
+MODEL = "saved_model_half_plus_three"
+BODY = b'{"instances": [1.0, 2.0, 5.0, 7.0]}'
+PATH = f"/v1/models/{MODEL}:predict"
+
+
+def _answer(x: np.ndarray) -> bytes:
+    y = (x * 0.5 + 3).astype(np.float32)
+    resp = service_pb2.ModelInferResponse(model_name=MODEL, model_version="123", id="r")
+    out = resp.outputs.add(name="y", datatype="FP32", shape=list(y.shape))
+    del out  # shape set above
+    resp.raw_output_contents.append(y.tobytes())
+    return resp.SerializeToString()
+
+
+ANSWER = _answer(np.array([1.0, 2.0, 5.0, 7.0], np.float32))
+
+
+class CannedTriton(TritonUpstream):
+    """The real upstream client but for the wire: metadata and inference answered from memory."""
+
+    async def connect(self) -> None:
+        self._channel = object()
+
+        async def model_infer(data: bytes, timeout: float, **_grpc_kw):
+            return service_pb2.ModelInferResponse.FromString(ANSWER)
+
+        self._model_infer = model_infer
+
+    async def _idempotent(self, method: str, request, timeout: float | None = None):
+        if method == "RepositoryIndex":
+            r = service_pb2.RepositoryIndexResponse()
+            r.models.add(name=MODEL, version="123", state="READY")
+            return r
+        if method == "ModelMetadata":
+            r = service_pb2.ModelMetadataResponse(name=MODEL, versions=["123"], platform="python")
+            r.inputs.add(name="x", datatype="FP32", shape=[-1])
+            r.outputs.add(name="y", datatype="FP32", shape=[-1])
+            return r
+        if method == "ModelConfig":
+            return service_pb2.ModelConfigResponse(config=model_config_pb2.ModelConfig(name=MODEL))
+        raise AssertionError(method)
+
+
+class Request:
+    """What the TF REST route reads of a Sanic request."""
+
+    __slots__ = ("path", "method", "headers", "body", "stream")
+
+    def __init__(self):
+        self.path, self.method, self.headers, self.body, self.stream = PATH, "POST", {}, BODY, None
+
+
+async def gateway_loop(n: int) -> float:
+    up = CannedTriton("127.0.0.1:1", cache_ttl=3600)
+    await up.connect()
+    service = Service(type("Ctx", (), {"upstream": up, "settings": Settings()})(), tf_config.TFServingConfig())
+    edge = Edge("tfserving", "tfserving_rest", tf_errors.Rendering(), Admission(1024), 30.0, 600.0)
+
+    async def route(request, path):
+        return raw(await dispatch(service, request), content_type="application/json")
+
+    endpoint = edge.http("rest", route)
+    first = await endpoint(Request(), path=PATH)
+    assert first.status == 200, first.body
+    t0 = time.thread_time()
+    for _ in range(n):
+        await endpoint(Request(), path=PATH)
+    return (time.thread_time() - t0) / n * 1e6
+
+
+async def floor_loop(n: int) -> float:
+    async def stub_infer(req, timeout):
+        req.SerializeToString()  # what grpc does with the message
+        return service_pb2.ModelInferResponse.FromString(ANSWER)
+
+    async def predict(request, model: str):  # floor_tfrest.py's handler, as written there
+        name = model.split(":")[0]
+        x = np.asarray(orjson.loads(request.body)["instances"], dtype=np.float32)
+        req = service_pb2.ModelInferRequest(model_name=name)
+        t = req.inputs.add()
+        t.name, t.datatype = "x", "FP32"
+        t.shape.extend(x.shape)
+        req.raw_input_contents.append(x.tobytes())
+        resp = await stub_infer(req, timeout=30)
+        y = np.frombuffer(resp.raw_output_contents[0], dtype=np.float32).reshape(tuple(resp.outputs[0].shape))
+        return raw(orjson.dumps({"predictions": y.tolist()}), content_type="application/json")
+
+    t0 = time.thread_time()
+    for _ in range(n):
+        await predict(Request(), f"{MODEL}:predict")
+    return (time.thread_time() - t0) / n * 1e6
+
+
+def main() -> None:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
+    from gateway import logs
+
+    logs.setup("WARNING", "json", False)  # no access lines on the terminal (their cost is measured with them on)
+    gw = min(asyncio.run(gateway_loop(n)) for _ in range(5))
+    fl = min(asyncio.run(floor_loop(n)) for _ in range(5))
+    print(f"handler CPU µs per small TF REST predict: gateway {gw:.1f}, floor {fl:.1f}, ratio {gw / fl:.2f}")
+
+
+if __name__ == "__main__":
+    main()
