@@ -30,12 +30,12 @@ def instances(triton, tmp_path_factory):
         return started[name]
 
     try:
-        start("d0", {"role": "decode", "heartbeat_s": 0.3})
-        start("p1", {"role": "prefill"})
-        start("p2", {"role": "prefill"})
-        start("p3", {"role": "prefill", "phase_split": False})
-        start("d1", {"role": "decode"})
-        start("d2", {"role": "decode"})
+        start("d0", {"role": "decode", "heartbeat_s": 0.3}, workers=2)  # records reach the worker holding /dresult
+        start("p1", {"role": "prefill"}, workers=2)  # P keeps no state between requests: any worker serves
+        start("p2", {"role": "prefill"}, workers=2)
+        start("p3", {"role": "prefill", "phase_split": False}, workers=2)
+        start("d1", {"role": "decode"}, workers=2)
+        start("d2", {"role": "decode"}, workers=2)
         addr = {n: f"127.0.0.1:{g.port('mindie_http')}" for n, g in started.items()}
         start("coord", {"role": "coordinator", "prefill": [addr["p1"], addr["p2"]],
                         "decode": [addr["d1"], addr["d2"]], "max_requests": 4})
@@ -134,7 +134,9 @@ def test_without_a_phase_split_p_generates_and_relays_the_rest_to_d(instances, d
      "Invalid req-id, the character of req-id should be hex char [0-9, a-f, A-F], but got 12g"),
     ({"req-id": "a" * 1025, "req-type": "prefill", "d-target": "127.0.0.1"}, "The length of req-id cannot exceed 1024"),
     ({"req-id": "1", "req-type": "decode", "d-target": "127.0.0.1"}, "Parameter req-type must be prefill but got decode"),
-    ({"req-id": "1", "req-type": "prefill", "d-target": "localhost;3025"}, "Parameter d-target must be an IPv4 address"),
+    ({"req-id": "1", "req-type": "prefill", "d-target": "256.0.0.1;3025"}, "Parameter d-target must be an IPv4 address"),
+    ({"req-id": "1", "req-type": "prefill", "d-target": "d_0;3025"}, "Parameter d-target must be an IPv4 address"),
+    ({"req-id": "1", "req-type": "prefill", "d-target": "::1;3025"}, "Parameter d-target must be an IPv4 address"),
     ({"req-id": "1", "req-type": "prefill", "d-target": "127.0.0.1", "is-recompute": "yes"},
      "Parameter is-recompute is an optional parameter. When it is set, it must be true or false."),
 ])
@@ -345,6 +347,41 @@ def test_coordinator_routes_are_mindie_ms_ones(instances):
     coord = instances["coord"].url("mindie_http")
     assert requests.get(coord + "/v1/models").status_code == 404
     assert requests.get(coord + "/health").status_code == 200
+
+
+def _metric(gw, name: str, instance: str) -> float | None:
+    text = requests.get(gw.url("admin_http") + "/metrics", timeout=5).text
+    for line in text.splitlines():
+        if line.startswith(f'{name}{{instance="{instance}"}} '):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_a_taken_over_d_leaves_the_rotation_and_the_coordinator_does_not_fight(instances):
+    coord, d1 = instances["coord"], instances["d1"]
+    d1_addr = f"127.0.0.1:{d1.port('mindie_http')}"
+    taken_before = _metric(coord, "pd_dresult_taken_over_total", d1_addr) or 0.0
+    reader = DResultReader(d1.url("mindie_http"))  # an operator reads D1's /dresult: it takes the link over
+    try:
+        deadline = time.monotonic() + 10
+        while _metric(coord, "pd_dresult_taken_over_total", d1_addr) != taken_before + 1:
+            assert time.monotonic() < deadline, requests.get(coord.url("admin_http") + "/metrics").text
+            time.sleep(0.05)
+        assert _metric(coord, "pd_decode_in_rotation", d1_addr) == 0.0
+        for i in range(4):  # every request goes to D2 meanwhile, and finishes
+            r = requests.post(coord.url("mindie_http") + "/generate_stream", timeout=30,
+                              json={"inputs": f"while d1 is away {i}", "parameters": {"max_new_tokens": 4}})
+            assert r.status_code == 200 and b"error" not in r.content and b'"generated_text":"' in r.content
+        assert reader.status == 200 and not reader.ended.is_set()
+        assert not [x for x in reader.records if x.kind == "close"]  # the coordinator did not take it back
+        assert f"another client took over the /dresult link to D {d1_addr}; D is out of rotation" in \
+            coord.log_path.read_text()
+    finally:
+        reader.close()
+    deadline = time.monotonic() + 30  # the back-off (5 s) over, the coordinator links D1 again
+    while _metric(coord, "pd_decode_in_rotation", d1_addr) != 1.0:
+        assert time.monotonic() < deadline, coord.log_tail()
+        time.sleep(0.2)
 
 
 # -- failures: a D that goes away, a D that asks for a recompute ------------------------------------
