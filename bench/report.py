@@ -130,7 +130,7 @@ def markdown(res: dict) -> str:
     meta = res["meta"]
     m, v, s, g = meta["machine"], meta["versions"], meta["settings"], meta["git"]
     lines = [
-        f"# Benchmark: through the gateway vs directly to Triton{' (quick mode)' if s['quick'] else ''}",
+        f"# Benchmark: through the gateway vs directly to Triton and vs the floor{' (quick mode)' if s['quick'] else ''}",
         "",
         f"{meta['started']} · {meta['wall_s']:.0f} s · commit `{g['commit'][:12]}`{' (dirty)' if g['dirty'] else ''}"
         f" on `{g['branch']}`",
@@ -143,12 +143,13 @@ def markdown(res: dict) -> str:
         "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()) + ".",
         "",
         f"Settings: gateway workers {s['workers']}; each cell is the median over {s['repeats']} repeats "
-        f"(min–max in brackets) of {s['duration_s']:g} s runs (LLM: {s['llm_duration_s']:g} s), direct and gateway "
-        f"interleaved, after {s['warmup_s']:g} s of warm-up per side; concurrency = wrk connections or gRPC callers "
-        "in a closed loop. CPU/req = utime+stime of the gateway's (or Triton's) processes over the run ÷ requests "
-        "completed. ×: gateway ÷ direct. The floor (bench/floor.py) is the same path done the least possible way on "
-        "the same stack (Sanic or grpc.aio, one ModelInfer, nothing else), measured like the gateway; "
-        "÷ floor: gateway CPU per request ÷ the floor's.",
+        f"(min–max in brackets) of {s['duration_s']:g} s runs (LLM: {s['llm_duration_s']:g} s), "
+        f"{'direct, gateway and floor' if s.get('floor', True) else 'direct and gateway'} interleaved, after "
+        f"{s['warmup_s']:g} s of warm-up per side; concurrency = wrk connections or gRPC callers in a closed loop. "
+        "CPU/req = utime+stime of the gateway's (the floor's, Triton's) processes over the run ÷ requests completed. "
+        "×: gateway ÷ direct. The floor (bench/floor.py) is the same path done the least possible way on the same "
+        "stack (Sanic or grpc.aio, one ModelInfer, nothing else), measured like the gateway; ÷ floor: gateway CPU "
+        "per request ÷ the floor's" + ("." if s.get("floor", True) else " (not measured in this run: BENCH_FLOOR=0)."),
         "",
         "## Throughput and latency",
         "",

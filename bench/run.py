@@ -9,7 +9,7 @@ and SIGTERM). Bounded: each run lasts its duration, and a case that would not fi
 remaining budget is skipped (and listed as such).
 
 Environment (defaults: full / BENCH_QUICK=1):
-  BENCH_QUICK=1            short runs for development (about 2 minutes instead of about 7)
+  BENCH_QUICK=1            short runs for development (a budget of 300 s instead of 570 s)
   BENCH_DURATION           seconds per run (5 / 2)
   BENCH_LLM_DURATION       seconds per LLM run (4 / 2)
   BENCH_REPEATS            repeats of every run (3 / 2)

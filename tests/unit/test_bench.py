@@ -301,6 +301,10 @@ def test_markdown_has_every_section_and_the_numbers():
     header = lines[lines.index(row) - 2]
     assert len(header.strip("|").split("|")) == len(cells)  # every row as wide as its header
     assert "(quick mode)" in lines[0]
+    assert "direct, gateway and floor interleaved" in md
+    res = _results()
+    res["meta"]["settings"]["floor"] = False
+    assert "direct and gateway interleaved" in report.markdown(res) and "BENCH_FLOOR=0" in report.markdown(res)
     assert "Test CPU, 2 cores" in md and "triton 2.51.0" in md and "`0123456789ab`" in md
     assert "| LLM native: gateway | 12–13 | 19.0 |" in md
     assert "## Scaling" in md and "| 2 | 1300 (1200–1400) |" in md
