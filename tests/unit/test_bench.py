@@ -7,7 +7,7 @@ import os
 import pytest
 
 from bench import cases, procstat, report, stats, wrk
-from bench.run import Settings, floor_ratios, ratios, summarise
+from bench.run import Budget, Settings, floor_ratios, ratios, run_case, summarise
 
 WRK_OUTPUT = """\
 Running 5s test @ http://127.0.0.1:8501/v1/models/saved_model_half_plus_three:predict
@@ -206,6 +206,73 @@ def test_every_path_but_the_llm_streams_gets_a_floor_with_the_gateways_request_a
     grps = next(c for c in built if c.key == "grps_bin")
     assert grps.floor.address == "http://127.0.0.1:5/grps/v1/infer/predict"
     assert grps.floor.headers == {"Content-Type": "application/octet-stream"}
+
+
+class _FakeRunner:
+    """run_case's view of a Runner: answer checks (``bad``: sides whose check fails) and measured runs."""
+
+    def __init__(self, bad=()):
+        self.bad, self.calls = set(bad), []
+        self.stack = type("S", (), {"assert_running": lambda self: None})()
+
+    def check(self, side):
+        if side.how in self.bad:
+            raise cases.BadAnswer(f"{side.how} answered nonsense")
+
+    def load(self, side, concurrency, duration):
+        self.calls.append(("warmup", side.how))
+
+    def measure(self, side, concurrency, duration, hop="gateway"):
+        self.calls.append(("run", side.how, hop))
+        cpu = {"gateway": 450.0, "floor": 300.0}
+        out = {"req_per_s": {"direct": 2000.0, "gateway": 1000.0, "floor": 1500.0}[side.how], "requests": 10}
+        if hop is not None:
+            out[f"{hop}_cpu_us"] = cpu[hop]
+        return out
+
+
+def _case_with_floor():
+    side = lambda how: cases.Side(how, "http", "http://127.0.0.1:1/x", b"{}", lambda raw: None)  # noqa: E731
+    return cases.Case("tf_rest_small", "TF REST small", "4 floats", 8, side("direct"), side("gateway"), side("floor"))
+
+
+def test_run_case_interleaves_the_floor_and_divides_cpu_by_it():
+    s = Settings.from_env({"BENCH_QUICK": "1", "BENCH_REPEATS": "2"})
+    runner = _FakeRunner()
+    out = run_case(runner, _case_with_floor(), s, Budget(600))
+    runs = [c[1:] for c in runner.calls if c[0] == "run"]
+    assert runs == [("direct", None), ("gateway", "gateway"), ("floor", "floor"),  # alternating order
+                    ("floor", "floor"), ("gateway", "gateway"), ("direct", None)]
+    assert out["floor"]["how"] == "floor" and len(out["floor"]["runs"]) == 2
+    assert out["floor"]["summary"]["floor_cpu_us"]["median"] == 300.0
+    assert "gateway_cpu_us" not in out["direct"]["summary"] and "floor_cpu_us" not in out["gateway"]["summary"]
+    assert out["floor_ratio"]["cpu_us"] == pytest.approx(1.5)
+    assert out["floor_ratio"]["req_per_s"] == pytest.approx(1000 / 1500)
+    assert out["ratio"]["req_per_s"] == pytest.approx(0.5) and not out["errors"]
+
+
+def test_a_floor_that_answers_wrong_is_left_out_and_the_case_still_runs():
+    s = Settings.from_env({"BENCH_QUICK": "1", "BENCH_REPEATS": "1"})
+    runner = _FakeRunner(bad={"floor"})
+    out = run_case(runner, _case_with_floor(), s, Budget(600))
+    assert "floor" not in out and "floor_ratio" not in out and "skipped" not in out
+    assert out["errors"] == ["floor answer check failed: BadAnswer: floor answered nonsense"]
+    assert [c[1] for c in runner.calls if c[0] == "run"] == ["direct", "gateway"]
+    bad_gateway = run_case(_FakeRunner(bad={"gateway"}), _case_with_floor(), s, Budget(600))
+    assert bad_gateway["skipped"].startswith("gateway answer check failed")  # as before the floor
+
+
+def test_without_the_floor_setting_the_floor_side_is_not_run():
+    s = Settings.from_env({"BENCH_QUICK": "1", "BENCH_REPEATS": "1", "BENCH_FLOOR": "0"})
+    runner = _FakeRunner()
+    out = run_case(runner, _case_with_floor(), s, Budget(600))
+    assert "floor" not in out and [c[1] for c in runner.calls if c[0] == "run"] == ["direct", "gateway"]
+
+
+def test_the_budget_counts_the_floor_side():
+    s = Settings.from_env({"BENCH_QUICK": "1"})  # 3 sides x (0.5 + 2 x (2 + 0.5)) + 2 = 18.5 s
+    assert "skipped" in run_case(_FakeRunner(), _case_with_floor(), s, Budget(17))
+    assert "skipped" not in run_case(_FakeRunner(), _case_with_floor(), s, Budget(19))
 
 
 def test_a_case_without_a_floor_entry_keeps_none():
