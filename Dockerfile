@@ -1,8 +1,9 @@
 # The gateway image. Triton runs in its own container (compose.yaml, deploy/k8s/).
 #
-# Two stages: `build` installs the pinned dependency tree into a venv; `runtime` copies only that
-# venv, the configuration and the model repository (sources for the plan-building Job) onto a
-# clean base, and runs as an unprivileged numeric user (Kubernetes runAsNonRoot can check it).
+# Two stages: `build` installs the pinned dependency tree into a venv (compiling the gateway's one C
+# extension with gcc); `runtime` copies only that venv, the configuration and the model repository
+# (sources for the plan-building Job) onto a clean base, and runs as an unprivileged numeric user
+# (Kubernetes runAsNonRoot can check it).
 #
 # The base is pinned to a full version tag. To pin it by digest as well (reproducible builds),
 # resolve the digest on a machine that can reach Docker Hub and pass it in, e.g.
@@ -13,6 +14,9 @@ ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+# gcc builds the float-text extension (gateway/core/_floattext.c); the runtime stage needs only the
+# built .so in the venv (it links against libc alone), so no compiler reaches the image
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 RUN python -m venv /opt/venv
 COPY pyproject.toml ./

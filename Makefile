@@ -21,7 +21,7 @@ install: $(VENV)/.installed $(VENV)/.bench-installed $(TRITON_VENV)/.installed .
 browser:
 	@bash scripts/install-browser.sh || echo "warning: chromium not installed; the monitoring-page browser test will skip"
 
-$(VENV)/.installed: pyproject.toml requirements/constraints.txt
+$(VENV)/.installed: pyproject.toml requirements/constraints.txt gateway/core/_floattext.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install $(PIP_FLAGS) -c requirements/constraints.txt -e ".[dev]"
 	@touch $@

@@ -58,7 +58,7 @@ class CannedTriton(TritonUpstream):
     async def connect(self) -> None:
         self._channel = object()
 
-        async def model_infer(data: bytes, timeout: float):
+        async def model_infer(data: bytes, timeout: float, **_grpc_kw):
             return service_pb2.ModelInferResponse.FromString(ANSWER)
 
         self._model_infer = model_infer

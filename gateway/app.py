@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from gateway import access
+from gateway import access, grpchealth, tracing
 from gateway.context import GatewayContext
 from gateway.core import bounded
 from gateway.dialect import Dialect, load
@@ -59,6 +59,7 @@ class Worker:
     reuse_port: bool = False
     upstream_factory: Callable[[Settings], Upstream] | None = None  # tests pass a fake
     ctx: GatewayContext | None = None
+    health: grpchealth.Health | None = None  # grpc.health.v1 on every gRPC listener
     _http: list = field(default_factory=list)
     _grpc: list = field(default_factory=list)
     _states: list = field(default_factory=list)
@@ -70,9 +71,11 @@ class Worker:
 
     async def start(self) -> GatewayContext:
         bounded.configure(self.settings.limits)  # the limits pure decoding functions read
+        tracing.configure(self.settings.tracing)  # before any Edge exists (off: nothing)
         upstream = self._upstream()
         await upstream.connect()
         self.ctx = ctx = GatewayContext(self.settings, upstream)
+        self.health = grpchealth.Health(ctx)
         try:
             for dialect in CATALOGUE:
                 listeners = [self.settings.listener(spec.name) for spec in dialect.listeners]
@@ -106,8 +109,11 @@ class Worker:
                 await self._start_http(lst, attach, edge, state)
 
     async def _start_grpc(self, lst: Listener, attach: Callable, edge: Edge, state) -> None:
-        server = grpc.aio.server(options=grpc_server_options(self.settings, self.reuse_port))
-        attach(server, edge, state)
+        server = grpc.aio.server(options=grpc_server_options(self.settings, self.reuse_port),
+                                 interceptors=tracing.interceptors() or None)
+        services = grpchealth.ServiceNames(server)
+        attach(services, edge, state)
+        self.health.attach(server, services.names)
         host = f"[{lst.host}]" if ":" in lst.host else lst.host
         try:
             if lst.tls is not None:
@@ -136,6 +142,8 @@ class Worker:
         """Stop accepting, let requests in flight finish (up to ``grace`` s), then close everything."""
         if self.ctx is not None:
             self.ctx.draining = True
+        if self.health is not None:
+            await self.health.drain()  # NOT_SERVING before the listeners stop
         grpc_stopped = asyncio.gather(*(s.stop(grace) for s in self._grpc), return_exceptions=True)
         for srv in self._http:
             await _quietly(srv.before_stop())
@@ -155,6 +163,7 @@ class Worker:
         self._states.clear()
         if self.ctx is not None:
             await self.ctx.upstream.close()
+        tracing.shutdown()  # the spans still pending are exported
 
     async def _drain(self, grace: float) -> None:
         loop = asyncio.get_running_loop()

@@ -47,7 +47,7 @@ def request_id(given: str | None) -> str:
 class Call:
     """One request as the edge sees it."""
 
-    __slots__ = ("request_id", "route", "model", "start", "deadline", "stream_deadline", "failed")
+    __slots__ = ("request_id", "route", "model", "start", "deadline", "stream_deadline", "failed", "trace")
 
     def __init__(self, request_id: str, route: str, timeout: float, stream_timeout: float,
                  client_timeout: float | None = None):
@@ -55,6 +55,7 @@ class Call:
         self.route = route
         self.model = ""
         self.failed = ""  # an error kind a handler answered in-band (a stream that failed midway)
+        self.trace = None  # the request's server span, a gateway.tracing.Traced (tracing on)
         self.start = now = time.monotonic()
         if client_timeout is not None:
             timeout, stream_timeout = min(timeout, client_timeout), min(stream_timeout, client_timeout)

@@ -33,6 +33,7 @@ from gateway.settings import (
     Settings,
     SettingsError,
     Strict,
+    TracingSettings,
     UpstreamSettings,
     upstream_addresses,
 )
@@ -72,6 +73,7 @@ def schema() -> type[BaseModel]:
         listeners=(listeners, listeners()),
         limits=(Limits, Limits()),
         local_triton=(LocalTriton, LocalTriton()),
+        tracing=(TracingSettings, TracingSettings()),
         workers=(Annotated[int, Field(ge=1)], 1),
         log_level=(LogLevel, "INFO"),
         log_format=(LogFormat, "auto"),
@@ -196,7 +198,7 @@ def _resolve(doc: BaseModel, source: str) -> Settings:
             )
     return Settings(
         upstream=doc.upstream, listeners=MappingProxyType(listeners), limits=doc.limits,
-        local_triton=doc.local_triton, workers=doc.workers, log_level=doc.log_level,
+        local_triton=doc.local_triton, tracing=doc.tracing, workers=doc.workers, log_level=doc.log_level,
         log_format=doc.log_format, access_log=doc.access_log,
         dialects=MappingProxyType({d.name: getattr(doc.dialects, d.name) for d in CATALOGUE}), source=source,
     )

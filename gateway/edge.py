@@ -15,6 +15,8 @@
                  dialect's ErrorRendering, on HTTP and gRPC alike
     metrics      one observation per request: dialect, listener, route, model, outcome, status, bytes;
                  and one access log line (``access_log``, gateway/logs.py)
+    tracing      with ``tracing.enabled``, one server span per request continuing the caller's W3C
+                 trace context (gateway/tracing.py); off, ``Edge.tracer`` is None and nothing happens
 
 The request's ``Call`` (gateway/call.py) is current for the duration of the handler, so the upstream
 client takes the deadline and the request id from it without every dialect passing them along.
@@ -33,7 +35,7 @@ from typing import Any
 import grpc
 from sanic.exceptions import SanicException
 
-from gateway import logs, metrics
+from gateway import logs, metrics, tracing
 from gateway.access import AUTHORIZATION, UNAUTHENTICATED_MESSAGE, ApiKeys, bearer
 from gateway.call import REQUEST_ID, Admission, Call, current, enter, leave, request_id
 from gateway.core.errors import ErrorKind, GatewayError
@@ -66,6 +68,7 @@ class Edge:
         self.admission = admission
         self.timeout_s = timeout_s
         self.stream_timeout_s = stream_timeout_s
+        self.tracer = tracing.listener(dialect, listener)  # None: tracing off
 
     # -- shared steps ------------------------------------------------------------------------
     def begin(self, route: str, given_id: str | None, client_timeout: float | None = None) -> Call:
@@ -74,11 +77,15 @@ class Edge:
     def finish(self, call: Call, outcome: str, status: int | str = "", bytes_in: int = 0, bytes_out: int = 0) -> None:
         """Metrics and the access line of one answered request (``status``: HTTP status or gRPC code name)."""
         seconds = time.monotonic() - call.start
+        trace_id = ""
+        if call.trace is not None:
+            trace_id = call.trace.trace_id
+            call.trace.end(call, outcome, status)
         metrics.observe(self.dialect, self.listener, call.route, call.model, outcome, seconds, status, bytes_in,
                         bytes_out)
         if _access_enabled(logging.INFO):
             logs.access(call.request_id, self.dialect, self.listener, call.route, call.model, status, outcome,
-                        bytes_in, bytes_out, seconds)
+                        bytes_in, bytes_out, seconds, trace_id)
 
     def _admit(self) -> None:
         if not self.admission.acquire():
@@ -128,6 +135,8 @@ class Edge:
         async def endpoint(request, **params):
             call = self.begin(route, request.headers.get(REQUEST_ID))
             token = enter(call)
+            if self.tracer is not None:
+                call.trace = self.tracer.http(call, request)
             outcome, resp = "internal", None
             try:
                 if keys is not None:
@@ -172,6 +181,8 @@ class Edge:
         if self.keys is not None and not self.keys.valid(bearer(request.headers.get(AUTHORIZATION))):
             err, status = GatewayError(ErrorKind.UNAUTHENTICATED, UNAUTHENTICATED_MESSAGE), 401  # no route probing
         call = self.begin("_unrouted", request.headers.get(REQUEST_ID))
+        if self.tracer is not None:
+            call.trace = self.tracer.http(call, request)
         resp = self.render_http(err, None if status >= 500 else status)
         self.finish(call, err.kind.value, resp.status, 0, len(resp.body or b""))
         resp.headers[REQUEST_ID] = call.request_id
@@ -183,6 +194,8 @@ class Edge:
         call = self.begin(route, _metadata_value(context.invocation_metadata(), REQUEST_ID), _grpc_timeout(context))
         if model_of is not None:
             call.model = model_of(request)
+        if self.tracer is not None:
+            call.trace = self.tracer.grpc(call, context)
         return call, enter(call), ((REQUEST_ID, call.request_id),)
 
     def _grpc_admit(self, context) -> None:

@@ -7,7 +7,8 @@
 A JSON line holds ``ts`` (UTC, ISO 8601), ``level``, ``logger``, ``pid``, ``msg``, the record's
 structured ``fields`` (``log.info("...", extra={"fields": {...}})``) and ``exc`` for a traceback.
 The access line's fields: ``request_id``, ``dialect``, ``listener``, ``route``, ``model``,
-``status``, ``outcome``, ``bytes_in``, ``bytes_out``, ``duration_ms``; never headers or bodies.
+``status``, ``outcome``, ``bytes_in``, ``bytes_out``, ``duration_ms``, and ``trace_id`` (the W3C
+trace id of the request's span) when ``tracing.enabled``; never headers or bodies.
 
 Why a small formatter over stdlib logging rather than python-json-logger: orjson is already a
 dependency, the output is one fixed shape that operators and tests can rely on, and only the
@@ -114,11 +115,11 @@ _pending: list[tuple] = []  # access lines not yet written (see access())
 ACCESS_FLUSH_S = 0.1
 ACCESS_BATCH = 256
 _FIELDS = ("request_id", "dialect", "listener", "route", "model", "status", "outcome", "bytes_in", "bytes_out",
-           "duration_ms")
+           "duration_ms", "trace_id")
 
 
 def access(request_id: str, dialect: str, listener: str, route: str, model: str, status: int | str, outcome: str,
-           bytes_in: int, bytes_out: int, seconds: float) -> None:
+           bytes_in: int, bytes_out: int, seconds: float, trace_id: str = "") -> None:
     """The access line of one answered request (callers check ``ACCESS.isEnabledFor(INFO)`` first).
 
     While setup()'s handler is the only one, the line skips the LogRecord and the handler
@@ -129,11 +130,11 @@ def access(request_id: str, dialect: str, listener: str, route: str, model: str,
     the ordinary record, as does a call outside an event loop; ``flush()`` writes what is queued
     (at exit, and before setup() replaces the handler)."""
     values = (request_id[:MAX_FIELD], dialect, listener, route, model[:MAX_FIELD], status, outcome, bytes_in,
-              bytes_out, round(seconds * 1000, 3))
+              bytes_out, round(seconds * 1000, 3), trace_id)
     handler = _fast
     root = logging.root
     if handler is None or len(root.handlers) != 1 or root.handlers[0] is not handler or ACCESS.handlers:
-        ACCESS.info("request", extra={"fields": dict(zip(_FIELDS, values, strict=True))})
+        ACCESS.info("request", extra={"fields": dict(_pairs(values))})
         return
     if not ACCESS.isEnabledFor(logging.INFO):  # the same gate as the record's (cached by logging)
         return
@@ -149,6 +150,13 @@ def access(request_id: str, dialect: str, listener: str, route: str, model: str,
         flush()
 
 
+def _pairs(values: tuple):
+    """(field, value) of an access line; ``trace_id`` only when the request was traced."""
+    if values[-1]:
+        return zip(_FIELDS, values, strict=True)
+    return zip(_FIELDS[:-1], values[:-1], strict=True)
+
+
 def flush() -> None:
     """Write the queued access lines."""
     handler = _fast
@@ -157,12 +165,12 @@ def flush() -> None:
         for when, values in _pending:
             secs = int(when)
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(secs))
-            pairs = "".join(f" {k}={_text_value(v)}" for k, v in zip(_FIELDS, values, strict=True))
+            pairs = "".join(f" {k}={_text_value(v)}" for k, v in _pairs(values))
             lines.append(f"{stamp},{int((when - secs) * 1000):03d} {pid} INFO gateway.access: request{pairs}")
     else:
         for when, values in _pending:
             line = {"ts": _iso(when), "level": "INFO", "logger": "gateway.access", "pid": pid, "msg": "request"}
-            line.update(zip(_FIELDS, values, strict=True))
+            line.update(_pairs(values))
             lines.append(orjson.dumps(line, default=str).decode())
     _pending.clear()
     if handler is None or not lines:

@@ -141,6 +141,17 @@ class LocalTriton(Strict):
     log_verbose: Annotated[int, Field(ge=0)] = 0
 
 
+class TracingSettings(Strict):
+    """``tracing``: OpenTelemetry spans (gateway/tracing.py, docs/operations.md); off by default."""
+
+    enabled: bool = False
+    endpoint: str = "http://127.0.0.1:4318/v1/traces"  # the OTLP receiver (a Collector); grpc: host:4317
+    protocol: Literal["http/protobuf", "grpc"] = "http/protobuf"
+    sample_ratio: Annotated[float, Field(ge=0, le=1)] = 1.0  # new traces kept (a caller's choice stands)
+    service_name: str = "triton-gateway"
+    export_interval_ms: Annotated[int, Field(ge=1)] = 1000  # spans are sent in batches this often
+
+
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 LogFormat = Literal["auto", "json", "text"]  # auto: text when stderr is a terminal, else JSON lines
 
@@ -168,6 +179,7 @@ class Settings:
     listeners: Mapping[str, Listener] = field(default_factory=dict)
     limits: Limits = field(default_factory=Limits)
     local_triton: LocalTriton = field(default_factory=LocalTriton)
+    tracing: TracingSettings = field(default_factory=TracingSettings)
     workers: int = 1
     log_level: str = "INFO"
     log_format: str = "auto"

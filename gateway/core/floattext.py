@@ -1,4 +1,4 @@
-"""printf-style float text ("%g, then more digits when that does not round-trip"), vectorised.
+"""printf-style float text ("%g, then more digits when that does not round-trip") for whole arrays.
 
 Two C++ writers print floats this way and dialects must match them byte for byte:
 
@@ -13,24 +13,30 @@ Two C++ writers print floats this way and dialects must match them byte for byte
   sets ERANGE for every (inexact) subnormal result, so subnormal floats always get 9 digits.
   → :data:`PROTOBUF`
 
-Each value is formatted in its own precision (float32 as float32). Speed: one C-level ``%`` over a
-per-element format string, no Python loop per value. float32 decides "six digits round-trip"
-arithmetically (exact: a 6-digit decimal is never within double-rounding distance of a float32
-midpoint); float64 parses the short text back.
+Each value is formatted in its own precision (float32 as float32). The work is done for the whole
+array by a small C extension, ``gateway.core._floattext`` (gateway/core/_floattext.c, built by
+``pip install -e .`` / ``make install``): it computes the correctly rounded digits and the
+"reads back as the same value" test with exact integer arithmetic, and asks the C library itself
+(``snprintf`` + ``strtof``/``strtod``) for the values outside that arithmetic's range. The numpy
+writer it replaced is the property-test oracle (tests/unit/core/floattext_reference.py).
 """
 
 from __future__ import annotations
 
-import math
-import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property
 
 import numpy as np
 
-_F32_TINY = float(np.finfo(np.float32).tiny)
-SMALL = 32  # arrays up to this size take the per-value path (numpy's fixed cost dominates below it)
-_F32 = struct.Struct("f")
+try:
+    from gateway.core import _floattext
+except ImportError as e:  # pragma: no cover - a checkout without its build
+    raise ImportError(
+        "gateway.core._floattext (the compiled float writer, gateway/core/_floattext.c) is not built: "
+        "run `make install` (pip install -e .), or build it in place with "
+        "`python -c 'from setuptools import setup; setup()' build_ext --inplace`; it needs a C compiler (gcc)"
+    ) from e
 
 
 @dataclass(frozen=True)
@@ -45,120 +51,59 @@ class Style:
     ninf: str
     f32_subnormal_long: bool = False  # subnormal float32 always takes the fallback
 
-    def codes(self, f32: bool) -> np.ndarray:
-        short, long = self.f32_digits if f32 else self.f64_digits
-        s, x = self.whole_suffix, "%.0s"  # "%.0s" consumes the value and prints nothing
-        return np.array(
-            [f"%.{short}g", f"%.{short}g{s}", f"%.{long}g", f"%.{long}g{s}", x + self.nan, x + self.inf, x + self.ninf],
-            dtype=object,
-        )
+    @cached_property
+    def _args(self) -> dict[bool, tuple]:
+        """The extension's style arguments, for float32 (True) and float64 (False)."""
+        return {f32: (f32, *(self.f32_digits if f32 else self.f64_digits), self.whole_suffix, self.nan, self.inf,
+                      self.ninf, f32 and self.f32_subnormal_long) for f32 in (True, False)}
 
 
 TFSERVING = Style((6, 9), (6, 17), ".0", "NaN", "Infinity", "-Infinity")
 PROTOBUF = Style((6, 9), (15, 17), "", '"NaN"', '"Infinity"', '"-Infinity"', f32_subnormal_long=True)
 
 
-@lru_cache(maxsize=16)
-def _codes(style: Style, f32: bool) -> np.ndarray:
-    return style.codes(f32)
-
-
-def _short_round_trips_f32(x: np.ndarray) -> np.ndarray:
-    """Where ``%.6g`` of a float32 parses back (as float32) to the same value."""
-    a = np.abs(x.astype(np.float64))
-    ok = np.zeros(x.shape, dtype=bool)
-    usable = (a >= 1e-17) & (a < 1e6)  # where 10**(5 - e) is an exact double
-    with np.errstate(all="ignore"):
-        e = np.floor(np.log10(np.where(usable, a, 1.0)))
-        scale = 10.0 ** (5 - e)
-        r = np.round(x.astype(np.float64) * scale) / scale
-        ok[usable] = r[usable].astype(np.float32) == x[usable]
-    ok |= x == 0
-    rest = ~usable & np.isfinite(x) & (x != 0)  # elsewhere: check by parsing the text back
-    if rest.any():
-        idx = np.flatnonzero(rest)
-        texts = [f"{v:g}" for v in x[idx].astype(np.float64).tolist()]
-        ok[idx] = np.array(texts, dtype=np.float32) == x[idx]
-    return ok
-
-
-def _short_round_trips_f64(x: np.ndarray, digits: int) -> np.ndarray:
-    """Where ``%.<digits>g`` of a float64 parses back to the same value."""
-    finite = np.isfinite(x)
-    vals = x[finite].tolist()
-    texts = (f"%.{digits}g\0" * len(vals) % tuple(vals)).split("\0")[:-1]
-    ok = np.zeros(x.shape, dtype=bool)
-    ok[finite] = np.array(texts, dtype=np.float64) == x[finite]
-    return ok
-
-
-def _small(values: list[float], f32: bool, style: Style) -> list[str]:
-    """The same texts as the vectorised path, one value at a time (for a handful of values).
-
-    float32 values arrive as the doubles they widen to; "round-trips" is decided by parsing the
-    short text as a double and rounding it to float32, which is exact for six digits (see above).
-    """
-    short_fmt, long_fmt = (f"%.{d}g" for d in (style.f32_digits if f32 else style.f64_digits))
-    out = []
-    for v in values:
-        if v != v:
-            out.append(style.nan)
-            continue
-        if math.isinf(v):
-            out.append(style.inf if v > 0 else style.ninf)
-            continue
-        text = short_fmt % v
-        if f32:
-            ok = _F32.unpack(_F32.pack(float(text)))[0] == v
-            if ok and style.f32_subnormal_long and v != 0 and abs(v) < _F32_TINY:
-                ok = False
-        else:
-            ok = float(text) == v
-        if not ok:
-            text = long_fmt % v
-        if style.whole_suffix and "." not in text and "e" not in text:
-            text += style.whole_suffix
-        out.append(text)
-    return out
+def _native(flat: np.ndarray) -> tuple[np.ndarray, bool]:
+    """The values as a contiguous native float32 (float32 input) or float64 (any other) array."""
+    f32 = flat.dtype.kind == "f" and flat.dtype.itemsize == 4
+    return np.ascontiguousarray(flat, dtype=np.float32 if f32 else np.float64), f32
 
 
 def join(flat: np.ndarray, style: Style, sep: str = ",") -> str:
-    """The text of every element of a 1-D float32/float64 array, joined with ``sep``."""
-    if flat.size == 0:
-        return ""
-    f32 = flat.dtype == np.float32
-    if flat.size <= SMALL:
-        return sep.join(_small(flat.tolist(), bool(f32), style))
-    return _vector(flat, style, sep, bool(f32))
-
-
-def _vector(flat: np.ndarray, style: Style, sep: str, f32: bool) -> str:
-    x = flat if f32 else flat.astype(np.float64)
-    short_digits, long_digits = style.f32_digits if f32 else style.f64_digits
-    if f32:
-        short = _short_round_trips_f32(x)
-        if style.f32_subnormal_long:
-            short &= ~((x != 0) & (np.abs(x) < _F32_TINY))
-    else:
-        short = _short_round_trips_f64(x, short_digits)
-    kind = np.where(short, 0, 2)
-    if style.whole_suffix:
-        with np.errstate(invalid="ignore"):
-            whole = np.isfinite(x) & (x == np.floor(x))
-            # %.Ng prints whole numbers below 10**N without '.' or 'e'
-            plain = np.abs(x) < np.where(short, 10.0**short_digits, 10.0**long_digits)
-        kind = kind + (whole & plain)
-    kind = np.where(np.isnan(x), 4, kind)
-    kind = np.where(np.isposinf(x), 5, kind)
-    kind = np.where(np.isneginf(x), 6, kind)
-    fmt = sep.join(_codes(style, bool(f32))[kind].tolist())
-    return fmt % tuple(x.astype(np.float64).tolist())
+    """The text of every element of a 1-D float32/float64 array, joined with ``sep`` (ASCII)."""
+    x, f32 = _native(flat)
+    return _floattext.join(x, *style._args[f32], sep)
 
 
 def tokens(flat: np.ndarray, style: Style) -> list[str]:
     """The text of every element of a 1-D float32/float64 array."""
-    if flat.size == 0:
-        return []
-    if flat.size <= SMALL:
-        return _small(flat.tolist(), flat.dtype == np.float32, style)
-    return _vector(flat, style, "\0", flat.dtype == np.float32).split("\0")
+    x, f32 = _native(flat)
+    return _floattext.tokens(x, *style._args[f32])
+
+
+Levels = str | Sequence[str]  # one text for every level, or one per level (outermost first)
+
+
+def nested(arr: np.ndarray, style: Style, opens: Levels = "[", seps: Levels = ",", closes: Levels = "]") -> str:
+    """A float32/float64 array of any rank as nested arrays, in one pass: level ``i`` (0 outermost)
+    opens with ``opens[i]``, separates its items with ``seps[i]`` and closes with ``closes[i]``;
+    an empty level is ``[]``. ``nested(a, s)`` is compact JSON (``[[1.0,2.0],[3.0,4.0]]``); pretty
+    forms pass the newline-and-indent texts of each level. A 0-d array is its value's text."""
+    if arr.ndim == 0:
+        return tokens(arr.reshape(1), style)[0]
+    per_level = [(text,) * arr.ndim if isinstance(text, str) else tuple(text) for text in (opens, seps, closes)]
+    if arr.size == 0:
+        return _empty(arr.shape, *per_level)
+    x, f32 = _native(arr)
+    return _floattext.nested(x, *style._args[f32], tuple(map(int, arr.shape)), *per_level)
+
+
+def _empty(shape: tuple[int, ...], opens, seps, closes) -> str:
+    if shape[0] == 0:
+        return "[]"
+    inner = _empty(shape[1:], opens[1:], seps[1:], closes[1:])
+    return opens[0] + seps[0].join([inner] * shape[0]) + closes[0]
+
+
+def has_bool_token(body: bytes) -> bool:
+    """Whether ``body`` holds ``true`` or ``false`` (``b"true" in body or b"false" in body``), at memchr speed."""
+    return _floattext.has_bool_token(body)

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
 
-from gateway import metrics
+from gateway import metrics, tracing
 from gateway.call import current
 from gateway.upstream import Upstream
 
@@ -117,8 +117,11 @@ def ending(req: GenerateRequest, model: Resolved, tally: Tally, stops: StopMatch
     done = done_event(req, model, tally, stops.hit, seed, start)
     out.append(done)
     call = current()
-    metrics.observe_generation(operation_name(call.route if call is not None else ""), model.spec.name, done.e2e_s,
-                               done.ttft_s, done.prompt_tokens, done.completion_tokens)
+    operation = operation_name(call.route if call is not None else "")
+    metrics.observe_generation(operation, model.spec.name, done.e2e_s, done.ttft_s, done.prompt_tokens,
+                               done.completion_tokens)
+    tracing.generation(operation, model.spec.name, req.max_tokens, done.finish_reason, done.prompt_tokens,
+                       done.completion_tokens)
     return out
 
 

@@ -19,7 +19,7 @@ import grpc
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from gateway import metrics
+from gateway import metrics, tracing
 from gateway.call import current
 from gateway.core.errors import GRPC_STATUS, ErrorKind, GatewayError, from_grpc_code
 from gateway.core.tensors import InferRequest, InferResponse, ModelIndexEntry, ModelMetadata
@@ -220,8 +220,9 @@ class TritonUpstream:
             reraise=True,
         ):
             with attempt:
-                with _translate(method, getattr(request, "name", "")):
-                    return await rpc(request, timeout=timeout or min(self.default_timeout, 10.0))
+                model = getattr(request, "name", "")
+                with _translate(method, model), tracing.upstream(method, model) as md:
+                    return await rpc(request, timeout=timeout or min(self.default_timeout, 10.0), metadata=md)
         raise AssertionError("unreachable")
 
     # -- inference -------------------------------------------------------------------------
@@ -230,8 +231,8 @@ class TritonUpstream:
         if self._channel is None:
             raise GatewayError(ErrorKind.INTERNAL, "upstream used before connect()")
         data = codec.serialize_request(req)
-        with _translate("ModelInfer", req.model):
-            resp = await self._model_infer(data, timeout=self._timeout())
+        with _translate("ModelInfer", req.model), tracing.upstream("ModelInfer", req.model) as md:
+            resp = await self._model_infer(data, timeout=self._timeout(), metadata=md)
         return codec.decode_response(resp)
 
     async def stream(self, req: InferRequest) -> AsyncIterator[InferResponse]:
@@ -244,27 +245,28 @@ class TritonUpstream:
         if not req.id:
             req.id = f"gw-{next(self._ids)}"
         msg = codec.encode_request(req, stream=True)
-        call = self.stub.ModelStreamInfer(timeout=self._timeout(stream=True))
-        try:
-            with _translate("ModelStreamInfer", req.model):
-                await call.write(msg)
-                while True:
-                    item = await call.read()
-                    if item is grpc.aio.EOF:
-                        raise GatewayError(ErrorKind.UPSTREAM_FAILED, "stream ended without a final response")
-                    if item.error_message:
-                        raise _stream_error(item.error_message)
-                    resp = codec.decode_response(item.infer_response)
-                    if resp.outputs or not resp.final:
-                        yield resp
-                    if resp.final:
-                        if not resp.outputs:
-                            yield resp  # an empty final marker: consumers see the end explicitly
-                        break
-                await call.done_writing()
-        finally:
-            if not call.done():
-                call.cancel()
+        with tracing.upstream("ModelStreamInfer", req.model) as md:
+            call = self.stub.ModelStreamInfer(timeout=self._timeout(stream=True), metadata=md)
+            try:
+                with _translate("ModelStreamInfer", req.model):
+                    await call.write(msg)
+                    while True:
+                        item = await call.read()
+                        if item is grpc.aio.EOF:
+                            raise GatewayError(ErrorKind.UPSTREAM_FAILED, "stream ended without a final response")
+                        if item.error_message:
+                            raise _stream_error(item.error_message)
+                        resp = codec.decode_response(item.infer_response)
+                        if resp.outputs or not resp.final:
+                            yield resp
+                        if resp.final:
+                            if not resp.outputs:
+                                yield resp  # an empty final marker: consumers see the end explicitly
+                            break
+                    await call.done_writing()
+            finally:
+                if not call.done():
+                    call.cancel()
 
     # -- metadata and health (idempotent, cached briefly) ------------------------------------
     async def _cached(self, key: tuple, produce: Callable[[], Awaitable[Any]]) -> Any:

@@ -1,4 +1,4 @@
-"""Neutral tensors ⇄ KServe V2 protobufs. The only V2 conversion in the gateway.
+"""Neutral tensors ⇄ KServe V2 protobufs: the dialects' one V2 conversion (the V2 dialect forwards bytes).
 
 Requests carry tensor bytes in ``raw_input_contents`` (ndarray.tobytes: memcpy speed; the typed
 ``contents`` fields are ~500x slower for large arrays). Responses are read with ``np.frombuffer``

@@ -14,6 +14,7 @@ import psutil
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway import metrics
 from tests.support import ROOT, free_port, gateway_config, start_gateway, stop_gateway, wait_http
 
 
@@ -130,11 +131,18 @@ def test_two_workers_share_the_ports_aggregate_metrics_and_stop_together(triton,
             x.set_data_from_numpy(np.array([2.0], np.float32))
             assert client.infer("saved_model_half_plus_three", [x]).as_numpy("y")[0] == 4.0
             client.close()
-        _, body = _get(gw.url("admin_http") + "/metrics")
         want = {"dialect": "v2", "listener": "v2_grpc", "route": "ModelInfer",
                 "model": "saved_model_half_plus_three", "outcome": "ok", "status": "OK"}
-        values = [s.value for fam in text_string_to_metric_families(body.decode()) for s in fam.samples
-                  if s.name == "gateway_requests_total" and s.labels == want]
+        # each worker writes its observations at most metrics.FLUSH_S after them; the scrape, answered
+        # by either worker, sums both: all 12 within a few flush intervals
+        deadline = time.monotonic() + 20 * metrics.FLUSH_S
+        while True:
+            _, body = _get(gw.url("admin_http") + "/metrics")
+            values = [s.value for fam in text_string_to_metric_families(body.decode()) for s in fam.samples
+                      if s.name == "gateway_requests_total" and s.labels == want]
+            if values == [12.0] or time.monotonic() > deadline:
+                break
+            time.sleep(metrics.FLUSH_S)
         assert values == [12.0]
     finally:
         stop_gateway(gw)

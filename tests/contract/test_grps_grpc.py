@@ -62,6 +62,26 @@ def test_bin_data_and_gmap(stub):
     assert dict(stub.Predict(req).gmap.s_b) == {"text_out": b"\xff\x00"}
 
 
+def test_gmap_answers_bytes_in_the_map_the_request_used(stub):
+    req = GrpsMessage()
+    req.gmap.s_b["text"] = b"valid utf-8"
+    r = stub.Predict(req)
+    assert ok(r) and dict(r.gmap.s_b) == {"text_out": b"valid utf-8"} and not r.gmap.s_s
+    req = GrpsMessage()
+    req.gmap.s_s["text"] = "text"
+    r = stub.Predict(req)
+    assert ok(r) and dict(r.gmap.s_s) == {"text_out": "text"} and not r.gmap.s_b
+
+
+def test_an_ndarray_message_is_a_400_in_the_body(stub):
+    req = GrpsMessage()
+    req.ndarray.SetInParent()  # NDArrayData is empty: ndarray is HTTP JSON only
+    r = stub.Predict(req)
+    assert (r.status.code, r.status.status) == (400, FAILURE) and "ndarray carries no data" in r.status.msg
+    msgs = list(stub.PredictStreaming(req))
+    assert len(msgs) == 1 and (msgs[0].status.code, msgs[0].status.status) == (400, FAILURE)
+
+
 def test_model_selection(stub):
     req = GrpsMessage(model="saved_model_half_plus_three-123")
     req.gtensors.tensors.append(GenericTensor(name="x", dtype=DataType.DT_FLOAT32, shape=[2], flat_float32=[1, 5]))
@@ -71,7 +91,7 @@ def test_model_selection(stub):
 
 def test_errors_travel_in_the_body_with_grpc_ok(stub):
     r = stub.Predict(GrpsMessage(model="no_such_model-1", str_data="x"))
-    assert (r.status.code, r.status.status) == (404, FAILURE) and "no_such_model-1" in r.status.msg
+    assert (r.status.code, r.status.msg, r.status.status) == (500, "Not found model: no_such_model-1", FAILURE)
     bad = GrpsMessage()
     bad.gtensors.tensors.append(GenericTensor(name="in1", dtype=DataType.DT_INT32, shape=[3, 2], flat_int32=[1]))
     r = stub.Predict(bad)
@@ -104,4 +124,4 @@ def test_predict_streaming_delivers_messages_as_produced(stub):
 
 def test_stream_that_fails_ends_with_one_failure_message(stub):
     msgs = list(stub.PredictStreaming(GrpsMessage(model="no_such_model-1", str_data="x")))
-    assert len(msgs) == 1 and (msgs[0].status.code, msgs[0].status.status) == (404, FAILURE)
+    assert len(msgs) == 1 and (msgs[0].status.code, msgs[0].status.status) == (500, FAILURE)

@@ -106,7 +106,7 @@ def test_seed_model_selection_query_and_body(url):
     r = predict(url, {"model": "your_model-1.0.0", "str_data": "hi"}, params={"model": "no_such-1"})
     assert r.json()["str_data"] == "hi"
     r = predict(url, {"model": "no_such-1", "str_data": "hi"}, params={"model": "your_model-1.0.0"})
-    assert r.status_code == 404
+    assert r.status_code == 500 and r.json()["status"]["msg"] == "Not found model: no_such-1"  # GRPS's executor
 
 
 def test_seed_metadata_server_and_model_are_yaml(url):
@@ -198,7 +198,7 @@ def test_streaming_delivers_messages_as_they_are_produced(url):
         ({"data": b"{}", "headers": {"content-type": ""}}, 400, "No content type"),
         ({"json": {"bin_data": "aGk="}}, 400, "bin_data should use application/octet-stream"),
         ({"json": {"foo": 1}}, 400, "Have no legal member"),
-        ({"json": {"model": "no_such_model-1", "str_data": "x"}}, 404, "Not found model: no_such_model-1"),
+        ({"json": {"model": "no_such_model-1", "str_data": "x"}}, 500, "Not found model: no_such_model-1"),
         ({"json": {"gtensors": {"tensors": [{"name": "in1", "dtype": "DT_INT32", "shape": [3, 2],
                                              "flat_int32": [1, 2, 3]}]}}}, 400, "do not fill shape [3, 2]"),
         ({"json": {"gtensors": {"tensors": [{"name": "nope", "dtype": "DT_INT32", "shape": [1],

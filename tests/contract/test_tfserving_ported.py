@@ -158,7 +158,9 @@ REST = [
 def test_rest(rest, method, path, body, status, expect):
     got_status, ctype, raw = rest(method, path, body)
     assert got_status == status, raw
-    if expect[0] == "status":  # not a REST API path: TF Serving's HTTP server answers 404 itself
+    if expect[0] == "status":  # not a REST API path: TF Serving's HTTP server (libevent) answers 404 itself
+        assert (ctype, raw) == ("text/html; charset=ISO-8859-1", b"<HTML><HEAD>\n<TITLE>404 Not Found</TITLE>\n"
+                                b"</HEAD><BODY>\n<H1>Not Found</H1>\n</BODY></HTML>\n")
         return
     assert ctype == "application/json"
     if expect[0] == "empty":
@@ -441,7 +443,7 @@ def test_half_precision_model_shown_as_float(rest, stub, signature):
     # `half_as_float: true`: the FP16/BF16 tensors are DT_FLOAT to clients, converted by the gateway
     status, _, raw = rest("POST", "/v1/models/half_plus_two:predict",
                           json.dumps({"signature_name": signature, "instances": [[1.0, 2.0], [3.0, 80.0]]}))
-    assert (status, raw) == (200, b'{"predictions":[[2.5,3.0],[3.5,42.0]]}')
+    assert (status, raw) == (200, b'{\n    "predictions": [[2.5, 3.0], [3.5, 42.0]\n    ]\n}')
     doc = json.loads(rest("GET", "/v1/models/half_plus_two/metadata")[2])
     sd = doc["metadata"]["signature_def"]["signature_def"][signature]
     assert sd["inputs"]["x"]["dtype"] == sd["outputs"]["y"]["dtype"] == "DT_FLOAT"

@@ -31,63 +31,72 @@ def _json(raw: bytes):
 def test_seed_model_status(rest):
     status, ctype, body = rest("GET", f"/v1/models/{HP3}")
     assert (status, ctype) == (200, "application/json")
-    assert _json(body) == {"model_version_status": [
-        {"version": "123", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}]}
+    # ToJsonString (http_rest_api_util.cc): protobuf's C++ printer, add_whitespace, a final newline
+    assert body == (b'{\n "model_version_status": [\n  {\n   "version": "123",\n   "state": "AVAILABLE",\n'
+                    b'   "status": {\n    "error_code": "OK",\n    "error_message": ""\n   }\n  }\n ]\n}\n')
 
 
 def test_seed_predict_without_content_type(rest):
     status, ctype, body = rest("POST", f"/v1/models/{HP3}:predict", '{"instances": [1.0,2.0,5.0]}')
     assert (status, ctype) == (200, "application/json")
-    assert body == b'{"predictions":[3.5,4.0,5.5]}'
+    # MakeRowFormatJsonFromTensors (json_tensor.cc) through rapidjson's PrettyWriter
+    assert body == b'{\n    "predictions": [3.5, 4.0, 5.5\n    ]\n}'
 
 
 def test_seed_regress(rest):
     req = '{"signature_name": "tensorflow/serving/regress", "examples": [{"x": 1.0}, {"x": 2.0}]}'
     status, _, body = rest("POST", f"/v1/models/{HP3}:regress", req)
     assert status == 200
-    assert body == b'{"results":[3.5,4.0]}'
+    assert body == b'{\n    "results": [3.5, 4.0]\n}'  # MakeJsonFromRegressionResult
 
 
 def test_seed_unknown_model_is_404_with_tf_text(rest):
     status, ctype, body = rest("POST", "/v1/models/half:predict", '{"instances": [1.0,5.0]}')
     assert (status, ctype) == (404, "application/json")
-    assert _json(body) == {"error": "Servable not found for request: Latest(half)"}
+    assert body == b'{\n    "error": "Servable not found for request: Latest(half)"\n}'  # MakeJsonFromStatus
 
 
 # -- the reference's documented pairs ------------------------------------------------------------
 def test_columnar_with_version_and_signature(rest):
     req = '{"signature_name": "serving_default", "inputs": [3.0, 4.0]}'
     status, _, body = rest("POST", f"/v1/models/{HP3}/versions/123:predict", req)
-    assert (status, body) == (200, b'{"outputs":[4.5,5.0]}')
+    assert (status, body) == (200, b'{\n    "outputs": [\n        4.5,\n        5.0\n    ]\n}')
 
 
 def test_classify_one_class_with_empty_label(rest):
     req = '{"signature_name": "tensorflow/serving/classify", "examples": [{"x": 20.0}, {"x": 1}]}'
     status, _, body = rest("POST", f"/v1/models/{HP3}:classify", req)
-    assert (status, body) == (200, b'{"results":[[["",13.0]],[["",3.5]]]}')
+    assert (status, body) == (200, b'{\n    "results": [[["", 13.0]], [["", 3.5]]\n    ]\n}')
 
 
 def test_classify_and_regress_with_context(rest):
     req = '{"signature_name": "tensorflow/serving/regress", "context": {"x": 4.0}, "examples": [{}, {}]}'
-    assert rest("POST", f"/v1/models/{HP3}:regress", req)[2] == b'{"results":[5.0,5.0]}'
+    assert rest("POST", f"/v1/models/{HP3}:regress", req)[2] == b'{\n    "results": [5.0, 5.0]\n}'
 
 
 def test_routing_is_case_insensitive_but_the_verb_is_not(rest):
     # TF Serving's path regex is (?i), but ProcessRequest then compares the verb as written
     status, _, body = rest("POST", f"/V1/MODELS/{HP3}:predict", '{"instances": [2.0]}')
-    assert (status, body) == (200, b'{"predictions":[4.0]}')
+    assert (status, body) == (200, b'{\n    "predictions": [4.0\n    ]\n}')
     status, _, body = rest("POST", f"/v1/models/{HP3}:PREDICT", '{"instances": [2.0]}')
     assert (status, _json(body)) == (400, {"error": f"Malformed request: POST /v1/models/{HP3}:PREDICT"})
 
 
 def test_nan_and_infinity_in_and_out_as_bare_tokens(rest):
     status, _, body = rest("POST", f"/v1/models/{HP3}:predict", '{"instances": [NaN, Infinity, -Infinity, 1]}')
-    assert (status, body) == (200, b'{"predictions":[NaN,Infinity,-Infinity,3.5]}')
+    assert (status, body) == (200, b'{\n    "predictions": [NaN, Infinity, -Infinity, 3.5\n    ]\n}')
 
 
 def test_metadata_lists_the_three_signatures_with_tf_dtype_names(rest):
     status, _, body = rest("GET", f"/v1/models/{HP3}/metadata")
     assert status == 200
+    # ToJsonString(GetModelMetadataResponse): two C++ MessageToJsonString texts joined by hand
+    assert body.startswith(
+        b'{\n"model_spec":{\n "name": "saved_model_half_plus_three",\n "version": "123",\n "signature_name": ""\n}\n,\n'
+        b'"metadata": {"signature_def": {\n "signature_def": {\n  "serving_default": {\n   "inputs": {\n'
+        b'    "x": {\n     "name": "x",\n     "dtype": "DT_FLOAT",\n     "tensor_shape": {\n      "dim": [],\n'
+        b'      "unknown_rank": true\n     }\n    }\n   },\n   "outputs": {\n')
+    assert body.endswith(b'"tensorflow/serving/regress",\n   "defaults": {}\n  }\n }\n}\n}\n}\n')
     doc = _json(body)
     assert doc["model_spec"] == {"name": HP3, "signature_name": "", "version": "123"}
     sigs = doc["metadata"]["signature_def"]["signature_def"]
@@ -128,7 +137,8 @@ def test_multi_tensor_columnar_shape_rule(rest):
 
 
 def test_renamed_model_label_and_signature_over_another_triton_model(rest):
-    assert rest("POST", "/v1/models/hp3/labels/stable:predict", '{"instances": [1.0]}')[2] == b'{"predictions":[3.5]}'
+    got = rest("POST", "/v1/models/hp3/labels/stable:predict", '{"instances": [1.0]}')[2]
+    assert got == b'{\n    "predictions": [3.5\n    ]\n}'
     req = {"signature_name": "multi", "inputs": {"name": [["a"]], "values": [[1, 2, 3, 4]], "n": [[1]]}}
     status, _, body = rest("POST", "/v1/models/hp3:predict", json.dumps(req))
     assert status == 200, body
@@ -138,7 +148,7 @@ def test_renamed_model_label_and_signature_over_another_triton_model(rest):
 
 def test_configured_classify_labels(rest):
     req = '{"signature_name": "classify_x_to_y", "examples": [{"x": 2.0}]}'
-    assert rest("POST", "/v1/models/hp3:classify", req)[2] == b'{"results":[[["half",4.0]]]}'
+    assert rest("POST", "/v1/models/hp3:classify", req)[2] == b'{\n    "results": [[["half", 4.0]]\n    ]\n}'
 
 
 # -- documented errors ---------------------------------------------------------------------------
@@ -180,7 +190,7 @@ def test_documented_errors(rest, method, path, body, status, message):
     if message is not None:
         assert err == message
     # and the gateway keeps serving
-    assert rest("POST", f"/v1/models/{HP3}:predict", '{"instances": [1.0]}')[2] == b'{"predictions":[3.5]}'
+    assert rest("POST", f"/v1/models/{HP3}:predict", '{"instances": [1.0]}')[2] == b'{\n    "predictions": [3.5\n    ]\n}'
 
 
 def test_error_texts_with_the_request_document(rest):
@@ -198,9 +208,11 @@ def test_error_texts_with_the_request_document(rest):
 def test_half_plus_three_takes_any_shape_as_tf_serving_does(rest):
     # its serving_default is declared element-wise (tests/config/tfserving.yaml, gateway.yaml)
     status, _, body = rest("POST", f"/v1/models/{HP3}:predict", '{"instances": [[1.0, 2.0], [3.0, 4.0]]}')
-    assert (status, body) == (200, b'{"predictions":[[3.5,4.0],[4.5,5.0]]}')
-    assert rest("POST", f"/v1/models/{HP3}:predict", '{"inputs": 2.0}')[2] == b'{"outputs":4.0}'
-    assert rest("POST", f"/v1/models/{HP3}:predict", '{"inputs": [[[1.0]], [[3.0]]]}')[2] == b'{"outputs":[[[3.5]],[[4.5]]]}'
+    assert (status, body) == (200, b'{\n    "predictions": [[3.5, 4.0], [4.5, 5.0]\n    ]\n}')
+    assert rest("POST", f"/v1/models/{HP3}:predict", '{"inputs": 2.0}')[2] == b'{\n    "outputs": 4.0\n}'
+    assert rest("POST", f"/v1/models/{HP3}:predict", '{"inputs": [[[1.0]], [[3.0]]]}')[2] == (
+        b'{\n    "outputs": [\n        [\n            [\n                3.5\n            ]\n        ],\n'
+        b'        [\n            [\n                4.5\n            ]\n        ]\n    ]\n}')
 
 
 def test_metadata_subresource_is_compared_as_written(rest):
@@ -231,4 +243,4 @@ def test_classify_and_regress_read_the_body_before_the_model(rest):
 
 
 def test_trailing_text_after_the_document_is_ignored(rest):  # rapidjson's kParseStopWhenDoneFlag
-    assert rest("POST", f"/v1/models/{HP3}:predict", '{"instances": [1.0]} trailing')[2] == b'{"predictions":[3.5]}'
+    assert rest("POST", f"/v1/models/{HP3}:predict", '{"instances": [1.0]} trailing')[2] == b'{\n    "predictions": [3.5\n    ]\n}'

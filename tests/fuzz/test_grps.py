@@ -1,6 +1,7 @@
 """GRPS JSON and protobuf (codec.load_json / message_from_json / tensor_from_generic / gmap_values,
-and mapping.to_request over a model): anything a client sends becomes a request or a GatewayError
-with a bounded text; gtensors and whole messages round-trip."""
+and mapping.to_request over a model): anything a client sends, as HTTP JSON or as a gRPC
+GrpsMessage of any kind (str_data, bin_data, gtensors, ndarray, gmap, none), becomes a request or a
+GatewayError with a bounded text; gtensors and whole messages round-trip."""
 
 from __future__ import annotations
 
@@ -99,6 +100,58 @@ def test_any_bytes_as_protobuf_fail_cleanly(raw):
         return  # grpc's deserializer refuses it before the gateway runs
     assume(_small(msg))
     _through(msg)
+
+
+# -- gRPC: GrpsMessage of every kind, built field by field (what a grps_apis client can send) -------
+_FLAT = {"flat_uint8": st.integers(0, 2**32 - 1), "flat_int8": st.integers(-(2**31), 2**31 - 1),
+         "flat_int16": st.integers(-(2**31), 2**31 - 1), "flat_int32": st.integers(-(2**31), 2**31 - 1),
+         "flat_int64": st.integers(-(2**63), 2**63 - 1), "flat_float16": st.floats(width=32),
+         "flat_float32": st.floats(width=32), "flat_float64": st.floats(), "flat_string": st.text(max_size=8)}
+_NAMES = st.sampled_from(["", "text", "in1", "in2", "x", "ndarray", "max_tokens", "stream"]) | st.text(max_size=8)
+
+
+@st.composite
+def generic_tensors(draw):
+    g = codec.grps_pb2.GenericTensor(name=draw(_NAMES), dtype=draw(st.integers(0, 12)),
+                                     shape=draw(st.lists(st.integers(0, 6), max_size=4)))
+    for field in draw(st.lists(st.sampled_from(sorted(_FLAT)), max_size=2, unique=True)):
+        getattr(g, field).extend(draw(st.lists(_FLAT[field], max_size=12)))
+    return g
+
+
+@st.composite
+def grps_messages(draw):
+    msg = codec.GrpsMessage(model=draw(st.sampled_from(["", "grps_echo-1", "m-1", "your_model-1.0.0"]) | _NAMES))
+    if draw(st.booleans()):
+        msg.status.code = draw(st.integers(-(2**31), 2**31 - 1))
+        msg.status.msg = draw(st.text(max_size=8))
+    kind = draw(st.sampled_from(["none", "str_data", "bin_data", "gtensors", "ndarray", "gmap"]))
+    if kind == "str_data":
+        msg.str_data = draw(st.text(max_size=20))
+    elif kind == "bin_data":
+        msg.bin_data = draw(st.binary(max_size=20))
+    elif kind == "gtensors":
+        msg.gtensors.SetInParent()
+        msg.gtensors.tensors.extend(draw(st.lists(generic_tensors(), max_size=3)))
+    elif kind == "ndarray":
+        msg.ndarray.SetInParent()
+    elif kind == "gmap":
+        msg.gmap.SetInParent()
+        maps = {"s_s": st.text(max_size=8), "s_b": st.binary(max_size=8), "s_i32": st.integers(-(2**31), 2**31 - 1),
+                "s_i64": st.integers(-(2**63), 2**63 - 1), "s_f": st.floats(width=32), "s_d": st.floats()}
+        for field in draw(st.lists(st.sampled_from(sorted(maps)), max_size=3, unique=True)):
+            getattr(msg.gmap, field).update(draw(st.dictionaries(_NAMES, maps[field], max_size=3)))
+    return msg
+
+
+@FUZZ
+@given(grps_messages())
+def test_any_grpc_message_fails_cleanly(msg):
+    # as grpc delivers it: serialised by the client, parsed by the server's deserializer
+    msg = codec.GrpsMessage.FromString(msg.SerializeToString())
+    assume(_small(msg))
+    _through(msg)
+    codec.request_bytes_map(msg)
 
 
 @pytest.mark.parametrize("value", BIG_VALUES.values(), ids=BIG_VALUES.keys())

@@ -392,3 +392,11 @@ def test_results_are_written(tmp_path):
     paths = report.write(_results(), tmp_path)
     assert [p.name for p in paths] == ["results.json", "results.md", "results.png"]
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+async def test_the_handler_floor_bench_runs_both_handlers_on_the_canned_answer():
+    """bench/handler_floor.py: the gateway's TF REST path and the floor's handler both answer 200."""
+    from bench import handler_floor
+
+    assert await handler_floor.gateway_loop(3) > 0
+    assert await handler_floor.floor_loop(3) > 0

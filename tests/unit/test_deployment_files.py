@@ -33,7 +33,31 @@ def test_default_services_and_opt_in_profiles():
     assert default == {"plan-builder", "triton", "gateway"}
     assert SERVICES["triton-llm"]["profiles"] == ["llm"]
     assert SERVICES["triton-ports"]["profiles"] == ["triton-ports"]
-    assert SERVICES["prometheus"]["profiles"] == SERVICES["grafana"]["profiles"] == ["observability"]
+    observability = {name for name, svc in SERVICES.items() if svc.get("profiles") == ["observability"]}
+    assert observability == {"prometheus", "grafana", "otel-collector", "tempo"}
+
+
+def test_traces_flow_from_the_gateway_and_triton_through_the_collector_to_tempo_and_grafana():
+    collector = yaml.safe_load((ROOT / "deploy" / "otel-collector" / "config.yaml").read_text())
+    pipeline = collector["service"]["pipelines"]["traces"]
+    assert pipeline["receivers"] == ["otlp"] and set(collector["receivers"]["otlp"]["protocols"]) == {"grpc", "http"}
+    exporter = collector["exporters"][pipeline["exporters"][0]]
+    tempo = yaml.safe_load((ROOT / "deploy" / "tempo" / "tempo.yaml").read_text())
+    assert exporter["endpoint"] == "tempo:" + tempo["distributor"]["receivers"]["otlp"]["protocols"]["grpc"][
+        "endpoint"].rpartition(":")[2]
+    source = yaml.safe_load((ROOT / "deploy" / "grafana" / "provisioning" / "datasources" / "tempo.yml").read_text())
+    assert source["datasources"][0]["url"] == f"http://tempo:{tempo['server']['http_listen_port']}"
+    http_in = "otel-collector:" + collector["receivers"]["otlp"]["protocols"]["http"]["endpoint"].rpartition(":")[2]
+    env = SERVICES["gateway"]["environment"]
+    assert env["GATEWAY__TRACING__ENDPOINT"] == f"http://{http_in}/v1/traces"
+    assert env["GATEWAY__TRACING__ENABLED"] == "${GATEWAY_TRACING:-false}"  # off unless asked
+    command = SERVICES["triton"]["command"]
+    assert f"opentelemetry,url={http_in}/v1/traces" in command and "mode=opentelemetry" in command
+    assert "level=${TRITON_TRACE_LEVEL:-OFF}" in command  # Triton traces nothing unless asked
+    s = config.load(ROOT / "config" / "docker.yaml", env={"GATEWAY__TRACING__ENABLED": "true",
+                                                            "GATEWAY__TRACING__ENDPOINT": env["GATEWAY__TRACING__ENDPOINT"],
+                                                            "GATEWAY__TRACING__SAMPLE_RATIO": "1.0"})
+    assert s.tracing.enabled and s.tracing.protocol == "http/protobuf"
 
 
 def test_triton_publishes_no_port_unless_a_profile_asks():
@@ -193,12 +217,13 @@ def _mounts(service: str) -> dict[str, Path]:
 
 
 def test_observability_images_are_pinned_and_their_uis_stay_on_loopback():
-    for name in ("prometheus", "grafana"):
+    for name in ("prometheus", "grafana", "otel-collector", "tempo"):
         svc = SERVICES[name]
         assert re.fullmatch(r"[\w./-]+:v?\d+\.\d+\.\d+", svc["image"]), svc["image"]
-        assert all(p.startswith("127.0.0.1:") for p in svc["ports"]), name
+        assert all(p.startswith("127.0.0.1:") for p in svc.get("ports", ())), name
+    assert "ports" not in SERVICES["otel-collector"] and "ports" not in SERVICES["tempo"]  # compose network only
     assert SERVICES["prometheus"]["depends_on"] == ["gateway"]
-    assert SERVICES["grafana"]["depends_on"] == ["prometheus"]
+    assert SERVICES["grafana"]["depends_on"] == ["prometheus", "tempo"]
 
 
 def test_prometheus_scrapes_the_gateways_admin_listener():
@@ -231,3 +256,59 @@ def test_grafana_is_provisioned_with_the_datasource_and_the_dashboard():
     sources += [t["datasource"] for p in dashboard["panels"] for t in p.get("targets", [])]
     sources += [v["datasource"] for v in dashboard["templating"]["list"]]
     assert sources and all(s == {"type": "prometheus", "uid": uid} for s in sources)
+
+
+# -- compose.cpu.yaml: `docker compose up` without a GPU ------------------------------------------
+
+class _Reset:
+    """Compose's ``!reset``: the key is removed from the merged service."""
+
+
+class _ComposeLoader(yaml.SafeLoader):
+    pass
+
+
+_ComposeLoader.add_constructor("!reset", lambda _loader, _node: _Reset())
+
+
+def _merge(base, override):
+    """Compose's merge for what compose.cpu.yaml uses: mappings merge, ``!reset`` removes, the rest replaces."""
+    if not (isinstance(base, dict) and isinstance(override, dict)):
+        return override
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, _Reset):
+            out.pop(key, None)
+        else:
+            out[key] = _merge(base.get(key), value)
+    return out
+
+
+CPU = _merge(COMPOSE, yaml.load((ROOT / "compose.cpu.yaml").read_text(), Loader=_ComposeLoader))["services"]
+
+
+def test_the_cpu_override_starts_triton_and_the_gateway_and_reserves_no_gpu():
+    default = {name for name, svc in CPU.items() if "profiles" not in svc}
+    assert default == {"triton", "gateway"}  # no plan-builder: no plans on CPU
+    gpu_only = {"llm", "gpu-plans"}  # TensorRT-LLM and the plan builder: GPU only, never enabled here
+    assert not any(_gpu(svc) for svc in CPU.values() if not gpu_only & set(svc.get("profiles", ())))
+    assert CPU["plan-builder"]["profiles"] == ["gpu-plans"]
+    assert "depends_on" not in CPU["triton"]
+    assert CPU["gateway"]["depends_on"]["triton"]["condition"] == "service_healthy"
+    assert "v2/health/ready" in " ".join(CPU["triton"]["healthcheck"]["test"])
+
+
+def test_the_cpu_triton_is_the_same_release_with_the_models_cpu_configurations():
+    assert CPU["triton"]["image"] == SERVICES["triton"]["image"]  # the Triton (2.51) the CPU tests run
+    command = CPU["triton"]["command"]
+    assert "--model-config-name=cpu" in command  # configs/cpu.pbtxt where a model has one
+    assert [a for a in command if a != "--model-config-name=cpu"] == SERVICES["triton"]["command"]
+    assert CPU["triton"]["volumes"] == SERVICES["triton"]["volumes"]
+    assert CPU["gateway"] == SERVICES["gateway"]  # the same gateway, config and ports
+
+
+def test_the_readme_gives_the_cpu_command_beside_the_gpu_one():
+    readme = (ROOT / "README.md").read_text()
+    gpu, cpu = "docker compose up", "docker compose -f compose.yaml -f compose.cpu.yaml up"
+    assert cpu in readme and cpu in (ROOT / "compose.cpu.yaml").read_text()
+    assert abs(readme.index(cpu) - readme.index(gpu)) < 600

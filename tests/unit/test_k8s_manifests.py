@@ -47,7 +47,7 @@ def test_every_resource_is_valid_kubernetes(path, doc):
 def test_the_validator_rejects_a_broken_manifest():
     """The check above has teeth: an unknown field or a wrong type fails."""
     bad = yaml.safe_load((K8S / "gateway.yaml").read_text())
-    bad["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["paht"] = "/health"
+    bad["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["grpc"]["prot"] = 8001
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(bad, KUBERNETES_VERSION, strict=True)
     bad = yaml.safe_load((K8S / "gateway-hpa.yaml").read_text())
@@ -114,13 +114,15 @@ def test_the_gateway_balances_over_every_triton_replica_via_dns():
     assert s.workers == int(gw["resources"]["limits"]["cpu"])
 
 
-def test_the_gateway_probes_admin_health_and_live_and_exposes_a_service_per_dialect():
+def test_the_gateway_probes_grpc_health_and_admin_live_and_exposes_a_service_per_dialect():
     gateway = _get("Deployment", "gateway")
     gw = _container(gateway, "gateway")
     ports = {p["name"]: p["containerPort"] for p in gw["ports"]}
     assert set(ports.values()) == {lst["port"] for lst in DOCKER["listeners"].values()}
     admin = DOCKER["listeners"]["admin_http"]["port"]
-    assert ports[gw["readinessProbe"]["httpGet"]["port"]] == admin and gw["readinessProbe"]["httpGet"]["path"] == "/health"
+    # readiness: the gRPC health service of the V2 listener (gateway/grpchealth.py), the whole server
+    assert gw["readinessProbe"]["grpc"] == {"port": DOCKER["listeners"]["v2_grpc"]["port"]}
+    assert gw["readinessProbe"]["grpc"]["port"] in ports.values()
     assert ports[gw["livenessProbe"]["httpGet"]["port"]] == admin and gw["livenessProbe"]["httpGet"]["path"] == "/live"
     services = [d for _, d in DOCS if d["kind"] == "Service" and d["metadata"]["name"].startswith("gateway-")]
     served = sorted(p["port"] for s in services for p in s["spec"]["ports"])

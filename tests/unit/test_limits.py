@@ -169,7 +169,9 @@ def test_grps_numeric_gtensors_skip_json_format_value_by_value(monkeypatch):
     msg = grps_codec.parse_message({"gtensors": {"tensors": [{"name": "x", "shape": [10_000], "flatFloat32": values},
                                                              {"name": "y", "flat_int64": [1, 2]}]}})
     assert list(msg.gtensors.tensors[0].flat_float32) == values and list(msg.gtensors.tensors[1].flat_int64) == [1, 2]
-    assert len(seen) == 1 and len(seen[0]) < 200
+    assert seen == []  # numbers taken out, the rest a plain gtensors request: json_format not called at all
+    grps_codec.parse_message({"gtensors": {"tensors": [{"name": "x", "flat_float32": values, "extra": 1}]}})
+    assert len(seen) == 1 and len(seen[0]) < 200  # not plain: json_format, without the numbers
     with pytest.raises(GatewayError, match="Failed to parse flat_int32"):  # non-numbers: json_format's words
         grps_codec.parse_message({"gtensors": {"tensors": [{"flat_int32": [1, True]}]}})
 
@@ -214,7 +216,7 @@ async def test_a_small_request_is_answered_while_a_large_body_is_still_being_par
         order.append("small answered")
         answered.set()
     async with await large as r:
-        assert r.status in (404, 503)  # parsed, then the fake upstream has no such model
+        assert r.status in (404, 500, 503)  # parsed, then the fake upstream has no such model (GRPS: 500)
     assert order == ["small answered", "large parsed"]
 
 

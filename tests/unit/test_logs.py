@@ -209,7 +209,10 @@ def test_the_fast_access_line_is_the_formatters_line_and_other_handlers_get_reco
         line.pop("ts")
     assert fast == slow
     assert list(fast) == ["level", "logger", "pid", "msg", "request_id", "dialect", "listener", "route", "model",
-                          "status", "outcome", "bytes_in", "bytes_out", "duration_ms"]
+                          "status", "outcome", "bytes_in", "bytes_out", "duration_ms"]  # untraced: no trace_id
+    logs.access("id-2", "tfserving", "tfserving_rest", "predict", "m", 200, "ok", 10, 20, 0.0012, "ab" * 16)
+    logs.flush()
+    assert _lines(out)[-1]["trace_id"] == "ab" * 16
 
 
 async def test_access_lines_are_queued_and_written_together_in_order(restore_logging):

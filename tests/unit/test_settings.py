@@ -161,7 +161,7 @@ def test_the_reference_file_is_complete_and_valid():
     assert s.listener("tfserving_rest").port == 8501
     text = (root / "gateway.yaml").read_text()
     schema = config.schema()
-    for section in ("upstream", "limits", "local_triton"):
+    for section in ("upstream", "limits", "local_triton", "tracing"):
         for name in schema.model_fields[section].annotation.model_fields:
             assert f"{name}:" in text, f"gateway.yaml does not document {section}.{name}"
     for d in CATALOGUE:

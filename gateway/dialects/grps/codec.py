@@ -12,6 +12,8 @@ protobuf C++ printer writes it. Nothing here does I/O.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import orjson
 from google.protobuf import json_format
@@ -95,10 +97,12 @@ def parse_message(doc: dict) -> GrpsMessage:
     (strings, bools, ``"NaN"``, out of range) stays for ``json_format`` and its own error text."""
     _alias_flat_double(doc)
     pulled = _take_numeric_flats(doc)
-    try:
-        msg = json_format.ParseDict(doc, GrpsMessage(), ignore_unknown_fields=True)
-    except json_format.ParseError as e:
-        raise invalid(clip(str(e))) from None
+    msg = _plain_gtensors(doc)
+    if msg is None:
+        try:
+            msg = json_format.ParseDict(doc, GrpsMessage(), ignore_unknown_fields=True)
+        except json_format.ParseError as e:
+            raise invalid(clip(str(e))) from None
     for index, field, values in pulled:
         getattr(msg.gtensors.tensors[index], field).extend(values)
     return msg
@@ -111,6 +115,41 @@ for _f in grps_pb2.GenericTensor.DESCRIPTOR.fields:
                   _f.CPPTYPE_FLOAT: np.float32, _f.CPPTYPE_DOUBLE: np.float64}[_f.cpp_type]
         _NUMERIC[_f.name] = _NUMERIC[_f.json_name] = (_f.name, np.dtype(_range))
 _FLT_MAX = float(np.finfo(np.float32).max)
+
+
+_MESSAGE_KEYS = frozenset(k for f in GrpsMessage.DESCRIPTOR.fields for k in (f.name, f.json_name))
+_DATA_KEYS = frozenset(k for f in grps_pb2.GenericTensorData.DESCRIPTOR.fields for k in (f.name, f.json_name))
+_DTYPES = grps_pb2.DataType.DESCRIPTOR.values_by_name
+_UINT32 = 1 << 32
+
+
+def _plain_gtensors(doc: dict) -> GrpsMessage | None:
+    """The message ``json_format.ParseDict(doc, ..., ignore_unknown_fields=True)`` makes, built
+    directly when ``doc`` is a plain gtensors request (its numeric flats already taken out): at most
+    ``model`` and ``gtensors`` among the message's fields, tensors of only ``name`` (a string),
+    ``dtype`` (a DataType name) and ``shape`` (uint32s). Anything else: None, and json_format
+    decides (and words its errors). tests/unit/grps/test_codec_mapping.py compares the two."""
+    gt = doc.get("gtensors")
+    model = doc.get("model", "")
+    if not isinstance(gt, dict) or type(model) is not str or any(k in _MESSAGE_KEYS for k in doc
+                                                                 if k not in ("model", "gtensors")):
+        return None
+    tensors = gt.get("tensors", [])
+    if not isinstance(tensors, list) or any(k in _DATA_KEYS for k in gt if k != "tensors"):
+        return None
+    msg = GrpsMessage(model=model)
+    data = msg.gtensors
+    data.SetInParent()
+    for t in tensors:
+        if not isinstance(t, dict) or not t.keys() <= {"name", "dtype", "shape"}:
+            return None
+        name, dtype, shape = t.get("name", ""), t.get("dtype", "DT_INVALID"), t.get("shape", [])
+        if type(name) is not str or type(dtype) is not str or dtype not in _DTYPES or type(shape) is not list:
+            return None
+        if not all(type(d) is int and 0 <= d < _UINT32 for d in shape):
+            return None
+        data.tensors.add(name=name, dtype=_DTYPES[dtype].number, shape=shape)
+    return msg
 
 
 def _take_numeric_flats(doc: dict) -> list[tuple[int, str, list]]:
@@ -133,7 +172,12 @@ def _take_numeric_flats(doc: dict) -> list[tuple[int, str, list]]:
 
 def _plain_numbers(values: list, dtype: np.dtype) -> bool:
     """Whether json_format would take every value as it is: ints (integer fields, in range) or
-    ints and finite floats (float fields, float32's range for float32)."""
+    ints and finite floats (float fields, float32's range for float32). Short lists are checked
+    value by value (numpy's fixed cost is larger there), long ones with numpy."""
+    return _plain_short(values, dtype) if len(values) <= _SHORT else _plain_long(values, dtype)
+
+
+def _plain_long(values: list, dtype: np.dtype) -> bool:
     types = set(map(type, values))
     try:
         if dtype.kind == "f":
@@ -150,6 +194,31 @@ def _plain_numbers(values: list, dtype: np.dtype) -> bool:
         return not arr.size or (int(arr.min()) >= info.min and int(arr.max()) <= info.max)
     except (OverflowError, ValueError, TypeError):
         return False
+
+
+_SHORT = 32
+_LIMITS = {np.dtype(t): (int(np.iinfo(t).min), int(np.iinfo(t).max)) for t in (np.int32, np.int64, np.uint32)}
+
+
+def _plain_short(values: list, dtype: np.dtype) -> bool:
+    if dtype.kind == "f":
+        top = _FLT_MAX if dtype == np.float32 else sys.float_info.max
+        for v in values:
+            t = type(v)
+            if t is float:
+                if not -top <= v <= top:  # NaN, infinities, out of float32's range
+                    return False
+            elif t is int:
+                try:
+                    if not -top <= float(v) <= top:
+                        return False
+                except OverflowError:  # past double's range: numpy refuses it too
+                    return False
+            else:
+                return False
+        return True
+    lo, hi = _LIMITS[dtype]
+    return all(type(v) is int and lo <= v <= hi for v in values)
 
 
 def _alias_flat_double(doc: dict) -> None:
@@ -275,21 +344,36 @@ def gmap_values(gmap: grps_pb2.GenericMapData) -> dict[str, tuple[str, object]]:
     return out
 
 
-def gmap_from_tensors(tensors: list[Tensor], out: grps_pb2.GenericMapData) -> grps_pb2.GenericMapData:
-    """Single-value outputs → GenericMapData (BYTES as s_s when UTF-8, else s_b)."""
+def gmap_from_tensors(tensors: list[Tensor], out: grps_pb2.GenericMapData,
+                      bytes_map: str | None = None) -> grps_pb2.GenericMapData:
+    """Single-value outputs → GenericMapData. BYTES outputs go to ``bytes_map`` ("s_b" or "s_s",
+    the map the request used, see ``request_bytes_map``); without one, to s_s when they are UTF-8,
+    else to s_b. s_s is a proto3 ``string``, so bytes that are not UTF-8 always go to s_b."""
     for t in tensors:
         if t.data.size != 1:
             raise GatewayError(
                 ErrorKind.UNIMPLEMENTED, f"output '{t.name}' has shape {list(t.shape)}; gmap holds single values"
             )
         value = t.data.reshape(-1)[0]
-        _gmap_put(out, t, value)
+        _gmap_put(out, t, value, bytes_map)
     return out
 
 
-def _gmap_put(out: grps_pb2.GenericMapData, t: Tensor, value) -> None:
+def request_bytes_map(msg: grps_pb2.GrpsMessage) -> str | None:
+    """The map a gmap request carried its strings in: "s_b" or "s_s" when it used exactly one of
+    them, else None (neither, or both)."""
+    if msg.WhichOneof("data_oneof") != "gmap":
+        return None
+    used = [name for name in ("s_s", "s_b") if len(getattr(msg.gmap, name))]
+    return used[0] if len(used) == 1 else None
+
+
+def _gmap_put(out: grps_pb2.GenericMapData, t: Tensor, value, bytes_map: str | None) -> None:
     kind = t.datatype
     if kind == "BYTES":
+        if bytes_map == "s_b":
+            out.s_b[t.name] = value
+            return
         try:
             out.s_s[t.name] = value.decode("utf-8")
         except UnicodeDecodeError:

@@ -49,8 +49,19 @@ _BEFORE_GRPS = {ErrorKind.OVERLOADED: grpc.StatusCode.UNAVAILABLE,
                 ErrorKind.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED}
 
 
+class ExecutorError(GatewayError):
+    """What GRPS's executor throws while predicting, e.g. ``Not found model: <name>``
+    (server/cpp_server/src/executor/executor.cc): the predict handler answers any exception of
+    ``Executor::Infer`` with status 500 and the exception's text as it is (grps_handler.cc). Its
+    kind still says what happened (metrics, access log)."""
+
+    __slots__ = ()
+
+
 def render(err: GatewayError) -> tuple[int, str]:
     """GatewayError → (status.code, status.msg)."""
+    if isinstance(err, ExecutorError):
+        return 500, err.message
     code, prefix = TABLE[err.kind]
     return code, prefix + err.message
 

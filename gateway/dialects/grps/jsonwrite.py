@@ -163,39 +163,56 @@ def _fixed(m: re.Match) -> str:
     return f"{sign}{digits[:exp + 1]}.{digits[exp + 1:]}"
 
 
-def rapidjson_doubles(flat: np.ndarray, sep: str) -> str:
+def rapidjson_doubles(flat: np.ndarray, sep: str, stop: bool = False) -> str:
     """rapidjson ``Writer::Double`` text of each value (the float widened to double): the shortest
     round-trip digits (Python's repr; rapidjson's Grisu2 agrees but for rare longer outputs), a
-    positional form for decimal exponents -6..20 (``.0`` on whole numbers), else ``1.5e-7``."""
+    positional form for decimal exponents -6..20 (``.0`` on whole numbers), else ``1.5e-7``.
+    Non-finite values: ``"NaN"``-style strings, or with ``stop`` a marker (see ``ndarray_answer``)."""
     vals = flat.astype(np.float64).tolist()
     text = ("%r" + sep) * len(vals) % tuple(vals)
     text = text[: len(text) - len(sep)] if vals else ""
     text = _EXP.sub(r"e\1", _LONG_EXP.sub(_fixed, text))
-    if not np.isfinite(flat).all():
-        text = sep.join(_NONFINITE.get(tok, tok) for tok in text.split(sep))
+    if not np.isfinite(flat).all():  # ``stop``: a marker where Writer::Double refuses the value
+        text = sep.join((_STOP if stop else _NONFINITE[tok]) if tok in _NONFINITE else tok
+                        for tok in (text.split(sep) if sep else [text]))  # sep "": one scalar
     return text
 
 
+_STOP = "\0"  # where rapidjson's Writer::Double refuses a value
+
+
 def ndarray_answer(status, arr: np.ndarray, pretty: bool = True) -> bytes:
-    """``{"status": {...}, "ndarray": [[...]]}`` as GRPS's rapidjson PrettyWriter(indent ' ', 1) writes it."""
+    """``{"status": {...}, "ndarray": [[...]]}`` as GRPS's rapidjson PrettyWriter(indent ' ', 1) writes it.
+
+    A NaN or infinite value ends the text where it would start: rapidjson 1.1.0's ``Writer::Double``
+    refuses it (no kWriteNanAndInfFlag) after the separator is written, ``Document::Accept`` stops,
+    and GRPS sends the buffer as it is (grps_handler.cc: ``res_doc.Accept(writer)``, then
+    ``buffer.GetString()``): a truncated document, byte for byte what GRPS sends."""
+    if not np.isfinite(arr).all():
+        text = _ndarray_text(status, arr, pretty, stop=True)
+        return text[: text.index(_STOP)].encode("utf-8")
+    return _ndarray_text(status, arr, pretty).encode("utf-8")
+
+
+def _ndarray_text(status, arr: np.ndarray, pretty: bool, stop: bool = False) -> str:
     p = _Printer(pretty)
     flag = status.DESCRIPTOR.fields_by_name["status"].enum_type.values_by_number[status.status].name
     head = (f"{{{p.pad(1)}\"status\"{p.colon}{{{p.pad(2)}\"code\"{p.colon}{status.code},{p.pad(2)}"
             f"\"msg\"{p.colon}\"{_rapidjson_escape(status.msg)}\",{p.pad(2)}\"status\"{p.colon}\"{flag}\""
             f"{p.pad(1)}}},{p.pad(1)}\"ndarray\"{p.colon}")
-    return (head + _nested(p, arr, 1) + p.pad(0) + "}").encode("utf-8")
+    return head + _nested(p, arr, 1, stop) + p.pad(0) + "}"
 
 
-def _nested(p: _Printer, arr: np.ndarray, level: int) -> str:
+def _nested(p: _Printer, arr: np.ndarray, level: int, stop: bool = False) -> str:
     if arr.ndim == 0:
-        return rapidjson_doubles(arr.reshape(1), "")
+        return rapidjson_doubles(arr.reshape(1), "", stop)
     if arr.shape[0] == 0:
         return "[]"
     pad = p.pad(level + 1)
     if arr.ndim == 1:
-        body = rapidjson_doubles(arr, "," + pad)
+        body = rapidjson_doubles(arr, "," + pad, stop)
     else:
-        body = ("," + pad).join(_nested(p, sub, level + 1) for sub in arr)
+        body = ("," + pad).join(_nested(p, sub, level + 1, stop) for sub in arr)
     return "[" + pad + body + p.pad(level) + "]"
 
 

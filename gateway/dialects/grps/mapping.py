@@ -23,6 +23,11 @@ from gateway.core.tensors import InferRequest, InferResponse, ModelMetadata, Ten
 from . import codec
 from .config import GrpsSettings, ModelRule
 
+# GRPS's proto: ``NDArrayData {}`` is a placeholder ("HTTP only"); the C++ server's converters then
+# refuse a message without gtensors. The gateway answers as for any payload it cannot use: 400.
+NDARRAY_OVER_GRPC = ("ndarray carries no data in a protobuf GrpsMessage (NDArrayData is empty; ndarray is "
+                     "HTTP JSON only): send gtensors, str_data, bin_data or gmap.")
+
 
 @dataclass(frozen=True, slots=True)
 class Target:
@@ -63,6 +68,8 @@ def to_request(
             value = payload if payload is not None else msg.bin_data
         inputs = [_single(spec, value, meta)]
     elif kind == "ndarray":
+        if ndarray is None:  # a protobuf message's NDArrayData is empty: only HTTP JSON carries an ndarray
+            raise invalid(NDARRAY_OVER_GRPC)
         inputs = [_ndarray_input(meta, target.rule.ndarray_input, ndarray)]
     elif kind == "gtensors":
         inputs = _gtensor_inputs(meta, msg.gtensors.tensors)
@@ -159,10 +166,11 @@ def _check_required(inputs: list[Tensor], meta: ModelMetadata) -> None:
 # -- response -------------------------------------------------------------------------------------
 def from_response(
     resp: InferResponse, kind: str, meta: ModelMetadata, rule: ModelRule, return_ndarray: bool = False,
-    raw: bool = False,
+    raw: bool = False, bytes_map: str | None = None,
 ) -> tuple[codec.GrpsMessage, np.ndarray | bytes | None]:
     """InferResponse → (GrpsMessage with status OK, the ndarray to answer or None); with ``raw``, a
-    bin_data answer's bytes are the second element and the message carries none."""
+    bin_data answer's bytes are the second element and the message carries none. ``bytes_map``: the
+    gmap a gmap request carried its strings in (``codec.request_bytes_map``), where BYTES outputs go."""
     outputs = _ordered(resp.outputs, meta)
     msg = codec.ok()
     if return_ndarray:
@@ -178,7 +186,7 @@ def from_response(
                 msg.str_data = text.decode("utf-8", "replace")
             return msg, None
     if kind == "gmap":
-        codec.gmap_from_tensors(outputs, msg.gmap)
+        codec.gmap_from_tensors(outputs, msg.gmap, bytes_map)
         return msg, None
     msg.gtensors.SetInParent()
     for t in outputs:

@@ -68,7 +68,8 @@ class GrpsService:
             size = len(payload) if payload is not None else (ndarray.nbytes if ndarray is not None else msg.ByteSize())
             req = await offload.run(size, mapping.to_request, msg, ndarray, meta, target, self.cfg, False, payload)
             resp = await self._infer(req, meta)
-            return mapping.from_response(resp, kind, meta, target.rule, return_ndarray, raw=payload is not None)
+            return mapping.from_response(resp, kind, meta, target.rule, return_ndarray, raw=payload is not None,
+                                         bytes_map=codec.request_bytes_map(msg))
 
     async def predict_stream(
         self, msg: codec.GrpsMessage, ndarray: np.ndarray | None = None
@@ -82,9 +83,10 @@ class GrpsService:
             known = target.name
             kind = "ndarray" if ndarray is not None else msg.WhichOneof("data_oneof")
             req = mapping.to_request(msg, ndarray, meta, target, self.cfg, streaming=True)
+            bytes_map = codec.request_bytes_map(msg)
             async for resp in self.ctx.upstream.stream(req):
                 if resp.outputs:
-                    yield mapping.from_response(resp, kind, meta, target.rule)[0]
+                    yield mapping.from_response(resp, kind, meta, target.rule, bytes_map=bytes_map)[0]
             ok = True
         except Exception as exc:  # noqa: BLE001 - rendered in-band, as GRPS does
             err = errors.from_exception(exc)
@@ -122,7 +124,7 @@ class GrpsService:
             raise invalid("No model name: send it in str_data.")
         target = mapping.resolve(msg.str_data, self.cfg)
         _name_model(target.name)
-        meta = await self._metadata(target)
+        meta = await self._metadata(target, predicting=False)
         doc = {
             "name": target.name,
             "triton_model": meta.name,
@@ -142,12 +144,15 @@ class GrpsService:
         msg.str_data = yaml.safe_dump(doc, sort_keys=False)
         return msg
 
-    async def _metadata(self, target: mapping.Target) -> ModelMetadata:
+    async def _metadata(self, target: mapping.Target, predicting: bool = True) -> ModelMetadata:
+        """An unknown model: predicting, GRPS's executor text with status 500 (``ExecutorError``);
+        asked for its metadata, a 404."""
         try:
             return await self.ctx.upstream.model_metadata(target.model, target.version)
         except GatewayError as e:
             if e.kind is ErrorKind.NOT_FOUND:
-                raise not_found(f"Not found model: {target.name}") from None
+                text = f"Not found model: {target.name}"
+                raise (errors.ExecutorError(ErrorKind.NOT_FOUND, text) if predicting else not_found(text)) from None
             raise
 
     # -- errors and accounting ------------------------------------------------------------------

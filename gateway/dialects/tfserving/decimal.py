@@ -9,7 +9,7 @@ A client that parses into float64 therefore sees exactly the numbers TF Serving 
 (``0.1f`` → ``0.1``, ``1.2345678f`` → ``1.23456776``), not the shortest float32 text.
 
 The vectorised formatting itself is shared with other dialects: ``gateway.core.floattext``
-(style ``TFSERVING``); this module only nests the values as JSON arrays.
+(style ``TFSERVING``); ``jsonwrite`` lays the values out as TF Serving's PrettyWriter does.
 """
 
 from __future__ import annotations
@@ -24,16 +24,13 @@ def tokens(flat: np.ndarray) -> list[str]:
     return floattext.tokens(flat, floattext.TFSERVING)
 
 
-def fragment(arr: np.ndarray) -> bytes:
-    """A float array of any rank as a JSON fragment (nested lists), TF Serving's text for each value."""
-    toks = tokens(arr.reshape(-1))
-    if arr.ndim == 0:
-        return toks[0].encode()
-    return _nest(toks, arr.shape).encode()
+def join(flat: np.ndarray, sep: str) -> str:
+    """The TF Serving text of every element of a 1-D float32/float64 array, joined with ``sep``."""
+    return floattext.join(flat, floattext.TFSERVING, sep)
 
 
-def _nest(toks: list[str], shape: tuple[int, ...]) -> str:
-    if len(shape) == 1:
-        return "[" + ",".join(toks) + "]"
-    step = len(toks) // shape[0] if shape[0] else 0
-    return "[" + ",".join(_nest(toks[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])) + "]"
+def nested(arr: np.ndarray, opens, seps, closes) -> str:
+    """A float array of any rank as nested arrays, level ``i`` (outermost first) opened, separated
+    and closed with ``opens[i]``, ``seps[i]``, ``closes[i]``: one pass of the compiled writer
+    (``floattext.nested``)."""
+    return floattext.nested(arr, floattext.TFSERVING, opens, seps, closes)

@@ -9,15 +9,14 @@ full" (shared_batch_scheduler.h), so REST answers 503 and gRPC UNAVAILABLE.
 
 from __future__ import annotations
 
-import json
-
 import grpc
-import orjson
 from sanic import response
 
 from gateway.core.bounded import clip
 from gateway.core.errors import ErrorKind, GatewayError, invalid, not_found
 from gateway.dialect import GrpcStatus
+
+from . import jsonwrite
 
 # ErrorKind -> (TF status name, HTTP status, gRPC status code)
 TABLE: dict[ErrorKind, tuple[str, int, grpc.StatusCode]] = {
@@ -49,14 +48,32 @@ class BareError(GatewayError):
     __slots__ = ()
 
 
+class PageError(GatewayError):
+    """A request TF Serving never sees: its HTTP server (net_http over libevent) dispatches only
+    ``/v1/`` paths to TF Serving (``RestApiRequestDispatcher``) and answers any other with
+    ``evhttp_send_error(req, HTTP_NOTFOUND, nullptr)`` (util/net_http/server/internal/evhttp_server.cc):
+    libevent's error page, ``text/html; charset=ISO-8859-1`` (http.c ``ERR_FORMAT``, ``evhttp_send_page_``)."""
+
+    __slots__ = ()
+
+
+PAGE_CONTENT_TYPE = "text/html; charset=ISO-8859-1"
+
+
+def page(status: int, reason: str) -> bytes:
+    """libevent's evhttp_send_error body."""
+    return (f"<HTML><HEAD>\n<TITLE>{status} {reason}</TITLE>\n</HEAD><BODY>\n<H1>{reason}</H1>\n"
+            "</BODY></HTML>\n").encode("ascii")
+
+
 def http_error(err: GatewayError) -> tuple[int, bytes]:
-    """(HTTP status, body) for the REST envelope ``{"error": "<message>"}`` (empty for ``BareError``)."""
+    """(HTTP status, body) for the REST envelope ``{"error": "<message>"}`` as TF Serving's
+    MakeJsonFromStatus writes it (``jsonwrite.error``); empty for ``BareError``."""
     if isinstance(err, BareError):
         return TABLE[err.kind][1], b""
-    try:
-        return TABLE[err.kind][1], orjson.dumps({"error": err.message})
-    except TypeError:  # a message quoting text orjson cannot write (a lone surrogate): ASCII escapes
-        return TABLE[err.kind][1], json.dumps({"error": err.message}, separators=(",", ":")).encode()
+    if isinstance(err, PageError):
+        return 404, page(404, "Not Found")
+    return TABLE[err.kind][1], jsonwrite.error(err.message)
 
 
 def grpc_error(err: GatewayError) -> tuple[grpc.StatusCode, str]:
@@ -74,7 +91,8 @@ class Rendering:
 
     def http(self, err: GatewayError, status: int | None = None):
         code, body = http_error(err)
-        return response.raw(body, status=status or code, content_type="application/json")
+        ctype = PAGE_CONTENT_TYPE if isinstance(err, PageError) else "application/json"
+        return response.raw(body, status=status or code, content_type=ctype)
 
     def grpc(self, err: GatewayError) -> GrpcStatus:
         return GrpcStatus(*grpc_error(err))

@@ -11,17 +11,16 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote
 
-from google.protobuf import json_format
 from sanic import Request, Sanic, response
 
 from gateway import offload
 from gateway.call import current
 from gateway.core import bounded
 from gateway.core.bounded import check_name
-from gateway.core.errors import invalid, not_found
+from gateway.core.errors import invalid
 from gateway.edge import Edge
 
-from . import codec, errors, jsonio, protocodec
+from . import codec, errors, jsonio, protocodec, protojson
 from .mapping import Spec
 from .service import Service
 
@@ -82,7 +81,7 @@ async def dispatch(service: Service, request: Request) -> bytes:
         return await (_metadata(service, spec) if m[4] == "metadata" else _status(service, spec))
     if _V1.fullmatch(path):
         raise invalid(f"Malformed request: {method} {path}")
-    raise not_found(f"Not found: {method} {path}")
+    raise errors.PageError(errors.ErrorKind.NOT_FOUND, f"Not found: {method} {path}")
 
 
 async def _infer(service: Service, name: str, version: int | None, label: str | None, verb: str,
@@ -108,16 +107,11 @@ async def _infer(service: Service, name: str, version: int | None, label: str | 
 
 
 async def _metadata(service: Service, spec: Spec) -> bytes:
+    """GetModelMetadataImpl sets the name and version of the model spec (signature_name stays "")."""
     version, sigs = await service.metadata(spec)
-    ms = json_format.MessageToDict(protocodec.model_spec(spec.name, version, ""), preserving_proto_field_name=True,
-                                   always_print_fields_with_no_presence=True)
-    sdm = json_format.MessageToDict(protocodec.signature_def_map(sigs), preserving_proto_field_name=True,
-                                    always_print_fields_with_no_presence=True)
-    return jsonio.dumps({"model_spec": ms, "metadata": {"signature_def": sdm}})
+    return protojson.metadata_answer(protocodec.model_spec(spec.name, version), protocodec.signature_def_map(sigs))
 
 
 async def _status(service: Service, spec: Spec) -> bytes:
     rows = await service.status(spec)
-    text = json_format.MessageToJson(protocodec.status_response(rows), indent=1,
-                                     always_print_fields_with_no_presence=True)
-    return text.encode()
+    return protojson.status_answer(protocodec.status_response(rows))

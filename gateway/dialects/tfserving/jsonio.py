@@ -4,25 +4,20 @@ Parsing: orjson first (fast, strict); only when orjson rejects a body, the stdli
 accepts ``NaN``, ``Infinity`` and ``-Infinity`` as rapidjson's ``kParseNanAndInfFlag`` does
 (rapidjson also takes a bare ``Inf``: it is rewritten to ``Infinity`` before the fallback).
 
-Writing: float tensors are written with TF Serving's own float text (``decimal.py``); integer and
-bool tensors by orjson from the numpy array.
+Answers are written by ``jsonwrite`` (predict, classify, regress, errors) and ``protojson``
+(status, metadata).
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 
-import numpy as np
 import orjson
 
 from gateway.core.bounded import json_deeper
 from gateway.core.errors import invalid
 
-from . import decimal
-
-_NUMPY = orjson.OPT_SERIALIZE_NUMPY
 _BARE_INF = re.compile(rb"(?<![A-Za-z\"])(-?)Inf(?!inity)(?![A-Za-z\"])")
 
 # stdlib json messages -> rapidjson's (GetParseError_En), the texts TF Serving reports
@@ -262,80 +257,130 @@ def _deep_loads(text: str, max_depth: int | None = None):
 
 
 def debug_string(value, limit: int = 256) -> str:
-    """rapidjson's PrettyWriter with single-line arrays, cut at 256 bytes (JsonValueToDebugString).
+    """JsonValueToDebugString (json_tensor.cc): the value written by rapidjson's PrettyWriter with
+    kFormatSingleLineArray through JsonWriterWithLimit, which lets each writer call through only
+    while fewer than ``limit`` bytes are written, and stops the walk at the first one refused (the
+    last token may go past the limit; nothing is closed). A NaN or infinite number stops it too:
+    rapidjson's ``Writer::Double`` refuses them (no kWriteNanAndInfFlag) after the separator.
 
     Written without recursion and only as far as the limit, so any depth or size is cheap."""
     out: list[str] = []
     size = 0
-    stack = [iter((("v", value, 0),))]
-    while stack and size < limit:
-        item = next(stack[-1], None)
-        if item is None:
+    levels: list[list] = []  # [in_array, values written] per open container (PrettyWriter's Level)
+
+    def prefix() -> str:
+        if not levels:
+            return ""
+        level = levels[-1]
+        level[1] += 1
+        if level[0]:
+            return ", " if level[1] > 1 else ""
+        if level[1] % 2 == 0:  # a value after its name
+            return ": "
+        return ("\n" if level[1] == 1 else ",\n") + "    " * len(levels)
+
+    stack: list = [iter((value,))]
+    while stack:
+        item = next(stack[-1], _END)
+        if size >= limit:
+            break
+        if item is _END:
             stack.pop()
-            continue
-        if isinstance(item, str):
-            out.append(item)
-            size += len(item)
-            continue
-        _, v, depth = item
-        if isinstance(v, dict) and v:
-            stack.append(_object_tokens(v, depth))
-        elif isinstance(v, list):
-            stack.append(_array_tokens(v, depth))
+            if not stack:
+                break
+            in_array, count = levels.pop()
+            text = "]" if in_array else ("\n" + "    " * len(levels) + "}" if count else "}")
+        elif isinstance(item, _Key):
+            text = prefix() + _rj_string(item.name)
+        elif isinstance(item, dict):
+            text = prefix() + "{"
+            levels.append([False, 0])
+            stack.append(_members(item))
+        elif isinstance(item, list):
+            text = prefix() + "["
+            levels.append([True, 0])
+            stack.append(iter(item))
         else:
-            text = "{}" if isinstance(v, dict) else _scalar(v)
-            out.append(text)
-            size += len(text)
-    return "".join(out)[:limit]
+            text = prefix()
+            token = _rj_scalar(item)
+            if token is None:  # Writer::Double refuses NaN/Inf: the walk ends after the separator
+                out.append(text)
+                break
+            text += token
+        out.append(text)
+        size += len(text.encode("utf-8", "surrogatepass"))
+    text = "".join(out)
+    return text if len(text) <= ECHO_LIMIT else text[:ECHO_LIMIT]
 
 
-def _object_tokens(v: dict, depth: int):
-    pad = "    " * (depth + 1)
-    yield "{\n"
-    for i, (k, x) in enumerate(v.items()):
-        yield (",\n" if i else "") + f"{pad}{_scalar(k)}: "
-        yield ("v", x, depth + 1)
-    yield "\n" + "    " * depth + "}"
+# The one place the gateway departs from JsonValueToDebugString: its last token may be as long as the
+# client made it (a 16 MB string would be quoted whole); errors never echo more than this
+ECHO_LIMIT = 1024
 
 
-def _array_tokens(v: list, depth: int):
-    yield "["
-    for i, x in enumerate(v):
-        if i:
-            yield ", "
-        yield ("v", x, depth)
-    yield "]"
+class _Key:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
 
 
-def _scalar(v) -> str:
-    if isinstance(v, float):
-        if v != v:
-            return "NaN"
-        if v in (float("inf"), float("-inf")):
-            return "Infinity" if v > 0 else "-Infinity"
-    return json.dumps(v, ensure_ascii=False)
+_END = object()
 
 
-# -- writing -----------------------------------------------------------------------------------
-def dump_numeric(arr: np.ndarray) -> bytes:
-    """A numeric/bool numpy array (any rank) as a JSON fragment, floats as TF Serving writes them."""
-    if arr.dtype.kind == "f":
-        return decimal.fragment(arr)
-    frag = orjson.dumps(np.ascontiguousarray(arr.reshape(1) if arr.ndim == 0 else arr), option=_NUMPY)
-    return frag[1:-1] if arr.ndim == 0 else frag
+def _members(obj: dict):
+    for k, v in obj.items():
+        yield _Key(k)
+        yield v
 
 
-def dump_strings(arr: np.ndarray, binary: bool) -> bytes:
-    """A BYTES array: ``{"b64": ...}`` per element when binary, else UTF-8 text (invalid bytes replaced)."""
-    if binary:
-        conv = np.frompyfunc(lambda b: {"b64": base64.b64encode(b).decode("ascii")}, 1, 1)
-    else:
-        conv = np.frompyfunc(lambda b: b.decode("utf-8", "replace"), 1, 1)
-    obj = conv(arr) if arr.ndim else conv(arr.item())
-    value = obj.tolist() if isinstance(obj, np.ndarray) else obj
-    return orjson.dumps(value)
+_RJ_ESCAPE = {c: f"\\u{c:04X}" for c in range(0x20)} | {
+    0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0C: "\\f", 0x0D: "\\r", 0x22: '\\"', 0x5C: "\\\\"}
 
 
-def dumps(value) -> bytes:
-    """Plain JSON (metadata, status): orjson, keys in insertion order."""
-    return orjson.dumps(value)
+def _rj_string(text: str) -> str:
+    """Writer::WriteString: ``"``, ``\\`` and control characters escaped, the rest as it is."""
+    return '"' + text.translate(_RJ_ESCAPE) + '"'
+
+
+def _rj_scalar(v) -> str | None:
+    if v is None:
+        return "null"
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if isinstance(v, str):
+        return _rj_string(v)
+    if isinstance(v, int) and -(2**63) <= v < 2**64:  # Int/Uint/Int64/Uint64
+        return str(v)
+    return rj_double(float(v) if not isinstance(v, float) else v)
+
+
+def rj_double(d: float) -> str | None:
+    """rapidjson 1.1.0 ``Writer::Double`` (internal/dtoa.h ``dtoa`` + ``Prettify``): shortest digits,
+    positional for decimal exponents up to 21 and down to -6 (``.0`` on whole numbers), else
+    ``1.5e-7`` / ``1e30``; None for NaN and infinities (refused)."""
+    if d != d or d in (float("inf"), float("-inf")):
+        return None
+    if d == 0:
+        return "-0.0" if str(d).startswith("-") else "0.0"
+    sign = "-" if d < 0 else ""
+    mant, _, exp = f"{abs(d)!r}".partition("e")
+    whole, _, frac = mant.partition(".")
+    digits = (whole + frac).lstrip("0")
+    k = int(exp or 0) - len(frac)
+    stripped = digits.rstrip("0")
+    k += len(digits) - len(stripped)
+    digits = stripped
+    length = len(digits)
+    kk = length + k  # 10^(kk-1) <= d < 10^kk
+    if 0 <= k and kk <= 21:
+        return sign + digits + "0" * k + ".0"
+    if 0 < kk <= 21:
+        return sign + digits[:kk] + "." + digits[kk:]
+    if -6 < kk <= 0:
+        return sign + "0." + "0" * -kk + digits
+    if length == 1:
+        return sign + digits + "e" + str(kk - 1)
+    return sign + digits[0] + "." + digits[1:] + "e" + str(kk - 1)

@@ -19,6 +19,8 @@ elements as the first input is reshaped back to that input's shape (``restore``)
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from gateway.core.tensors import TensorSpec
@@ -48,4 +50,4 @@ def unbatch(arr: np.ndarray) -> np.ndarray:
 
 def restore(arr: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """An element-wise model's output in the shape of its input (unchanged when sizes differ)."""
-    return arr.reshape(shape) if arr.size == int(np.prod(shape, dtype=np.int64)) else arr
+    return arr.reshape(shape) if arr.size == math.prod(shape) else arr

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import grpc
 from tritonclient.grpc import service_pb2
 
+from gateway import tracing
 from gateway.access import AUTHORIZATION, ModelScope, unknown_model
 from gateway.call import current
 from gateway.context import DialectContext
@@ -156,6 +157,10 @@ class Passthrough(grpc.GenericRpcHandler):
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
         self._drop = frozenset({AUTHORIZATION}) if edge.keys is not None else frozenset()
 
+    def service_name(self) -> str:
+        """The service it serves (its grpc.health.v1 name, gateway/grpchealth.py)."""
+        return SERVICE
+
     def service(self, handler_call_details):
         method = handler_call_details.method
         if not method.startswith(PREFIX):
@@ -169,12 +174,12 @@ class Passthrough(grpc.GenericRpcHandler):
         name = method[len(PREFIX):]
         model_of = model_name if name in PER_MODEL else None
         if name in STREAMING:  # no serializers on either side: bytes
-            fn = _stream(self._channel.stream_stream(method), self._drop, self._scope)
+            fn = _stream(self._channel.stream_stream(method), self._drop, self._scope, name)
             return grpc.stream_stream_rpc_method_handler(self._edge.stream(name, fn))
         if name in CONTROL and not self._control:
             fn = _denied(name)
         else:
-            fn = _unary(self._channel.unary_unary(method), self._drop)
+            fn = _unary(self._channel.unary_unary(method), self._drop, name)
             if self._scope is not None:
                 fn = _scoped(name, fn, self._scope)
         return grpc.unary_unary_rpc_method_handler(self._edge.unary(name, fn, model_of))
@@ -187,16 +192,18 @@ def _denied(name: str):
     return denied
 
 
-def _unary(upstream, drop: frozenset[str]):
+def _unary(upstream, drop: frozenset[str], name: str):
     async def unary(request: bytes, context):
-        call = upstream(request, timeout=current().remaining(),
-                        metadata=forward_metadata(context.invocation_metadata(), drop))
-        try:
-            return await call
-        except grpc.aio.AioRpcError as err:
-            raise UpstreamStatus(err) from None
-        finally:
-            call.cancel()  # no-op once done; cancels Triton's work if the caller went away
+        edge_call = current()
+        # tracing on: the caller's traceparent replaced by the gateway's client span (gateway/tracing.py)
+        with tracing.upstream(name, edge_call.model, forward_metadata(context.invocation_metadata(), drop)) as md:
+            call = upstream(request, timeout=edge_call.remaining(), metadata=md)
+            try:
+                return await call
+            except grpc.aio.AioRpcError as err:
+                raise UpstreamStatus(err) from None
+            finally:
+                call.cancel()  # no-op once done; cancels Triton's work if the caller went away
 
     return unary
 
@@ -234,9 +241,9 @@ def _scoped(name: str, fn, scope: ModelScope):
     return scoped
 
 
-def _stream(upstream, drop: frozenset[str], scope: ModelScope | None = None):
+def _stream(upstream, drop: frozenset[str], scope: ModelScope | None = None, name: str = "ModelStreamInfer"):
     if scope is not None:
-        return _scoped_stream(upstream, drop, scope)
+        return _scoped_stream(upstream, drop, scope, name)
 
     async def stream(request_iterator, context) -> AsyncIterator[bytes]:
         edge_call = current()
@@ -247,15 +254,15 @@ def _stream(upstream, drop: frozenset[str], scope: ModelScope | None = None):
                     edge_call.model = model_name(item)
                 yield item
 
-        call = upstream(requests(), timeout=edge_call.remaining(stream=True),
-                        metadata=forward_metadata(context.invocation_metadata(), drop))
-        try:
-            async for item in call:
-                yield item
-        except grpc.aio.AioRpcError as err:
-            raise UpstreamStatus(err) from None
-        finally:
-            call.cancel()  # the caller went away or failed: stop Triton's work
+        with tracing.upstream(name, "", forward_metadata(context.invocation_metadata(), drop)) as md:
+            call = upstream(requests(), timeout=edge_call.remaining(stream=True), metadata=md)
+            try:
+                async for item in call:
+                    yield item
+            except grpc.aio.AioRpcError as err:
+                raise UpstreamStatus(err) from None
+            finally:
+                call.cancel()  # the caller went away or failed: stop Triton's work
 
     return stream
 
@@ -277,7 +284,7 @@ def _stream_error(request: bytes, model: str) -> bytes:
     ).SerializeToString()
 
 
-def _scoped_stream(upstream, drop: frozenset[str], scope: ModelScope):
+def _scoped_stream(upstream, drop: frozenset[str], scope: ModelScope, name: str = "ModelStreamInfer"):
     """ModelStreamInfer when the dialect's models are restricted: a message naming another model is
     answered in the stream, as Triton answers an unknown model, and never reaches Triton; the stream
     goes on. Triton's answers and these are merged through one bounded queue."""
@@ -297,8 +304,8 @@ def _scoped_stream(upstream, drop: frozenset[str], scope: ModelScope):
                 else:
                     await out.put(_stream_error(item, name))
 
-        call = upstream(requests(), timeout=edge_call.remaining(stream=True),
-                        metadata=forward_metadata(context.invocation_metadata(), drop))
+        span = tracing.upstream(name, "", forward_metadata(context.invocation_metadata(), drop))
+        call = upstream(requests(), timeout=edge_call.remaining(stream=True), metadata=span.__enter__())
 
         async def pump():
             try:
@@ -310,16 +317,17 @@ def _scoped_stream(upstream, drop: frozenset[str], scope: ModelScope):
                 await out.put(_END)
 
         task = asyncio.ensure_future(pump())
-        try:
-            while (item := await out.get()) is not _END:
-                yield item
-            if failure:
-                raise failure[0]
-        except grpc.aio.AioRpcError as err:
-            raise UpstreamStatus(err) from None
-        finally:
-            call.cancel()  # the caller went away or failed: stop Triton's work
-            task.cancel()
+        with span:
+            try:
+                while (item := await out.get()) is not _END:
+                    yield item
+                if failure:
+                    raise failure[0]
+            except grpc.aio.AioRpcError as err:
+                raise UpstreamStatus(err) from None
+            finally:
+                call.cancel()  # the caller went away or failed: stop Triton's work
+                task.cancel()
 
     return stream
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from gateway.core.errors import ErrorKind, GatewayError, check_table
@@ -123,3 +125,117 @@ def test_settings_are_validated():
     with pytest.raises(ValidationError, match="start_online"):  # a string is not a boolean
         config.GrpsSettings.model_validate({"start_online": "false"})
     assert config.GrpsSettings.model_validate({"start_online": False}).start_online is False
+
+
+def test_an_ndarray_protobuf_message_is_a_400_not_a_crash():
+    # GrpsMessage's `ndarray` oneof is an empty NDArrayData ("HTTP only"): over gRPC there is nothing
+    # to feed, so it is a payload the gateway cannot use (400), as GRPS refuses a message its
+    # converter cannot use, not an AttributeError (500 and a stack trace)
+    msg = codec.GrpsMessage()
+    msg.ndarray.SetInParent()
+    for meta in (ECHO, LLM):
+        with pytest.raises(GatewayError) as e:
+            mapping.to_request(msg, None, meta, mapping.resolve("grps_echo-1", CFG), CFG, False)
+        assert e.value.kind is ErrorKind.INVALID_ARGUMENT and e.value.message == mapping.NDARRAY_OVER_GRPC
+        assert errors.render(e.value) == (400, "Bad Request, err: " + mapping.NDARRAY_OVER_GRPC)
+
+
+@pytest.mark.parametrize(("request_map", "value", "answer_map"), [
+    ("s_b", b"plain", "s_b"),  # valid UTF-8, still in s_b: the client reads s_b
+    ("s_b", b"\xff", "s_b"),
+    ("s_s", b"plain", "s_s"),
+    ("s_s", b"\xff", "s_b"),  # s_s is a proto3 string: bytes that are not UTF-8 cannot go there
+    (None, b"plain", "s_s"),  # no string in the request (only s_i32): s_s when UTF-8, else s_b
+    (None, b"\xff", "s_b"),
+])
+def test_gmap_bytes_answer_in_the_map_the_request_used(request_map, value, answer_map):
+    req = codec.GrpsMessage()
+    req.gmap.s_i32["n"] = 1
+    if request_map == "s_b":
+        req.gmap.s_b["text"] = b"x"
+    elif request_map == "s_s":
+        req.gmap.s_s["text"] = "x"
+    assert codec.request_bytes_map(req) == request_map
+    resp = InferResponse("grps_echo", "1", [Tensor.from_flat("text_out", "BYTES", [1], [value])])
+    msg, _ = mapping.from_response(resp, "gmap", ECHO, mapping.ModelRule(), bytes_map=codec.request_bytes_map(req))
+    other = "s_s" if answer_map == "s_b" else "s_b"
+    got = getattr(msg.gmap, answer_map)["text_out"]
+    assert (got if isinstance(got, bytes) else got.encode()) == value and not len(getattr(msg.gmap, other))
+
+
+def test_gmap_with_both_string_maps_falls_back_to_the_utf8_rule():
+    req = codec.GrpsMessage()
+    req.gmap.s_s["a"] = "x"
+    req.gmap.s_b["b"] = b"y"
+    assert codec.request_bytes_map(req) is None
+    assert codec.request_bytes_map(codec.GrpsMessage(str_data="x")) is None
+
+
+def test_the_shipped_config_serves_the_seed_model_name():
+    # GRPS's own example: curl ... 'http://ip:port/grps/v1/infer/predict?model=your_model-1.0.0'
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[3]
+    section = yaml.safe_load((root / "gateway.yaml").read_text())["dialects"]["grps"]
+    section.pop("triton_models", None)  # the settings layer's key, common to every dialect
+    target = mapping.resolve("your_model-1.0.0", config.GrpsSettings.model_validate(section))
+    assert (target.model, target.version) == ("grps_echo", "1")
+    model = root / "model_repository" / target.model
+    assert (model / target.version).is_dir()
+    cfg = (model / "config.pbtxt").read_text()
+    assert f'name: "{target.rule.str_input}"' in cfg and f'name: "{target.rule.str_output}"' in cfg
+
+
+_FAST_DOCS = [
+    {"gtensors": {"tensors": [{"name": "in1", "dtype": "DT_INT32", "shape": [3, 2]}]}},
+    {"model": "m-1", "gtensors": {"names": ["x"], "tensors": [{"name": "a", "dtype": "DT_FLOAT32", "shape": []},
+                                                               {"name": "b", "dtype": "DT_STRING"}]}},
+    {"gtensors": {}},
+    {"gtensors": {"tensors": []}, "extra": 1},
+    {"model": "m", "gtensors": {"tensors": [{"shape": [4294967295, 0]}]}},
+]
+_SLOW_DOCS = [  # json_format decides: each is refused or read in a way the direct build does not take
+    {"gtensors": {"tensors": [{"name": "a", "dtype": "DT_NOPE"}]}},
+    {"gtensors": {"tensors": [{"name": "a", "dtype": 7}]}},
+    {"gtensors": {"tensors": [{"name": "a", "shape": [True]}]}},
+    {"gtensors": {"tensors": [{"name": "a", "shape": [-1]}]}},
+    {"gtensors": {"tensors": [{"name": "a", "shape": [1 << 32]}]}},
+    {"gtensors": {"tensors": [{"name": 5}]}},
+    {"gtensors": {"tensors": [{"name": "a", "unknown": 1}]}},
+    {"model": 3, "gtensors": {}},
+    {"str_data": "x", "gtensors": {}},
+    {"gtensors": {"tensors": {"name": "a"}}},
+]
+
+
+@pytest.mark.parametrize("doc", _FAST_DOCS + _SLOW_DOCS)
+def test_plain_gtensors_are_built_as_json_format_builds_them(doc):
+    """The direct build of a plain gtensors request is json_format's message, and it leaves every
+    other document (refused or not) to json_format."""
+    import copy
+
+    from google.protobuf import json_format
+
+    try:
+        want = json_format.ParseDict(copy.deepcopy(doc), codec.GrpsMessage(), ignore_unknown_fields=True)
+    except json_format.ParseError:
+        want = None
+    got = codec._plain_gtensors(copy.deepcopy(doc))
+    if doc in _FAST_DOCS:
+        assert got is not None and got == want and got.WhichOneof("data_oneof") == want.WhichOneof("data_oneof")
+    else:
+        assert got is None
+
+
+_VALUES = st.lists(st.one_of(st.integers(min_value=-(2**70), max_value=2**70), st.floats(width=64),
+                             st.sampled_from([2**1023, 10**400, 3.4028234663852886e38, 3.4028235677973366e38]),
+                             st.booleans(), st.none(), st.text(max_size=2)), max_size=8)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(values=_VALUES, dtype=st.sampled_from([np.float32, np.float64, np.int32, np.int64, np.uint32]))
+def test_short_numeric_lists_are_judged_as_the_numpy_check_judges_them(values, dtype):
+    """Short flat lists are checked value by value: the same verdict as the numpy check of long ones."""
+    assert codec._plain_short(values, np.dtype(dtype)) == codec._plain_long(values, np.dtype(dtype))

@@ -225,6 +225,18 @@ def test_return_ndarray_answer_is_rapidjson_pretty_text():
                        b'"ndarray":[1.0000000116860974e-7,1.0000000200408773e21,-0.0]}')
 
 
+def test_return_ndarray_with_nan_or_infinity_is_cut_where_rapidjson_stops():
+    # rapidjson 1.1.0 Writer::Double refuses NaN/Inf after PrettyPrefix wrote the separator;
+    # Document::Accept stops and GRPS sends the buffer (grps_handler.cc): a truncated document
+    arr = np.array([[1.0, 2.0], [np.nan, 3.0]], np.float32)
+    assert codec.ndarray_to_json(codec.ok(), arr) == (
+        b'{\n "status": {\n  "code": 200,\n  "msg": "OK",\n  "status": "SUCCESS"\n },\n "ndarray": [\n  [\n'
+        b'   1.0,\n   2.0\n  ],\n  [\n   ')
+    assert codec.ndarray_to_json(codec.ok(), np.array([1.0, np.inf], np.float32), pretty=False) == (
+        b'{"status":{"code":200,"msg":"OK","status":"SUCCESS"},"ndarray":[1.0,')
+    assert codec.ndarray_to_json(codec.ok(), np.float32(-np.inf).reshape(())).endswith(b'"ndarray": ')
+
+
 @pytest.mark.parametrize(
     "value,expected",
     [(1.0, "1.0"), (123.5, "123.5"), (1e-4, "0.0001"), (1e-5, "0.00001"), (1.5e-6, "0.0000015"),

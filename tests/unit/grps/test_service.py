@@ -50,10 +50,12 @@ async def test_unary_predict_on_a_decoupled_model_merges_text():
     assert svc.monitor.series("*qps[gen-1]") is not None
 
 
-async def test_unknown_model_is_404_and_not_tracked_per_model():
+async def test_unknown_model_is_grps_500_and_not_tracked_per_model():
+    # GRPS: Executor::Infer throws "Not found model: <name>" (executor.cc), answered as 500 with
+    # that text (grps_handler.cc); its metadata is a 404
     svc = service(_upstream())
     msgs = await _collect(svc, codec.GrpsMessage(model="nope-1", str_data="x"))
-    assert [(m.status.code, m.status.msg) for m in msgs] == [(404, "Not found model: nope-1")]
+    assert [(m.status.code, m.status.msg) for m in msgs] == [(500, "Not found model: nope-1")]
     assert svc.monitor.series("*qps[nope-1]") is None
 
 

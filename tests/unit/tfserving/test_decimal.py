@@ -48,11 +48,10 @@ def test_documented_and_edge_values(value, f32, text):
     assert decimal.tokens(arr) == [text]
 
 
-def test_nested_fragments_keep_the_shape():
-    arr = np.arange(6, dtype=np.float32).reshape(2, 3) / 3
-    assert decimal.fragment(arr) == b"[[0.0,0.333333343,0.666666687],[1.0,1.33333337,1.66666663]]"
-    assert decimal.fragment(np.float32(2.5).reshape(())) == b"2.5"
-    assert decimal.fragment(np.zeros((2, 0), np.float32)) == b"[[],[]]"
+def test_join_is_the_tokens_joined():
+    arr = np.arange(6, dtype=np.float32) / 3
+    assert decimal.join(arr, ", ") == "0.0, 0.333333343, 0.666666687, 1.0, 1.33333337, 1.66666663"
+    assert decimal.join(np.zeros(0, np.float32), ", ") == ""
 
 
 @settings(max_examples=400, deadline=None)

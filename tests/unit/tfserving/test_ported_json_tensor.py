@@ -217,10 +217,10 @@ WRITTEN = [
     ("JsontensorTest.FromJsonSingleFloatTensorSixDigitPrecision",
      {"float_tensor": (np.array([9000000, 999999, 0.5, 0.0003, 0.00003, 555557.5], np.float32).reshape(2, 3),
                        "FP32")}, True,
-     '{"predictions":[[9e+06,999999.0,0.5],[0.0003,3e-05,555557.5]]}', True),
+     '{\n    "predictions": [[9e+06, 999999.0, 0.5], [0.0003, 3e-05, 555557.5]\n    ]\n}', True),
     ("JsontensorTest.FromJsonSingleFloatTensorNonFinite",
      {"float_tensor": (np.array([[NAN, INF], [3, -INF]], np.float32), "FP32")}, True,
-     '{"predictions":[[NaN,Infinity],[3.0,-Infinity]]}', True),
+     '{\n    "predictions": [[NaN, Infinity], [3.0, -Infinity]\n    ]\n}', True),
     ("JsontensorTest.FromJsonMultipleNamedTensors/row", _MANY, True,
      '{"predictions": [{"double_scalar_tensor": 8.0, "float_tensor": [1.0], "int_tensor": [[1, 2], [3, 4], [5, 6]],'
      ' "str_tensor": ["foo", "bar"], "str_tensor_bytes": [{"b64": "aGVsbG8="}, {"b64": "d29ybGQ="}]},'
@@ -242,7 +242,7 @@ WRITTEN = [
 @pytest.mark.parametrize(("outputs", "row", "expected", "as_text"), [pytest.param(*r[1:], id=r[0]) for r in WRITTEN])
 def test_make_json_from_tensors(outputs, row, expected, as_text):
     got = codec.write_predict(outputs, row)
-    if as_text:  # CompareJsonAllValuesAsStrings: the number tokens themselves
+    if as_text:  # CompareJsonAllValuesAsStrings: the number tokens themselves (in the whole of TF's text)
         assert got == expected.encode()
     else:
         assert json.loads(got) == json.loads(expected)
@@ -361,7 +361,7 @@ def test_json_from_regression_result():  # ClassifyRegressnResultTest.JsonFromRe
 def test_json_from_regression_result_with_non_finite():
     # ClassifyRegressnResultTest.JsonFromRegressionResultWithNonFinite (number tokens compared as text)
     got = codec.write_regress(np.array([0.2, INF, 1.0, -INF, NAN], np.float32))
-    assert got == b'{"results":[0.2,Infinity,1.0,-Infinity,NaN]}'
+    assert got == b'{\n    "results": [0.2, Infinity, 1.0, -Infinity, NaN]\n}'
 
 
 @pytest.mark.parametrize(("write", "text"), [

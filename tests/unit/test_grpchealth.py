@@ -1,0 +1,105 @@
+"""grpc.health.v1.Health on every gRPC listener (gateway/grpchealth.py): SERVING per service and for
+the whole server while the worker serves and Triton is ready; NOT_SERVING while Triton is away or not
+ready and while draining (Watch hears it before the listeners stop); the V2 passthrough answers it
+itself. A real Worker runs in-process in front of a scripted gRPC server standing in for Triton.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tritonclient.grpc import service_pb2
+
+from gateway.app import Worker
+from tests.support import free_port, worker_settings
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+SERVICES = {
+    "v2_grpc": ("", "inference.GRPCInferenceService"),
+    "tfserving_grpc": ("", "tensorflow.serving.PredictionService", "tensorflow.serving.ModelService"),
+    "grps_grpc": ("", "grps.protos.v1.GrpsService"),
+}
+
+
+class FakeTriton(grpc.GenericRpcHandler):
+    """Answers ServerReady with ``ready``; records every method it is asked."""
+
+    def __init__(self):
+        self.ready = True
+        self.methods: list[str] = []
+
+    def service(self, details):
+        self.methods.append(details.method)
+
+        async def answer(_request: bytes, _context):
+            return service_pb2.ServerReadyResponse(ready=self.ready).SerializeToString()
+
+        return grpc.unary_unary_rpc_method_handler(answer)
+
+
+@pytest.fixture
+async def stack():
+    fake = FakeTriton()
+    triton = grpc.aio.server()
+    triton.add_generic_rpc_handlers((fake,))
+    up_port = triton.add_insecure_port("127.0.0.1:0")
+    await triton.start()
+    ports = {name: free_port() for name in SERVICES}
+    worker = Worker(worker_settings(ports, f"127.0.0.1:{up_port}", UPSTREAM__CACHE_TTL_S="0"))
+    await worker.start()
+    channels = {name: grpc.aio.insecure_channel(f"127.0.0.1:{port}") for name, port in ports.items()}
+    yield fake, triton, worker, {n: health_pb2_grpc.HealthStub(c) for n, c in channels.items()}
+    for channel in channels.values():
+        await channel.close()
+    await worker.stop(grace=0.1)
+    await triton.stop(None)
+
+
+async def _statuses(stubs) -> dict[tuple[str, str], int]:
+    return {(listener, name): (await stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=5)).status
+            for listener, stub in stubs.items() for name in SERVICES[listener]}
+
+
+async def test_every_grpc_listener_is_serving_per_service_and_as_a_whole(stack):
+    fake, _, _, stubs = stack
+    assert set((await _statuses(stubs)).values()) == {SERVING}
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stubs["tfserving_grpc"].Check(health_pb2.HealthCheckRequest(service="no.Such"), timeout=5)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    # the V2 passthrough answered it itself: Triton was only asked whether it is ready
+    assert fake.methods and set(fake.methods) == {"/inference.GRPCInferenceService/ServerReady"}
+
+
+async def test_not_serving_while_triton_is_not_ready_or_down(stack):
+    fake, triton, _, stubs = stack
+    fake.ready = False
+    assert set((await _statuses(stubs)).values()) == {NOT_SERVING}
+    fake.ready = True
+    assert set((await _statuses(stubs)).values()) == {SERVING}
+    await triton.stop(None)  # Triton away
+    assert set((await _statuses(stubs)).values()) == {NOT_SERVING}
+
+
+async def test_watchers_hear_not_serving_when_the_worker_drains(stack):
+    _, _, worker, stubs = stack
+    await _statuses(stubs)  # Check refreshes the status (the poll may not have run yet)
+    watch = stubs["grps_grpc"].Watch(health_pb2.HealthCheckRequest(service="grps.protos.v1.GrpsService"))
+    assert (await watch.read()).status == SERVING
+    stopping = asyncio.ensure_future(worker.stop(grace=0.5))
+    assert (await asyncio.wait_for(watch.read(), 5)).status == NOT_SERVING
+    await stopping
+
+
+async def test_watchers_hear_triton_going_away_and_coming_back(stack):
+    fake, _, _, stubs = stack
+    watch = stubs["tfserving_grpc"].Watch(health_pb2.HealthCheckRequest(service=""))
+    assert (await watch.read()).status == SERVING  # Watch asks Triton first
+    fake.ready = False
+    assert (await asyncio.wait_for(watch.read(), 10)).status == NOT_SERVING  # the poll, while watched
+    fake.ready = True
+    assert (await asyncio.wait_for(watch.read(), 10)).status == SERVING
+    watch.cancel()
