@@ -17,6 +17,10 @@ Triton directly, each with a check of its answer (a benchmark of error pages wou
 
 All on saved_model_half_plus_three (y = x/2 + 3, input ``x`` FP32 [-1], so it takes the
 image-sized vector as is), grps_echo and tiny_llm from model_repository/.
+
+The floor (``Case.floor``, added by ``with_floors``): the gateway side's request and answer check,
+sent to bench/floor.py, which does the same path the least possible way on the same stack (Sanic,
+grpc.aio, one ModelInfer). The LLM streams have no floor.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from urllib.parse import urlsplit
 
 import numpy as np
 import orjson
@@ -78,6 +83,7 @@ class Case:
     concurrency: int
     direct: Side
     gateway: Side
+    floor: Side | None = None  # the same request to bench/floor.py (with_floors)
 
 
 # -- requests and their checks ------------------------------------------------------------------
@@ -307,4 +313,39 @@ def build(triton_http: str, triton_grpc: str, gw_url: Callable[[str], str], gw_t
                                 "messages": [{"role": "user", "content": LLM_PROMPT}]}),
                   _check_sse(_openai_token), is_token=_openai_token)),
     ]
+    return cases
+
+
+# -- the floor ----------------------------------------------------------------------------------
+FLOOR_HOW = {
+    "v2_unary": "floor: grpc.aio generic handler, the bytes forwarded",
+    "v2_stream": "floor: grpc.aio stream_stream, the messages forwarded",
+    "tf_rest_small": "floor: Sanic route, orjson → ModelInfer (raw FP32) → orjson",
+    "tf_rest_image": "floor: Sanic route, orjson → ModelInfer (raw FP32) → orjson",
+    "tf_grpc": "floor: grpc.aio Predict, PredictRequest → ModelInfer (raw FP32) → PredictResponse",
+    "grps_gtensors": "floor: Sanic route, orjson gtensors → ModelInfer → orjson gtensors",
+    "grps_bin": "floor: Sanic route, the body as one BYTES element → ModelInfer → its bytes",
+}
+
+
+def floor_side(case: Case, floor_http: str, floor_grpc: str) -> Side | None:
+    """The gateway side's request and answer check, addressed to the floor (None: no floor for this path)."""
+    how = FLOOR_HOW.get(case.key)
+    if how is None:
+        return None
+    gw = case.gateway
+    if gw.kind == "http":
+        url = urlsplit(gw.address)
+        address = floor_http + url.path + (f"?{url.query}" if url.query else "")
+    elif gw.kind in ("grpc_unary", "grpc_stream"):
+        address = floor_grpc
+    else:
+        return None
+    return replace(gw, how=how, address=address)
+
+
+def with_floors(cases: list[Case], floor_http: str, floor_grpc: str) -> list[Case]:
+    """Each case of a path the floor serves gets its floor side (in place; the list is returned)."""
+    for case in cases:
+        case.floor = floor_side(case, floor_http, floor_grpc)
     return cases

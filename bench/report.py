@@ -1,5 +1,6 @@
 """bench/results/: results.json (every number), results.md (the tables), results.png (the chart);
-plus what the numbers were taken on (machine, versions, commit, settings)."""
+plus what the numbers were taken on (machine, versions, commit, settings). Where a path has a
+floor (bench/floor.py), its CPU per request and gateway ÷ floor join the tables and the chart."""
 
 from __future__ import annotations
 
@@ -118,11 +119,18 @@ def _get(side: dict, metric: str) -> dict | None:
     return side.get("summary", {}).get(metric)
 
 
+def floor_cells(c: dict) -> list[str]:
+    """The main table's floor columns: the floor's CPU per request and gateway ÷ floor of it."""
+    if "floor" not in c:
+        return ["–", "–"]
+    return [cell(_get(c["floor"], "floor_cpu_us")), times(c.get("floor_ratio", {}).get("cpu_us"))]
+
+
 def markdown(res: dict) -> str:
     meta = res["meta"]
     m, v, s, g = meta["machine"], meta["versions"], meta["settings"], meta["git"]
     lines = [
-        f"# Benchmark: through the gateway vs directly to Triton{' (quick mode)' if s['quick'] else ''}",
+        f"# Benchmark: through the gateway vs directly to Triton and vs the floor{' (quick mode)' if s['quick'] else ''}",
         "",
         f"{meta['started']} · {meta['wall_s']:.0f} s · commit `{g['commit'][:12]}`{' (dirty)' if g['dirty'] else ''}"
         f" on `{g['branch']}`",
@@ -135,10 +143,13 @@ def markdown(res: dict) -> str:
         "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()) + ".",
         "",
         f"Settings: gateway workers {s['workers']}; each cell is the median over {s['repeats']} repeats "
-        f"(min–max in brackets) of {s['duration_s']:g} s runs (LLM: {s['llm_duration_s']:g} s), direct and gateway "
-        f"interleaved, after {s['warmup_s']:g} s of warm-up per side; concurrency = wrk connections or gRPC callers "
-        "in a closed loop. CPU/req = utime+stime of the gateway's (or Triton's) processes over the run ÷ requests "
-        "completed. ×: gateway ÷ direct.",
+        f"(min–max in brackets) of {s['duration_s']:g} s runs (LLM: {s['llm_duration_s']:g} s), "
+        f"{'direct, gateway and floor' if s.get('floor', True) else 'direct and gateway'} interleaved, after "
+        f"{s['warmup_s']:g} s of warm-up per side; concurrency = wrk connections or gRPC callers in a closed loop. "
+        "CPU/req = utime+stime of the gateway's (the floor's, Triton's) processes over the run ÷ requests completed. "
+        "×: gateway ÷ direct. The floor (bench/floor.py) is the same path done the least possible way on the same "
+        "stack (Sanic or grpc.aio, one ModelInfer, nothing else), measured like the gateway; ÷ floor: gateway CPU "
+        "per request ÷ the floor's" + ("." if s.get("floor", True) else " (not measured in this run: BENCH_FLOOR=0)."),
         "",
         "## Throughput and latency",
         "",
@@ -156,16 +167,38 @@ def markdown(res: dict) -> str:
             cell(_get(d, "p99_ms")), cell(_get(gw, "p99_ms")), times(r.get("p99_ms")),
             cell(_get(gw, "gateway_cpu_us")),
             f"{cell(_get(d, 'triton_cpu_us'))} / {cell(_get(gw, 'triton_cpu_us'))}",
+            *floor_cells(c),
         ])
     lines += _table(["path", "conc", "direct req/s", "gateway req/s", "×", "direct p50 ms", "gateway p50 ms", "×",
-                     "direct p99 ms", "gateway p99 ms", "×", "gateway CPU µs/req", "Triton CPU µs/req direct / gw"],
+                     "direct p99 ms", "gateway p99 ms", "×", "gateway CPU µs/req", "Triton CPU µs/req direct / gw",
+                     "floor CPU µs/req", "÷ floor"],
                     rows)
-    lines += ["", "What each path sends (gateway · direct):", ""]
+    lines += ["", "What each path sends (gateway · direct · floor):", ""]
     seen = set()
     for c in res["cases"]:
         if c["key"] not in seen and c["kind"] != "llm":
             seen.add(c["key"])
-            lines.append(f"- {c['title']}: {c['payload']} — {c['gateway']['how']} · {c['direct']['how']}")
+            floor = f" · {c['floor']['how']}" if "floor" in c else ""
+            lines.append(f"- {c['title']}: {c['payload']} — {c['gateway']['how']} · {c['direct']['how']}{floor}")
+
+    floors = [c for c in res["cases"] if "floor" in c and not c.get("skipped")]
+    if floors:
+        lines += ["", "## Against the floor", "",
+                  "The same requests, answer checks, concurrency and run length as the gateway's, interleaved with "
+                  "them; the floor serves every path from one process. ÷: gateway ÷ floor (CPU per request and "
+                  "latency: above 1 is the gateway's own work; req/s: below 1). The LLM streams have no floor.", ""]
+        rows = []
+        for c in floors:
+            f, gw, r = c["floor"], c["gateway"], c.get("floor_ratio", {})
+            rows.append([
+                c["title"], str(c["concurrency"]),
+                cell(_get(f, "req_per_s")), cell(_get(gw, "req_per_s")), times(r.get("req_per_s")),
+                cell(_get(f, "p50_ms")), cell(_get(gw, "p50_ms")), times(r.get("p50_ms")),
+                cell(_get(f, "p99_ms")), cell(_get(gw, "p99_ms")), times(r.get("p99_ms")),
+                cell(_get(f, "floor_cpu_us")), cell(_get(gw, "gateway_cpu_us")), times(r.get("cpu_us")),
+            ])
+        lines += _table(["path", "conc", "floor req/s", "gateway req/s", "÷", "floor p50 ms", "gateway p50 ms", "÷",
+                         "floor p99 ms", "gateway p99 ms", "÷", "floor CPU µs/req", "gateway CPU µs/req", "÷"], rows)
 
     llms = [c for c in res["cases"] if c["kind"] == "llm" and not c.get("skipped")]
     if llms:
@@ -217,19 +250,24 @@ def chart(res: dict, path: Path) -> None:
 
     cases = [c for c in res["cases"] if not c.get("skipped") and c["kind"] != "llm"]
     labels = [f"{c['title']}\nc={c['concurrency']}" for c in cases]
-    fig, axes = plt.subplots(1, 3 if res.get("scaling") else 2, figsize=(18, 7),
-                             gridspec_kw={"width_ratios": [3, 3, 1][: 3 if res.get("scaling") else 2]})
+    panels = [3, 3, 3] + ([1] if res.get("scaling") else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels) - 4, 7), gridspec_kw={"width_ratios": panels})
+    colors = {"direct": "#4c72b0", "floor": "#55a868", "gateway": "#dd8452"}
 
-    def bars(ax, metric: str, title: str) -> None:
+    def bars(ax, sides: list[tuple[str, str]], title: str) -> None:
+        """``sides``: (side, metric) pairs, one bar each per path (a path without that side: no bar)."""
         y = range(len(cases))
-        for offset, side, color in ((-0.2, "direct", "#4c72b0"), (0.2, "gateway", "#dd8452")):
+        height = 0.8 / len(sides)
+        for k, (side, metric) in enumerate(sides):
+            offset = (k - (len(sides) - 1) / 2) * height
             med, lo, hi = [], [], []
             for c in cases:
-                s = c[side].get("summary", {}).get(metric)
-                med.append(s["median"] if s else 0)
-                lo.append(s["median"] - s["min"] if s else 0)
-                hi.append(s["max"] - s["median"] if s else 0)
-            ax.barh([i + offset for i in y], med, height=0.4, xerr=[lo, hi], color=color, label=side, capsize=2)
+                sp = c.get(side, {}).get("summary", {}).get(metric)
+                med.append(sp["median"] if sp else 0)
+                lo.append(sp["median"] - sp["min"] if sp else 0)
+                hi.append(sp["max"] - sp["median"] if sp else 0)
+            ax.barh([i + offset for i in y], med, height=height, xerr=[lo, hi], color=colors[side], label=side,
+                    capsize=2)
         ax.set_yticks(list(y), labels, fontsize=8)
         ax.invert_yaxis()
         ax.set_xscale("log")
@@ -237,18 +275,21 @@ def chart(res: dict, path: Path) -> None:
         ax.grid(axis="x", which="both", alpha=0.3)
         ax.legend(loc="upper right", fontsize=8)
 
-    bars(axes[0], "req_per_s", "throughput, req/s (log; bars: min–max over repeats)")
-    bars(axes[1], "p50_ms", "p50 latency, ms (log)")
-    axes[1].set_yticklabels([])
+    three = lambda metric: [("direct", metric), ("floor", metric), ("gateway", metric)]  # noqa: E731
+    bars(axes[0], three("req_per_s"), "throughput, req/s (log; bars: min–max over repeats)")
+    bars(axes[1], three("p50_ms"), "p50 latency, ms (log)")
+    bars(axes[2], [("floor", "floor_cpu_us"), ("gateway", "gateway_cpu_us")], "CPU µs per request of the hop (log)")
+    for ax in axes[1:3]:
+        ax.set_yticklabels([])
     if res.get("scaling"):
-        ax, sc = axes[2], res["scaling"]
+        ax, sc = axes[3], res["scaling"]
         ws = [w["workers"] for w in sc["runs"]]
         meds = [w["summary"]["req_per_s"]["median"] if w["summary"].get("req_per_s") else 0 for w in sc["runs"]]
-        ax.bar([str(w) for w in ws], meds, color="#dd8452")
+        ax.bar([str(w) for w in ws], meds, color=colors["gateway"])
         ax.set_xlabel("gateway workers")
         ax.set_title(f"{sc['title']}\nreq/s, c={sc['concurrency']}", fontsize=9)
     m, s = res["meta"]["machine"], res["meta"]["settings"]
-    fig.suptitle(f"gateway vs direct to Triton · {m['cpu']} · {m['cores']} cores shared by client, gateway and "
+    fig.suptitle(f"gateway vs direct to Triton and vs the floor · {m['cpu']} · {m['cores']} cores shared by client, gateway and "
                  f"Triton · {s['repeats']}×{s['duration_s']:g} s{' · quick mode' if s['quick'] else ''}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -1,14 +1,15 @@
-"""`make bench`: every path through the gateway and directly to Triton, on a stack of its own.
+"""`make bench`: every path through the gateway, directly to Triton and through the floor, on a stack of its own.
 
-Starts the local CPU Triton (gateway.localtriton) and the gateway (`python -m gateway serve`,
-tests/support.py) on free 127.0.0.1 ports, measures every case in bench/cases.py, then the
+Starts the local CPU Triton (gateway.localtriton), the gateway (`python -m gateway serve`,
+tests/support.py) and the floor (bench/floor.py: each path done the least possible way on the
+same stack) on free 127.0.0.1 ports, measures every case in bench/cases.py, then the
 scaling of the small TF Serving REST predict with 1, 2 and nproc workers and the workers' memory;
 writes bench/results/{results.json,results.md,results.png} and stops everything (also on Ctrl-C
 and SIGTERM). Bounded: each run lasts its duration, and a case that would not fit in the
 remaining budget is skipped (and listed as such).
 
 Environment (defaults: full / BENCH_QUICK=1):
-  BENCH_QUICK=1            short runs for development (about 2 minutes instead of about 7)
+  BENCH_QUICK=1            short runs for development (a budget of 300 s instead of 570 s)
   BENCH_DURATION           seconds per run (5 / 2)
   BENCH_LLM_DURATION       seconds per LLM run (4 / 2)
   BENCH_REPEATS            repeats of every run (3 / 2)
@@ -18,6 +19,7 @@ Environment (defaults: full / BENCH_QUICK=1):
   BENCH_BIG_CONCURRENCY    for the image-sized and 16 MiB payloads (2)
   BENCH_SCALING_CONCURRENCY  connections of the scaling runs (16)
   BENCH_WORKERS            gateway workers of the main runs (1)
+  BENCH_FLOOR=0            no floor runs (a third less time)
   BENCH_BUDGET_S           wall-clock budget of the whole run (570 / 300)
   BENCH_ONLY               comma-separated case keys (v2_unary, v2_stream, v2_rest_json, v2_rest_binary,
                            tf_rest_small, tf_rest_image,
@@ -60,6 +62,7 @@ class Settings:
     scaling_workers: tuple[int, ...]
     budget_s: float
     only: tuple[str, ...]
+    floor: bool = True
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -84,6 +87,7 @@ class Settings:
             scaling_workers=tuple(sorted({1, 2, nproc})),
             budget_s=get("BENCH_BUDGET_S", 570, 300),
             only=tuple(k.strip() for k in env.get("BENCH_ONLY", "").split(",") if k.strip()),
+            floor=env.get("BENCH_FLOOR", "1") not in ("0", "false", "no"),
         )
 
     def wants(self, key: str) -> bool:
@@ -165,22 +169,26 @@ class Runner:
             return out
         raise ValueError(side.kind)
 
-    def measure(self, side: cases_mod.Side, concurrency: int, duration: float) -> dict:
-        """A load run with the CPU time the gateway and Triton spent on it."""
-        gw_pids, tr_pids = self.stack.gateway_pids, self.stack.triton_pids()
-        g0, t0 = procstat.ticks(gw_pids), procstat.ticks(tr_pids)
+    def measure(self, side: cases_mod.Side, concurrency: int, duration: float, hop: str | None = "gateway") -> dict:
+        """A load run with the CPU time Triton and ``hop`` (the process in between: gateway, floor,
+        or None when the load goes to Triton directly) spent on it; the ticks of every process."""
+        pids = {"gateway": self.stack.gateway_pids, "floor": self.stack.floor_pids, "triton": self.stack.triton_pids()}
+        before = {name: procstat.ticks(p) for name, p in pids.items()}
         out = self.load(side, concurrency, duration)
-        g1, t1 = procstat.ticks(gw_pids), procstat.ticks(tr_pids)
-        out["gateway_cpu_us"] = procstat.us_per_request(g0, g1, out["requests"])
-        if "tokens" in out:
-            out["gateway_cpu_us_token"] = procstat.us_per_request(g0, g1, out["tokens"])
-        out["triton_cpu_us"] = procstat.us_per_request(t0, t1, out["requests"])
-        out["gateway_ticks"], out["triton_ticks"] = g1 - g0, t1 - t0
+        after = {name: procstat.ticks(p) for name, p in pids.items()}
+        if hop is not None:
+            out[f"{hop}_cpu_us"] = procstat.us_per_request(before[hop], after[hop], out["requests"])
+            if "tokens" in out:
+                out[f"{hop}_cpu_us_token"] = procstat.us_per_request(before[hop], after[hop], out["tokens"])
+        out["triton_cpu_us"] = procstat.us_per_request(before["triton"], after["triton"], out["requests"])
+        for name in pids:
+            out[f"{name}_ticks"] = after[name] - before[name]
         return out
 
 
-METRICS = ("req_per_s", "p50_ms", "p99_ms", "gateway_cpu_us", "gateway_cpu_us_token", "triton_cpu_us", "tokens_per_s",
-           "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")
+METRICS = ("req_per_s", "p50_ms", "p99_ms", "gateway_cpu_us", "gateway_cpu_us_token", "floor_cpu_us",
+           "triton_cpu_us", "tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")
+HOP_CPU = ("gateway_cpu_us", "gateway_cpu_us_token", "floor_cpu_us")  # one side's own process: no ratio by metric
 
 
 def summarise(runs: list[dict]) -> dict:
@@ -192,46 +200,65 @@ def summarise(runs: list[dict]) -> dict:
     return out
 
 
-def ratios(gateway: dict, direct: dict) -> dict:
+def _ratio(a: dict | None, b: dict | None) -> float | None:
+    return stats.ratio(stats.Spread(**a) if a else None, stats.Spread(**b) if b else None)
+
+
+def ratios(gateway: dict, other: dict) -> dict:
+    """gateway ÷ direct (or ÷ floor) of the medians, metric by metric (the hops' own CPU apart)."""
     out = {}
     for metric in METRICS:
-        if metric in ("gateway_cpu_us", "gateway_cpu_us_token"):
+        if metric in HOP_CPU:
             continue
-        g, d = gateway.get(metric), direct.get(metric)
-        r = stats.ratio(stats.Spread(**g) if g else None, stats.Spread(**d) if d else None)
+        r = _ratio(gateway.get(metric), other.get(metric))
         if r is not None:
             out[metric] = r
     return out
 
 
+def floor_ratios(gateway: dict, floor: dict) -> dict:
+    """gateway ÷ floor: every common metric, and ``cpu_us``, the gateway's CPU per request over the floor's."""
+    out = ratios(gateway, floor)
+    r = _ratio(gateway.get("gateway_cpu_us"), floor.get("floor_cpu_us"))
+    if r is not None:
+        out["cpu_us"] = r
+    return out
+
+
 def run_case(runner: Runner, case: cases_mod.Case, s: Settings, budget: Budget) -> dict:
     duration = s.llm_duration_s if case.direct.kind == "llm" else s.duration_s
+    floor = case.floor if s.floor else None
     out = {"key": case.key, "kind": case.direct.kind, "title": case.title, "payload": case.payload,
            "concurrency": case.concurrency,
            "direct": {"how": case.direct.how, "runs": []}, "gateway": {"how": case.gateway.how, "runs": []},
            "ratio": {}, "errors": []}
-    need = 2 * s.warmup_s + 2 * s.repeats * (duration + 0.5) + 2
+    sides = [("direct", case.direct), ("gateway", case.gateway)] + ([("floor", floor)] if floor else [])
+    need = len(sides) * (s.warmup_s + s.repeats * (duration + 0.5)) + 2
     if budget.left() < need:
         out["skipped"] = f"needed about {need:.0f} s, {budget.left():.0f} s of the budget left"
         print(f"  skipped: {out['skipped']}", flush=True)
         return out
-    sides = (("direct", case.direct), ("gateway", case.gateway))
     runner.stack.assert_running()
-    for label, side in sides:
+    for label, side in list(sides):
         try:
             runner.check(side)
-        except Exception as e:  # noqa: BLE001 - reported, and the case is skipped
-            out["skipped"] = f"{label} answer check failed: {type(e).__name__}: {e}"
+        except Exception as e:  # noqa: BLE001 - reported, and the case is skipped (the floor alone: left out)
+            why = f"{label} answer check failed: {type(e).__name__}: {e}"
+            if label == "floor":
+                sides.remove((label, side))
+                out["errors"].append(why)
+                print(f"  no floor: {why}", flush=True)
+                continue
+            out["skipped"] = why
             print(f"  skipped: {out['skipped']}", flush=True)
             return out
+    if len(sides) == 3:
+        out["floor"] = {"how": floor.how, "runs": []}
     for _, side in sides:
         runner.load(side, case.concurrency, s.warmup_s)
     for rep in range(s.repeats):
         for label, side in sides if rep % 2 == 0 else sides[::-1]:  # interleaved, alternating order
-            run = runner.measure(side, case.concurrency, duration)
-            if label == "direct":
-                run.pop("gateway_cpu_us", None)  # the gateway is idle meanwhile
-                run.pop("gateway_cpu_us_token", None)
+            run = runner.measure(side, case.concurrency, duration, hop=None if label == "direct" else label)
             out[label]["runs"].append(run)
             if run.get("error"):
                 out["errors"].append(f"{label} repeat {rep + 1}: {run['errors']} errors ({run['error']})")
@@ -239,6 +266,8 @@ def run_case(runner: Runner, case: cases_mod.Case, s: Settings, budget: Budget) 
     for label, _ in sides:
         out[label]["summary"] = summarise(out[label]["runs"])
     out["ratio"] = ratios(out["gateway"]["summary"], out["direct"]["summary"])
+    if "floor" in out:
+        out["floor_ratio"] = floor_ratios(out["gateway"]["summary"], out["floor"]["summary"])
     if case.direct.kind == "llm":
         out["samples"] = {}
         for label, _ in sides:
@@ -248,7 +277,8 @@ def run_case(runner: Runner, case: cases_mod.Case, s: Settings, budget: Budget) 
 
 
 def _line(run: dict) -> str:
-    keys = ("req_per_s", "p50_ms", "p99_ms", "ttft_p50_ms", "itl_p50_ms", "gateway_cpu_us", "triton_cpu_us", "errors")
+    keys = ("req_per_s", "p50_ms", "p99_ms", "ttft_p50_ms", "itl_p50_ms", "gateway_cpu_us", "floor_cpu_us",
+            "triton_cpu_us", "errors")
     return "  ".join(f"{k}={report.num(run[k])}" for k in keys if k in run and run[k] is not None)
 
 
@@ -315,18 +345,23 @@ def main() -> int:
     t_start = time.monotonic()
     load_before = report.loadavg()
     res: dict = {"cases": [], "scaling": None, "memory": []}
-    print(f"bench: {'quick' if s.quick else 'full'} mode, {s.repeats} × {s.duration_s:g} s per side, "
+    print(f"bench: {'quick' if s.quick else 'full'} mode, {s.repeats} × {s.duration_s:g} s per side"
+          f"{'' if s.floor else ' (no floor)'}, "
           f"budget {s.budget_s:.0f} s; results in {results_dir}", flush=True)
     shutil.rmtree(results_dir / "logs", ignore_errors=True)  # this run's logs only
     with Stack(log_dir=results_dir / "logs") as stack:
         tp = stack.start_triton()
+        if s.floor:
+            stack.start_floor()
         stack.start_gateway(s.workers)
         idle = idle_snapshot(stack, s.idle_s)
         print(f"Triton {stack.triton_version()} at {tp.grpc_target} (pids {stack.triton_pids()}), "
-              f"gateway pids {stack.gateway_pids}", flush=True)
+              f"gateway pids {stack.gateway_pids}, floor pids {stack.floor_pids}", flush=True)
         all_cases = cases_mod.build(
             tp.http_url, tp.grpc_target, stack.gateway.url, stack.gateway.target,
             s.concurrency, s.big_concurrency, latency_concurrency=1 if s.concurrency != 1 else None)
+        if s.floor:
+            cases_mod.with_floors(all_cases, stack.floor_http, stack.floor_grpc)
         runner = Runner(stack, s)
         for case in all_cases:
             if not s.wants(case.key):

@@ -1,10 +1,12 @@
-"""The benchmark's own stack: the local CPU Triton and the gateway, on free loopback ports.
+"""The benchmark's own stack: the local CPU Triton, the gateway and the floor, on free loopback ports.
 
 Everything it starts lives in one temporary folder (Triton's prepared tree, logs, the gateway's
 YAML) that ``close()`` removes after stopping both processes; ``close()`` runs from ``finally``, on
 SIGTERM/SIGHUP (turned into SystemExit by bench.run) and from atexit, whichever comes first.
 The gateway is started exactly as the tests start it (tests/support.py), so any YAML schema
-change the gateway makes reaches the benchmark through ``gateway_config``.
+change the gateway makes reaches the benchmark through ``gateway_config``. The floor
+(bench/floor.py: every path done the least possible way on the same stack) is one more process,
+started once against the same Triton and stopped like the gateway.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -23,7 +27,15 @@ from bench import procstat
 from gateway import localtriton
 from gateway.dialects import LISTENERS
 from gateway.settings import LocalTriton
-from tests.support import ROOT, GatewayProcess, free_port, gateway_config, start_gateway, stop_gateway
+from tests.support import (
+    ROOT,
+    GatewayProcess,
+    free_port,
+    gateway_config,
+    start_gateway,
+    stop_gateway,
+    wait_http,
+)
 
 # urllib would honour http_proxy from the environment: the benchmark only talks to loopback.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -51,6 +63,10 @@ class Stack:
         self.gateway: GatewayProcess | None = None
         self.gateway_pids: list[int] = []
         self._gateway_runs = 0
+        self.floor: subprocess.Popen | None = None
+        self.floor_pids: list[int] = []
+        self.floor_http = ""  # http://127.0.0.1:port
+        self.floor_grpc = ""  # 127.0.0.1:port
         self._closed = False
         atexit.register(self.close)
 
@@ -114,6 +130,8 @@ class Stack:
             raise RuntimeError(f"Triton exited with {self.triton.proc.returncode}:\n{self.triton.log_tail()}")
         if self.gateway is not None and self.gateway.proc.poll() is not None:
             raise RuntimeError(f"the gateway exited with {self.gateway.proc.returncode}:\n{self.gateway.log_tail()}")
+        if self.floor is not None and self.floor.poll() is not None:
+            raise RuntimeError(f"the floor exited with {self.floor.returncode} (logs/floor.log)")
 
     def worker_pids(self) -> list[int]:
         """The processes that serve requests: the only process, or every child of the supervisor."""
@@ -139,6 +157,35 @@ class Stack:
                     except (ProcessLookupError, PermissionError):
                         pass
 
+    # -- the floor ------------------------------------------------------------------------------
+    def start_floor(self) -> None:
+        """bench/floor.py against this stack's Triton, on two free ports; returns once it answers."""
+        http_port, grpc_port = free_port(), free_port()
+        log_path = self.tmp / "floor.log"
+        with open(log_path, "wb") as log:
+            self.floor = subprocess.Popen(
+                [sys.executable, "-m", "bench.floor", self.triton.grpc_target, str(http_port), str(grpc_port)],
+                cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log, stderr=subprocess.STDOUT)
+        self.floor_http, self.floor_grpc = f"http://127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}"
+        try:
+            wait_http(f"{self.floor_http}/ready", timeout=60, proc=self.floor)
+        except Exception:
+            self.stop_floor()
+            raise RuntimeError(f"the floor did not start:\n{log_path.read_text(errors='replace')[-4000:]}") from None
+        self.floor_pids = procstat.process_tree(self.floor.pid)
+
+    def stop_floor(self) -> None:
+        if self.floor is None:
+            return
+        proc, self.floor, self.floor_pids = self.floor, None, []
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        self._keep_log(self.tmp / "floor.log", "floor.log")
+
     # -- teardown -------------------------------------------------------------------------------
     def _keep_log(self, path: Path, name: str) -> None:
         if self.log_dir is None or not path.exists():
@@ -151,7 +198,10 @@ class Stack:
             return
         self._closed = True
         try:
-            self.stop_gateway()
+            try:
+                self.stop_floor()
+            finally:
+                self.stop_gateway()
         finally:
             try:
                 if self.triton is not None:

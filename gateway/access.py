@@ -1,10 +1,13 @@
 """Access and transport: API keys per listener, TLS on listeners and to Triton, models per dialect.
 
     ApiKeys         the keys of one listener (``listeners.<name>.api_keys`` / ``api_keys_file``);
-                    the edge asks it about every request before admission
+                    the edge asks it about every request before admission; with a keys file,
+                    ``ReloadingKeys`` reads the file again when it changes
     server_ssl      an ``ssl.SSLContext`` for an HTTP listener's ``tls`` (mTLS with ``client_ca_file``)
     server_credentials / channel_credentials
                     the same for a gRPC listener, and for the channel to Triton (``upstream.tls``)
+                    (listeners: files read again when they change, at the next handshake; Triton's
+                    channel: read at start)
     ModelScope      the Triton models one dialect may reach (``dialects.<name>.triton_models``): a
                     restricted view of the Upstream handed to the dialect's ``open``
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import ssl
 from collections.abc import Iterable
 from contextlib import aclosing
@@ -27,6 +31,7 @@ import grpc
 
 from gateway.core.errors import ErrorKind, GatewayError
 
+log = logging.getLogger("gateway.access")
 AUTHORIZATION = "authorization"
 UNAUTHENTICATED_MESSAGE = "Missing or invalid API key (send Authorization: Bearer <key>)"
 
@@ -92,9 +97,50 @@ class ApiKeys:
         self.check(value)
 
 
+class ReloadingKeys(ApiKeys):
+    """A listener's keys when it has ``api_keys_file``: its inline ``api_keys`` plus the file's, read
+    again when the file changes (looked at, at most every 0.25 s, when a key is checked: the
+    worker's own look, so every worker follows). A file that becomes unreadable or empty keeps the
+    keys it had, with a warning. Requests already admitted are not affected."""
+
+    __slots__ = ("_inline", "_path", "_watch", "_name")
+
+    def __init__(self, name: str, inline: Iterable[str], path: str):
+        from gateway.filewatch import FileWatch
+
+        self._name, self._inline, self._path = name, tuple(inline), path
+        self._watch = FileWatch([path])
+        super().__init__(self._inline + tuple(read_keys_file(path)))
+
+    def valid(self, token: str | None) -> bool:
+        if self._watch.changed():
+            self._reload()
+        return super().valid(token)
+
+    def _reload(self) -> None:
+        try:
+            keys = read_keys_file(self._path)
+        except (OSError, UnicodeDecodeError) as e:
+            log.warning("listeners.%s.api_keys_file: cannot read %s (%s); the keys read before stay",
+                        self._name, self._path, getattr(e, "strerror", None) or e)
+            return
+        if not keys:
+            log.warning("listeners.%s.api_keys_file: %s holds no key; the keys read before stay", self._name, self._path)
+            return
+        self._digests = tuple(_digest(k) for k in self._inline + tuple(keys))
+        log.info("listeners.%s.api_keys_file: %s read again (%d keys)", self._name, self._path, len(keys))
+
+
+def _secret(k) -> str:
+    return k.get_secret_value() if hasattr(k, "get_secret_value") else k
+
+
 def listener_keys(listener) -> ApiKeys | None:
-    """The listener's ApiKeys, or None when it requires none."""
-    keys = [k.get_secret_value() if hasattr(k, "get_secret_value") else k for k in listener.api_keys]
+    """The listener's ApiKeys, or None when it requires none (``ReloadingKeys`` with a keys file)."""
+    path = getattr(listener, "api_keys_file", None)
+    if path:
+        return ReloadingKeys(listener.name, [_secret(k) for k in listener.inline_api_keys], path)
+    keys = [_secret(k) for k in listener.api_keys]
     return ApiKeys(keys) if keys else None
 
 
@@ -103,8 +149,7 @@ def _read(path: str | None) -> bytes | None:
     return Path(path).read_bytes() if path else None
 
 
-def server_ssl(tls) -> ssl.SSLContext:
-    """An HTTP listener's TLS (TLS 1.2+); with ``client_ca_file`` a client certificate is required."""
+def _server_context(tls) -> ssl.SSLContext:
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(tls.cert_file, tls.key_file)
@@ -114,11 +159,71 @@ def server_ssl(tls) -> ssl.SSLContext:
     return ctx
 
 
-def server_credentials(tls) -> grpc.ServerCredentials:
-    """A gRPC listener's TLS; with ``client_ca_file`` a client certificate is required (mTLS)."""
-    ca = _read(tls.client_ca_file)
-    return grpc.ssl_server_credentials([(_read(tls.key_file), _read(tls.cert_file))],
-                                       root_certificates=ca, require_client_auth=ca is not None)
+def _tls_files(tls) -> list[str]:
+    return [tls.cert_file, tls.key_file, tls.client_ca_file]
+
+
+class _ReloadingContext:
+    """The listener's first SSLContext stays the server's; at each handshake (its SNI callback, which
+    OpenSSL calls with or without SNI) the files are looked at (at most every 0.25 s) and, once they
+    changed, the handshake is moved onto a context built from them. Connections already open keep
+    theirs; a set of files that does not load keeps the previous context, with a warning."""
+
+    def __init__(self, tls, name: str):
+        from gateway.filewatch import FileWatch
+
+        self.tls, self.name = tls, name
+        self.base = self.current = _server_context(tls)
+        self.watch = FileWatch(_tls_files(tls))
+        self.base.sni_callback = self._handshake
+
+    def _handshake(self, conn, _server_name, _ctx):
+        if self.watch.changed():
+            try:
+                fresh = _server_context(self.tls)
+                fresh.sni_callback = self._handshake
+                self.current = fresh
+                log.info("listeners.%s.tls: certificate files read again", self.name)
+            except (OSError, ssl.SSLError, ValueError) as e:
+                log.warning("listeners.%s.tls: cannot load the changed certificate files (%s); the previous "
+                            "ones stay", self.name, e)
+        if self.current is not self.base:
+            conn.context = self.current
+        return None
+
+
+def server_ssl(tls, name: str = "?") -> ssl.SSLContext:
+    """An HTTP listener's TLS (TLS 1.2+); with ``client_ca_file`` a client certificate is required.
+    Certificate, key and client CA files are read again when they change (``_ReloadingContext``)."""
+    return _ReloadingContext(tls, name).base
+
+
+def _grpc_certificates(tls):
+    return grpc.ssl_server_certificate_configuration([(_read(tls.key_file), _read(tls.cert_file))],
+                                                     root_certificates=_read(tls.client_ca_file))
+
+
+def server_credentials(tls, name: str = "?") -> grpc.ServerCredentials:
+    """A gRPC listener's TLS; with ``client_ca_file`` a client certificate is required (mTLS). grpc asks
+    for the certificates at each new connection: the files are read again when they changed."""
+    from gateway.filewatch import FileWatch
+
+    watch = FileWatch(_tls_files(tls))
+
+    def fetch():
+        if not watch.changed():
+            return None  # unchanged: grpc keeps what it has
+        try:
+            config = _grpc_certificates(tls)
+        except OSError as e:
+            log.warning("listeners.%s.tls: cannot read the changed certificate files (%s); the previous ones "
+                        "stay", name, e)
+            return None
+        log.info("listeners.%s.tls: certificate files read again", name)
+        return config
+
+    return grpc.dynamic_ssl_server_credentials(_grpc_certificates(tls), fetch,
+                                               require_client_authentication=tls.client_ca_file is not None)
 
 
 def channel_credentials(tls) -> tuple[grpc.ChannelCredentials, tuple[tuple[str, str], ...]]:

@@ -117,7 +117,7 @@ class Worker:
         host = f"[{lst.host}]" if ":" in lst.host else lst.host
         try:
             if lst.tls is not None:
-                bound = server.add_secure_port(f"{host}:{lst.port}", access.server_credentials(lst.tls))
+                bound = server.add_secure_port(f"{host}:{lst.port}", access.server_credentials(lst.tls, lst.name))
             else:
                 bound = server.add_insecure_port(f"{host}:{lst.port}")
         except RuntimeError:
@@ -131,7 +131,7 @@ class Worker:
         app = make_app(lst.name, self.settings, edge)
         attach(app, edge, state)
         sock = bind_socket(lst, self.reuse_port)
-        tls = access.server_ssl(lst.tls) if lst.tls is not None else None
+        tls = access.server_ssl(lst.tls, lst.name) if lst.tls is not None else None
         srv = await app.create_server(sock=sock, ssl=tls, return_asyncio_server=True, access_log=False)
         await srv.startup()
         await srv.before_start()

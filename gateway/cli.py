@@ -82,9 +82,13 @@ def serve(settings: Settings, config: str | None) -> int:
         _run_loop(_serve_async(settings, reuse_port=False, announce=True))
         return 0
     # Several processes, each with every listener, sharing ports through SO_REUSEPORT.
+    from gateway import shared
+
     metrics_dir = tempfile.mkdtemp(prefix="gateway-metrics-")
+    shared_dir = tempfile.mkdtemp(prefix="gateway-shared-")  # state every worker sees (gateway/shared.py)
     env = {
         "PROMETHEUS_MULTIPROC_DIR": metrics_dir,
+        shared.ENV: shared_dir,
         ENV_PREFIX + "UPSTREAM__GRPC": settings.upstream.grpc,
     }
     os.environ.update(env)
@@ -113,6 +117,7 @@ def serve(settings: Settings, config: str | None) -> int:
         return _supervise(procs, spawn, lambda: stopping, _stop)
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
+        shutil.rmtree(shared_dir, ignore_errors=True)
 
 
 RESTART_WINDOW_S = 60.0

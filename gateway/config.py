@@ -195,6 +195,7 @@ def _resolve(doc: BaseModel, source: str) -> Settings:
                 timeout_s=s.timeout_s or spec.timeout_s or doc.upstream.timeout_s,
                 stream_timeout_s=s.stream_timeout_s or doc.limits.stream_timeout_s,
                 api_keys=s.api_keys + _keys_file(spec.name, s.api_keys_file, source), tls=s.tls,
+                api_keys_file=s.api_keys_file, inline_api_keys=s.api_keys,
             )
     return Settings(
         upstream=doc.upstream, listeners=MappingProxyType(listeners), limits=doc.limits,

@@ -171,6 +171,8 @@ class Listener:
     stream_timeout_s: float
     api_keys: tuple[SecretStr, ...] = ()  # api_keys and the keys of api_keys_file (empty: open)
     tls: ListenerTls | None = None
+    api_keys_file: str | None = None  # read again by each worker when it changes (access.ReloadingKeys)
+    inline_api_keys: tuple[SecretStr, ...] = ()  # api_keys alone
 
 
 @dataclass(frozen=True, slots=True)

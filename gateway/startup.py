@@ -1,5 +1,6 @@
 """Start-up checks that turn the usual failures into one sentence saying what failed and what to do.
 
+* a configuration that cannot run with several workers (gateway/shared.py), naming the field;
 * a port already in use: which port, which setting holds it, and how to change it;
 * the upstream Triton unreachable (``gateway serve``): a warning naming the target and the setting
   (the gateway still starts: it reconnects by itself and answers UNAVAILABLE meanwhile).
@@ -109,8 +110,10 @@ def _tcp_open(target: str) -> bool:
 
 def preflight(settings: Settings, upstream: bool = True, out=None) -> bool:
     """Check the listeners' ports (fatal) and, with ``upstream``, Triton (a warning). Prints to stderr."""
+    from gateway.shared import single_worker_problems
+
     out = out or sys.stderr
-    problems = listener_port_problems(settings)
+    problems = single_worker_problems(settings) + listener_port_problems(settings)
     for p in problems:
         print(f"error: {p}", file=out, flush=True)
     if problems:

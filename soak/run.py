@@ -46,6 +46,7 @@ SECONDS = _env("SOAK_SECONDS", 180)
 KILL_EVERY = _env("SOAK_KILL_EVERY", 50)  # seconds between SIGKILLs of Triton
 DOWN_FOR = _env("SOAK_DOWN_FOR", 5)  # seconds Triton stays dead before it is restarted
 CLIENTS = int(_env("SOAK_CLIENTS", 6))  # steady-load threads
+WORKERS = int(_env("SOAK_WORKERS", 1))  # the gateway's `workers` (issue 22: several processes, one set of ports)
 PAUSE = _env("SOAK_PAUSE", 0.02)  # seconds between one thread's requests (the machine is shared)
 FUZZ_EXAMPLES = int(_env("SOAK_FUZZ_EXAMPLES", 40))  # schemathesis examples per operation and mode
 MAX_GROWTH_MB = _env("SOAK_MAX_RSS_GROWTH_MB", 64)
@@ -87,7 +88,8 @@ class Soak:
         dialects["grps"]["models"]["soak_llm-1"] = {"triton_model": "tiny_llm", "triton_version": "1",
                                                     "inputs": {"max_tokens": 24}}
         ports = {name: free_port() for name in LISTENERS}
-        extra = {"dialects": dialects, "log_level": "WARNING", "limits": {"max_request_bytes": MAX_REQUEST_BYTES}}
+        extra = {"dialects": dialects, "log_level": "WARNING", "limits": {"max_request_bytes": MAX_REQUEST_BYTES},
+                 "workers": WORKERS}
         self.gateway = start_gateway(gateway_config(self.triton.grpc_target, ports, extra), self.tmp)
         self.clients = Clients(ports, MAX_REQUEST_BYTES + 1024)
         http_call(self.gateway.url("grps_http"), "POST", "/grps/v1/health/online")
@@ -249,7 +251,7 @@ class Soak:
             "no client thread stuck": not stuck,
         }
         return {
-            "seconds": SECONDS, "clients": CLIENTS, "triton_kills": self.kills,
+            "seconds": SECONDS, "clients": CLIENTS, "workers": WORKERS, "triton_kills": self.kills,
             "outcomes": {k: dict(v) for k, v in sorted(self.outcomes.items())},
             "totals": {"sent": sum(totals.values()), CORRECT: totals[CORRECT], CLEAN: totals[CLEAN], LOST: totals[LOST]},
             "fuzz": {"requests": self.fuzz.total, "operations": len(self.fuzz.sent),
@@ -272,7 +274,8 @@ def summary(r: dict) -> str:
     kills = ", ".join(f"at {k['at_s']} s (down {k['down_s']} s, restart {k['restart_s']} s)" for k in r["triton_kills"])
     f = r["fuzz"]
     lines = [
-        f"# Soak: {r['seconds']:g} s, {r['clients']} steady clients — {'PASSED' if r['passed'] else 'FAILED'}",
+        f"# Soak: {r['seconds']:g} s, {r['clients']} steady clients, {r.get('workers', 1)} gateway worker(s) — "
+        f"{'PASSED' if r['passed'] else 'FAILED'}",
         "", *rows, "",
         f"- Triton SIGKILLed and restarted on the same ports {len(r['triton_kills'])} times: {kills or 'none'}",
         f"- schemathesis: {f['requests']} requests over {f['operations']} operations, statuses {f['statuses']}, "

@@ -16,9 +16,10 @@ MINDIE = {"aliases": {"llama2_7b": "tiny_llm"},
           "models": {"tiny_llm": {"profile": "trtllm", "tokenizer": "words"}}}
 
 
-def start_role(triton_target: str, tmp, pd: dict, *, triton: str | None = None):
+def start_role(triton_target: str, tmp, pd: dict, *, triton: str | None = None, workers: int = 1, **extra):
     ports = {name: free_port() for name in LISTENERS}
-    cfg = gateway_config(triton or triton_target, ports, {"dialects": {"mindie": {**MINDIE, "pd": pd}}})
+    cfg = gateway_config(triton or triton_target, ports,
+                         {"dialects": {"mindie": {**MINDIE, "pd": pd}}, "workers": workers, **extra})
     return start_gateway(cfg, tmp)
 
 
@@ -135,7 +136,8 @@ class TcpProxy:
 
 
 _VOLATILE = [(re.compile(rb'"id":"\d+"'), b'"id":"<id>"'), (re.compile(rb'"created":\d+'), b'"created":<created>'),
-             (re.compile(rb'"seed":\d+'), b'"seed":<seed>')]
+             (re.compile(rb'"seed":\d+'), b'"seed":<seed>'),
+             (re.compile(rb'"(prefill_time|decode_time|queue_wait_time)":(\d+|\[[\d,]*\])'), rb'"\1":<time>')]
 
 
 def normalise(raw: bytes) -> bytes:

@@ -22,7 +22,7 @@ from gateway.upstream import Upstream
 
 from .catalog import Resolved
 from .profiles import CONTEXT_ONLY, GENERATION_ONLY
-from .service import Tally, ending, new_seed, tokens
+from .service import Tally, ending, new_seed, started, tokens
 from .stops import StopMatcher
 from .types import Done, GenerateRequest, Token
 
@@ -38,6 +38,10 @@ class Resume:
     n_out: int | None
     elapsed_s: float  # since the request reached Triton on P
     ttft_s: float  # 0.0 when the context phase produced no text
+    ids: list[int] | None = None  # the model's own token ids so far (output_ids), when it returns them
+    events: int = 0  # token events P produced (D's first is then a decode step)
+    queue_us: int = 0  # the request's wait in P's gateway before Triton
+    logprobs: list | None = None  # every token's [text, log prob] so far, when asked for
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -63,7 +67,8 @@ class PhasedGeneration:
     async def context(self, req: GenerateRequest, model: Resolved) -> AsyncIterator[Token | Done | Handoff]:
         seed = req.sampling.seed if req.sampling.seed is not None else new_seed()
         infer = model.profile.encode_phase(req, model.spec.name, model.meta, seed, CONTEXT_ONLY)
-        stops, tally, start = StopMatcher(req.stop), Tally(), time.perf_counter()
+        stops, tally = StopMatcher(req.stop), started()
+        start = tally.start
         params: list[bytes] = []
         async with aclosing(tokens(self.upstream, infer, req, model, stops, tally, params)) as toks:
             async for tok in toks:  # closing this generator closes the stream at once
@@ -78,15 +83,19 @@ class PhasedGeneration:
         now = time.perf_counter()
         yield Handoff(Resume(seed=seed, context_phase_params=params[-1], raw=tally.raw, shown=tally.shown,
                              pending=stops.pending, n_in=tally.n_in, n_out=tally.n_out, elapsed_s=now - start,
-                             ttft_s=(tally.first_at - start) if tally.first_at else 0.0))
+                             ttft_s=(tally.first_at - start) if tally.first_at else 0.0, ids=tally.ids,
+                             events=tally.events, queue_us=tally.queue_us, logprobs=tally.logprobs))
 
     async def generation(self, req: GenerateRequest, model: Resolved, resume: Resume) -> AsyncIterator[Token | Done]:
         infer = model.profile.encode_phase(req, model.spec.name, model.meta, resume.seed, GENERATION_ONLY,
                                            resume.context_phase_params)
         stops = StopMatcher(req.stop)
         stops.pending = resume.pending
-        tally = Tally(raw=resume.raw, shown=resume.shown, n_in=resume.n_in, n_out=resume.n_out)
         start = time.perf_counter() - resume.elapsed_s
+        tally = Tally(raw=resume.raw, shown=resume.shown, n_in=resume.n_in, n_out=resume.n_out,
+                      ids=list(resume.ids) if resume.ids is not None else None, start=start,
+                      last_at=time.perf_counter(), queue_us=resume.queue_us, events=resume.events,
+                      logprobs=[tuple(p) for p in resume.logprobs] if resume.logprobs is not None else None)
         if resume.ttft_s:
             tally.first_at = start + resume.ttft_s
         async with aclosing(tokens(self.upstream, infer, req, model, stops, tally)) as toks:

@@ -33,6 +33,32 @@ _OPTIONAL_FLAGS = ("return_num_input_tokens", "return_num_output_tokens", "retur
 CONTEXT_ONLY = "context_only"
 GENERATION_ONLY = "generation_only"
 CONTEXT_PHASE_PARAMS = "context_phase_params"
+# TensorRT-LLM's token-level contract (its ``tensorrt_llm`` model): token ids in, token ids out
+INPUT_IDS = "input_ids"
+OUTPUT_IDS = "output_ids"
+# TensorRT-LLM's guided decoding inputs (ensemble/BLS), used for OpenAI's response_format
+GUIDE_TYPE = "guided_decoding_guide_type"
+GUIDE = "guided_decoding_guide"
+# TensorRT-LLM's log probabilities: asked for with return_log_probs, one per generated token
+RETURN_LOG_PROBS = "return_log_probs"
+OUTPUT_LOG_PROBS = "output_log_probs"
+
+
+def returns_log_probs(meta: ModelMetadata) -> bool:
+    """The model can report each generated token's log probability (TensorRT-LLM's contract)."""
+    return any(s.name == RETURN_LOG_PROBS for s in meta.inputs) and any(
+        s.name == OUTPUT_LOG_PROBS for s in meta.outputs)
+
+
+def takes_token_ids(meta: ModelMetadata) -> bool:
+    """The model takes ``input_ids`` and answers ``output_ids`` (TensorRT-LLM's token contract)."""
+    return any(s.name == INPUT_IDS for s in meta.inputs) and any(s.name == OUTPUT_IDS for s in meta.outputs)
+
+
+def guided_decoding(meta: ModelMetadata) -> bool:
+    """The model declares TensorRT-LLM's guided decoding inputs (JSON output on request)."""
+    names = {s.name for s in meta.inputs}
+    return GUIDE_TYPE in names and GUIDE in names
 
 
 class Profile(Protocol):
@@ -67,12 +93,16 @@ def decode_outputs(resp: InferResponse) -> Chunk:
     n_in, n_out, reason = (_first(resp, k) for k in ("num_input_tokens", "num_output_tokens", "finish_reason"))
     reason_text = _text(reason) if reason is not None else None
     ctx = next((t for t in resp.outputs if t.name == CONTEXT_PHASE_PARAMS), None)
+    ids = next((t for t in resp.outputs if t.name == OUTPUT_IDS), None)
+    lps = next((t for t in resp.outputs if t.name == OUTPUT_LOG_PROBS), None)
     return Chunk(
         text=_text(_first(resp, "text_output")),
         num_input_tokens=int(n_in) if n_in is not None else None,
         num_output_tokens=int(n_out) if n_out is not None else None,
         finish_reason=None if reason_text in (None, "", "None") else reason_text,
         context_phase_params=ctx.data.astype(np.uint8).tobytes() if ctx is not None else None,
+        token_ids=tuple(int(i) for i in ids.data.reshape(-1)) if ids is not None else None,
+        logprobs=tuple(float(x) for x in lps.data.reshape(-1)) if lps is not None else None,
     )
 
 
@@ -91,13 +121,7 @@ class TrtllmProfile:
 
     def encode(self, req: GenerateRequest, model: str, meta: ModelMetadata, seed: int) -> InferRequest:
         declared = {s.name for s in meta.inputs}
-        for required in ("text_input", "max_tokens"):
-            if required not in declared:
-                raise invalid(f"model {model} has no '{required}' input; it does not fit profile trtllm")
-        inputs = [
-            Tensor("text_input", np.array([[req.prompt.encode()]], dtype=object), "BYTES"),
-            Tensor("max_tokens", np.array([[req.max_tokens]], dtype=np.int32)),
-        ]
+        inputs = self._prompt(req, model, meta, declared)
 
         def scalar(name: str, value, dtype) -> None:
             if value is not None and name in declared:
@@ -113,7 +137,48 @@ class TrtllmProfile:
         if req.stop and "stop_words" in declared:
             words = np.array([[s.encode() for s in req.stop]], dtype=object)
             inputs.append(Tensor("stop_words", words, "BYTES"))
+        if req.response_format is not None:
+            inputs.extend(self._guide(req.response_format, model, meta))
+        if req.logprobs:
+            if not returns_log_probs(meta):
+                raise invalid(f"model {model} has no '{RETURN_LOG_PROBS}' input; it reports no log probabilities")
+            scalar(RETURN_LOG_PROBS, True, np.bool_)
         return InferRequest(model=model, inputs=inputs, id=req.request_id)
+
+    @staticmethod
+    def _prompt(req: GenerateRequest, model: str, meta: ModelMetadata, declared: set[str]) -> list[Tensor]:
+        """The prompt and the output limit: text (``text_input``, ``max_tokens``) or, for a token-id
+        prompt, TensorRT-LLM's ``input_ids`` [1, N] INT32, ``input_lengths`` and ``request_output_len``
+        (``max_tokens`` where the model has no ``request_output_len``)."""
+        if req.prompt_ids is None:
+            for required in ("text_input", "max_tokens"):
+                if required not in declared:
+                    raise invalid(f"model {model} has no '{required}' input; it does not fit profile trtllm")
+            return [Tensor("text_input", np.array([[req.prompt.encode()]], dtype=object), "BYTES"),
+                    Tensor("max_tokens", np.array([[req.max_tokens]], dtype=np.int32))]
+        if not takes_token_ids(meta):
+            raise invalid(f"Model {model} does not take token ids (no '{INPUT_IDS}' input and '{OUTPUT_IDS}' output).")
+        limit = "request_output_len" if "request_output_len" in declared else "max_tokens"
+        if limit not in declared:
+            raise invalid(f"model {model} has no 'request_output_len' input; it does not fit profile trtllm")
+        out = [Tensor(INPUT_IDS, np.array([req.prompt_ids], dtype=np.int32)),
+               Tensor(limit, np.array([[req.max_tokens]], dtype=np.int32))]
+        if "input_lengths" in declared:
+            out.append(Tensor("input_lengths", np.array([[len(req.prompt_ids)]], dtype=np.int32)))
+        return out
+
+    @staticmethod
+    def _guide(fmt: dict, model: str, meta: ModelMetadata) -> list[Tensor]:
+        """OpenAI ``response_format`` as TensorRT-LLM guided decoding: ``json`` (json_object) or
+        ``json_schema`` with the schema as the guide."""
+        if not guided_decoding(meta):
+            raise invalid(f"model {model} has no '{GUIDE_TYPE}' input; it cannot constrain its output")
+        if fmt.get("type") == "json_schema":
+            kind, guide = b"json_schema", orjson.dumps(fmt["json_schema"]["schema"])
+        else:
+            kind, guide = b"json", b""
+        return [Tensor(GUIDE_TYPE, np.array([[kind]], dtype=object), "BYTES"),
+                Tensor(GUIDE, np.array([[guide]], dtype=object), "BYTES")]
 
     def decode(self, resp: InferResponse) -> Chunk:
         return decode_outputs(resp)
@@ -159,6 +224,8 @@ class VllmProfile:
         declared = {s.name for s in meta.inputs}
         if "text_input" not in declared:
             raise invalid(f"model {model} has no 'text_input' input; it does not fit profile vllm")
+        if req.prompt_ids is not None or req.response_format is not None or req.logprobs:
+            raise invalid(f"Model {model} (profile vllm): no token ids, response_format or logprobs here.")
         inputs = [
             Tensor("text_input", np.array([req.prompt.encode()], dtype=object), "BYTES"),
             Tensor("stream", np.array([req.stream], dtype=np.bool_)),

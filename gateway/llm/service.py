@@ -10,10 +10,11 @@ returned, else the profile's tokenizer) and a derived finish reason.
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway import metrics, tracing
 from gateway.call import current
@@ -39,15 +40,42 @@ class Tally:
     n_out: int | None = None
     reason: str | None = None
     first_at: float = 0.0
+    ids: list[int] | None = None  # the model's own token ids (output_ids), when it returns them
+    start: float = 0.0  # perf_counter when the request was sent to Triton (P's, for a phased request)
+    last_at: float = 0.0  # perf_counter of the last token event
+    queue_us: int = 0  # the wait in the gateway before the request reached Triton
+    events: int = 0  # token events so far
+    logprobs: list[tuple[str, float]] | None = None  # every token's (text, log prob), when the model gives them
+    unshown: list[tuple[str, float]] = field(default_factory=list)  # ... not yet on a Token event
 
     def add(self, chunk: Chunk) -> None:
         self.raw += chunk.text
+        if chunk.token_ids is not None:
+            self.ids = (self.ids or []) + list(chunk.token_ids)
+        if chunk.logprobs is not None:
+            pairs = token_pieces(chunk.text, chunk.logprobs)
+            self.logprobs = (self.logprobs or []) + pairs
+            self.unshown += pairs
         if chunk.num_input_tokens is not None:
             self.n_in = chunk.num_input_tokens
         if chunk.num_output_tokens is not None:
             self.n_out = (self.n_out or 0) + chunk.num_output_tokens
         if chunk.finish_reason:
             self.reason = chunk.finish_reason
+
+
+_PIECE = re.compile(r"\s*\S+|\s+")
+
+
+def token_pieces(text: str, logprobs: tuple[float, ...]) -> list[tuple[str, float]]:
+    """One response's text shared out over its tokens' log probabilities: one token, its text; as
+    many word pieces as tokens (a word-level model), one each; else the text on the first."""
+    if len(logprobs) == 1:
+        return [(text, logprobs[0])]
+    pieces = _PIECE.findall(text)
+    if len(pieces) != len(logprobs):
+        pieces = [text] + [""] * (len(logprobs) - 1)
+    return list(zip(pieces, logprobs, strict=True))
 
 
 def finish_reason(model_reason: str | None, stopped: bool, produced: int, limit: int) -> tuple[str, bool]:
@@ -70,12 +98,36 @@ class GenerationService:
     async def generate(self, req: GenerateRequest, model: Resolved) -> AsyncIterator[Event]:
         seed = req.sampling.seed if req.sampling.seed is not None else new_seed()
         infer = model.profile.encode(req, model.spec.name, model.meta, seed)
-        stops, tally, start = StopMatcher(req.stop), Tally(), time.perf_counter()
+        stops, tally = StopMatcher(req.stop), started()
+        start = tally.start
         async with aclosing(tokens(self.upstream, infer, req, model, stops, tally)) as toks:
             async for tok in toks:  # closing this generator closes the stream at once
                 yield tok
         for ev in ending(req, model, tally, stops, seed, start):
             yield ev
+
+
+def started() -> Tally:
+    """A Tally for a request about to be sent to Triton: its start, and how long it waited in the
+    gateway since the edge received it (admission, planning), for MindIE's ``queue_wait_time``."""
+    now, call = time.perf_counter(), current()
+    waited = time.monotonic() - call.start if call is not None else 0.0
+    return Tally(start=now, last_at=now, queue_us=max(0, int(waited * 1_000_000)))
+
+
+def timed(tally: Tally, text: str, ids: tuple[int, ...]) -> Token:
+    """A Token event with MindIE's per-event timings: prefill_ms for the first, decode_ms after."""
+    now = time.perf_counter()
+    first = tally.events == 0
+    gap_ms = int(round((now - tally.last_at) * 1000))
+    tally.last_at = now
+    tally.events += 1
+    logprobs, tally.unshown = tuple(tally.unshown), []
+    if first:
+        # MindIE's firstTokenCost runs from the request's arrival: the gateway wait plus Triton's first token
+        prefill_ms = int(round((now - tally.start) * 1000 + tally.queue_us / 1000))
+        return Token(text, ids, prefill_ms=prefill_ms, queue_us=tally.queue_us, logprobs=logprobs)
+    return Token(text, ids, decode_ms=gap_ms, logprobs=logprobs)
 
 
 async def tokens(upstream: Upstream, infer, req: GenerateRequest, model: Resolved, stops: StopMatcher,
@@ -96,7 +148,8 @@ async def tokens(upstream: Upstream, infer, req: GenerateRequest, model: Resolve
             shown = stops.feed(chunk.text)
             if shown:
                 tally.shown += shown
-                yield Token(shown, model.tokenizer.ids(shown))
+                ids = chunk.token_ids if chunk.token_ids is not None else model.tokenizer.ids(shown)
+                yield timed(tally, shown, ids)
             if stops.hit:
                 break
     finally:
@@ -113,7 +166,7 @@ def ending(req: GenerateRequest, model: Resolved, tally: Tally, stops: StopMatch
     tail = "" if stops.hit else stops.flush()
     if tail:
         tally.shown += tail
-        out.append(Token(tail, model.tokenizer.ids(tail)))
+        out.append(timed(tally, tail, () if tally.ids is not None else model.tokenizer.ids(tail)))
     done = done_event(req, model, tally, stops.hit, seed, start)
     out.append(done)
     call = current()
@@ -131,8 +184,10 @@ def operation_name(route: str) -> str:
 
 
 def done_event(req: GenerateRequest, model: Resolved, tally: Tally, stopped: bool, seed: int, start: float) -> Done:
-    produced = tally.n_out if tally.n_out is not None else model.tokenizer.count(tally.raw)
-    prompt_tokens = tally.n_in if tally.n_in is not None else model.tokenizer.count(req.prompt)
+    produced = tally.n_out if tally.n_out is not None else (
+        len(tally.ids) if tally.ids is not None else model.tokenizer.count(tally.raw))
+    prompt_tokens = tally.n_in if tally.n_in is not None else (
+        len(req.prompt_ids) if req.prompt_ids is not None else model.tokenizer.count(req.prompt))
     reason, derived = finish_reason(tally.reason, stopped, produced, req.max_tokens)
     now = time.perf_counter()
     return Done(
@@ -141,8 +196,11 @@ def done_event(req: GenerateRequest, model: Resolved, tally: Tally, stopped: boo
         text=tally.shown,
         prompt_tokens=prompt_tokens,
         completion_tokens=produced,
-        token_ids=model.tokenizer.ids(tally.shown),
+        token_ids=tuple(tally.ids) if tally.ids is not None else model.tokenizer.ids(tally.shown),
         seed=seed,
         ttft_s=(tally.first_at or now) - start,
         e2e_s=now - start,
+        queue_us=tally.queue_us,
+        events=tally.events,
+        logprobs=tuple(tally.logprobs or ()),
     )

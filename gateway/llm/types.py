@@ -38,6 +38,9 @@ class GenerateRequest:
     stream: bool = False
     timeout: float | None = None  # seconds, end to end
     request_id: str = ""
+    prompt_ids: tuple[int, ...] | None = None  # token-id prompt (the model's input_ids); then prompt is ""
+    response_format: dict | None = None  # OpenAI json_object / json_schema: the backend's guided decoding
+    logprobs: bool = False  # ask the model for each generated token's log probability (return_log_probs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,8 @@ class Chunk:
     num_output_tokens: int | None = None
     finish_reason: str | None = None  # the model's own, when it returns one
     context_phase_params: bytes | None = None  # a context-only response's hand-off state (PD)
+    token_ids: tuple[int, ...] | None = None  # the model's own ids of this response's tokens (output_ids)
+    logprobs: tuple[float, ...] | None = None  # the model's log probability of each token (output_log_probs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +62,13 @@ class Token:
 
     text: str
     ids: tuple[int, ...]
+    # MindIE's per-event engine timings, measured by the gateway: the first token's time to first
+    # token (prefill_ms) or the time since the previous token (decode_ms), in milliseconds; the
+    # first token's wait in the gateway before the request reached Triton (queue_us, microseconds)
+    prefill_ms: int | None = None
+    decode_ms: int | None = None
+    queue_us: int = 0
+    logprobs: tuple[tuple[str, float], ...] = ()  # (token text, log probability), when asked for
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +82,9 @@ class Done:
     seed: int
     ttft_s: float  # request sent -> first chunk from Triton
     e2e_s: float
+    queue_us: int = 0  # the wait in the gateway before the request reached Triton, microseconds
+    logprobs: tuple[tuple[str, float], ...] = ()  # every generated token's (text, log probability), when asked for
+    events: int = 0  # token events the generation produced (MindIE's per-iteration arrays)
 
     @property
     def openai_reason(self) -> str:

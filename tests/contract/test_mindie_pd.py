@@ -30,12 +30,12 @@ def instances(triton, tmp_path_factory):
         return started[name]
 
     try:
-        start("d0", {"role": "decode", "heartbeat_s": 0.3})
-        start("p1", {"role": "prefill"})
-        start("p2", {"role": "prefill"})
-        start("p3", {"role": "prefill", "phase_split": False})
-        start("d1", {"role": "decode"})
-        start("d2", {"role": "decode"})
+        start("d0", {"role": "decode", "heartbeat_s": 0.3}, workers=2)  # records reach the worker holding /dresult
+        start("p1", {"role": "prefill"}, workers=2)  # P keeps no state between requests: any worker serves
+        start("p2", {"role": "prefill"}, workers=2)
+        start("p3", {"role": "prefill", "phase_split": False}, workers=2)
+        start("d1", {"role": "decode"}, workers=2)
+        start("d2", {"role": "decode"}, workers=2)
         addr = {n: f"127.0.0.1:{g.port('mindie_http')}" for n, g in started.items()}
         start("coord", {"role": "coordinator", "prefill": [addr["p1"], addr["p2"]],
                         "decode": [addr["d1"], addr["d2"]], "max_requests": 4})
@@ -134,7 +134,9 @@ def test_without_a_phase_split_p_generates_and_relays_the_rest_to_d(instances, d
      "Invalid req-id, the character of req-id should be hex char [0-9, a-f, A-F], but got 12g"),
     ({"req-id": "a" * 1025, "req-type": "prefill", "d-target": "127.0.0.1"}, "The length of req-id cannot exceed 1024"),
     ({"req-id": "1", "req-type": "decode", "d-target": "127.0.0.1"}, "Parameter req-type must be prefill but got decode"),
-    ({"req-id": "1", "req-type": "prefill", "d-target": "localhost;3025"}, "Parameter d-target must be an IPv4 address"),
+    ({"req-id": "1", "req-type": "prefill", "d-target": "256.0.0.1;3025"}, "Parameter d-target must be an IPv4 address"),
+    ({"req-id": "1", "req-type": "prefill", "d-target": "d_0;3025"}, "Parameter d-target must be an IPv4 address"),
+    ({"req-id": "1", "req-type": "prefill", "d-target": "::1;3025"}, "Parameter d-target must be an IPv4 address"),
     ({"req-id": "1", "req-type": "prefill", "d-target": "127.0.0.1", "is-recompute": "yes"},
      "Parameter is-recompute is an optional parameter. When it is set, it must be true or false."),
 ])
@@ -227,6 +229,12 @@ CASES = {
     "native": ("/infer", {"inputs": "Hello", "parameters": {"max_new_tokens": 5, "details": True}}),
     "one_token": ("/v1/chat/completions", {"model": "tiny_llm", "max_tokens": 1,
                                            "messages": [{"role": "user", "content": "Hi"}]}),
+    # token-id prompts: TensorRT-LLM's input_ids/output_ids through P's context and D's generation phase
+    "native_ids": ("/infer_token", {"input_id": [11, 12, 13], "parameters": {"max_new_tokens": 5, "details": True}}),
+    "completions_ids": ("/v1/completions", {"model": "tiny_llm", "prompt": [7, 8], "max_tokens": 6}),
+    # log probabilities from the model's output_log_probs, P's carried to D in the hand-off
+    "chat_logprobs": ("/v1/chat/completions", {"model": "tiny_llm", "max_tokens": 5, "logprobs": True,
+                                               "messages": [{"role": "user", "content": "Hello there"}]}),
 }
 STREAM_PATHS = {"/generate": None, "/v2/models/tiny_llm/generate": "/v2/models/tiny_llm/generate_stream"}
 
@@ -313,10 +321,67 @@ def test_coordinator_refuses_over_its_request_limit_with_plain_text(instances):
     assert r.headers["content-type"].startswith("text/plain")
 
 
+@pytest.mark.parametrize("model", ["tiny_llm", "llama2_7b"])
+def test_coordinator_serves_token_inference_as_a_standard_instance(instances, gateway, model):
+    body = {"id": "t1", "inputs": [{"name": "input0", "shape": [1, 3], "datatype": "UINT32", "data": [4, 5, 6]}],
+            "outputs": [{"name": "output0"}], "parameters": {"max_new_tokens": 6}}
+    got = requests.post(instances["coord"].url("mindie_http") + f"/v2/models/{model}/infer", json=body, timeout=30)
+    want = requests.post(gateway.url("mindie_http") + f"/v2/models/{model}/infer", json=body, timeout=30)
+    assert got.status_code == want.status_code == 200
+    assert got.headers["content-type"] == want.headers["content-type"] == "application/json"
+    assert got.content == want.content and len(want.json()["outputs"][0]["data"]) == 6
+
+
+def test_p_serves_every_route_the_coordinator_forwards(instances):
+    """Each MindIE-MS user route reaches a P route (a 422 for an empty body), none is P's 404."""
+    from gateway.dialects.mindie.pd.coordinator import USER_ROUTES
+
+    p1 = instances["p1"].url("mindie_http")
+    paths = [*USER_ROUTES, *(f"/v2/models/tiny_llm/{s}" for s in ("generate", "generate_stream", "infer"))]
+    for path in paths:
+        r = requests.post(p1 + path, json={}, timeout=30)
+        assert r.status_code == 422 and r.json()["error_type"] == "Input Validation Error", path
+
+
 def test_coordinator_routes_are_mindie_ms_ones(instances):
     coord = instances["coord"].url("mindie_http")
     assert requests.get(coord + "/v1/models").status_code == 404
     assert requests.get(coord + "/health").status_code == 200
+
+
+def _metric(gw, name: str, instance: str) -> float | None:
+    text = requests.get(gw.url("admin_http") + "/metrics", timeout=5).text
+    for line in text.splitlines():
+        if line.startswith(f'{name}{{instance="{instance}"}} '):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_a_taken_over_d_leaves_the_rotation_and_the_coordinator_does_not_fight(instances):
+    coord, d1 = instances["coord"], instances["d1"]
+    d1_addr = f"127.0.0.1:{d1.port('mindie_http')}"
+    taken_before = _metric(coord, "pd_dresult_taken_over_total", d1_addr) or 0.0
+    reader = DResultReader(d1.url("mindie_http"))  # an operator reads D1's /dresult: it takes the link over
+    try:
+        deadline = time.monotonic() + 10
+        while _metric(coord, "pd_dresult_taken_over_total", d1_addr) != taken_before + 1:
+            assert time.monotonic() < deadline, requests.get(coord.url("admin_http") + "/metrics").text
+            time.sleep(0.05)
+        assert _metric(coord, "pd_decode_in_rotation", d1_addr) == 0.0
+        for i in range(4):  # every request goes to D2 meanwhile, and finishes
+            r = requests.post(coord.url("mindie_http") + "/generate_stream", timeout=30,
+                              json={"inputs": f"while d1 is away {i}", "parameters": {"max_new_tokens": 4}})
+            assert r.status_code == 200 and b"error" not in r.content and b'"generated_text":"' in r.content
+        assert reader.status == 200 and not reader.ended.is_set()
+        assert not [x for x in reader.records if x.kind == "close"]  # the coordinator did not take it back
+        assert f"another client took over the /dresult link to D {d1_addr}; D is out of rotation" in \
+            coord.log_path.read_text()
+    finally:
+        reader.close()
+    deadline = time.monotonic() + 30  # the back-off (5 s) over, the coordinator links D1 again
+    while _metric(coord, "pd_decode_in_rotation", d1_addr) != 1.0:
+        assert time.monotonic() < deadline, coord.log_tail()
+        time.sleep(0.2)
 
 
 # -- failures: a D that goes away, a D that asks for a recompute ------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import subprocess
@@ -11,12 +12,26 @@ import time
 import requests
 import yaml
 
+from tests.contract.test_docs_examples import loose_mismatch, parse
 from tests.support import ROOT, free_port
 
 
 def _refused(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def _run_the_docs_example(ports: list[int], tmp_path) -> None:
+    """docs/mindie.md's PD request by hand, as written, against this cluster (its ports put in)."""
+    block = next(b for b in parse(ROOT / "docs" / "mindie.md") if "/dresult" in b.code and b.lang == "sh")
+    default = dict(zip((1025, 2025, 2026, 3025, 3026), ports, strict=True))
+    code = re.sub(r"\b(1025|2025|2026|3025|3026)\b", lambda m: str(default[int(m[1])]), block.code)
+    out = subprocess.run(["bash", "-c", "set -euo pipefail\n" + code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert block.expected and loose_mismatch(block.expected, out.stdout) is None, \
+        (loose_mismatch(block.expected, out.stdout), out.stdout[-1500:], out.stderr)
+    assert "reqId:0xffffffffffffffff" not in out.stdout  # the coordinator did not take the link back
 
 
 def test_run_pd_starts_a_cluster_that_answers_and_stops_on_ctrl_c(tmp_path):
@@ -48,6 +63,7 @@ def test_run_pd_starts_a_cluster_that_answers_and_stops_on_ctrl_c(tmp_path):
         r = requests.post(coord + "/v1/chat/completions", timeout=30, json={
             "model": "llama2_7b", "stream": True, "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]})
         assert r.status_code == 200 and r.content.endswith(b"data: [DONE]\n\n")
+        _run_the_docs_example(ports, tmp_path)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0
         text = (tmp_path / "launcher.log").read_text()

@@ -254,3 +254,29 @@ async def test_a_listener_without_keys_stays_open():
     finally:
         await w.stop(grace=0.1)
         await empty.stop(None)
+
+
+def test_a_keys_file_is_read_again_when_it_changes_and_a_bad_one_keeps_the_keys(tmp_path, caplog):
+    path = tmp_path / "keys"
+    path.write_text("file-1\n")
+    keys = access.ReloadingKeys("mindie_http", ["inline"], str(path))
+    keys._watch.interval = 0  # look at every check (the listener looks at most every 0.25 s)
+    assert keys.valid("inline") and keys.valid("file-1") and not keys.valid("file-2")
+    path.write_text("# rotated\nfile-2\n")
+    assert keys.valid("file-2") and not keys.valid("file-1") and keys.valid("inline")
+    path.write_text("")  # emptied (or half-written): the listener stays protected by what it had
+    assert keys.valid("file-2") and not keys.valid("")
+    assert "holds no key; the keys read before stay" in caplog.text
+    path.unlink()
+    assert keys.valid("file-2")
+    assert "cannot read" in caplog.text
+
+
+def test_listener_keys_reload_only_with_a_keys_file(tmp_path):
+    path = tmp_path / "keys"
+    path.write_text("k\n")
+    s = worker_settings({"mindie_http": 1025, "tfserving_rest": 8501}, "127.0.0.1:1",
+                        LISTENERS__MINDIE_HTTP__API_KEYS_FILE=str(path), LISTENERS__TFSERVING_REST__API_KEYS='["a"]')
+    assert isinstance(access.listener_keys(s.listener("mindie_http")), access.ReloadingKeys)
+    inline = access.listener_keys(s.listener("tfserving_rest"))
+    assert type(inline) is access.ApiKeys and inline.valid("a")

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from bench import procstat, report, stats, wrk
-from bench.run import Settings, ratios, summarise
+from bench import cases, procstat, report, stats, wrk
+from bench.run import Budget, Settings, floor_ratios, ratios, run_case, summarise
 
 WRK_OUTPUT = """\
 Running 5s test @ http://127.0.0.1:8501/v1/models/saved_model_half_plus_three:predict
@@ -163,6 +163,124 @@ def test_summaries_and_ratios_of_runs():
     assert "gateway_cpu_us" not in r  # nothing to divide by: the gateway is not on the direct path
 
 
+def test_floor_ratio_is_gateway_cpu_over_floor_cpu():
+    gateway = summarise([{"req_per_s": 500.0, "p50_ms": 2.0, "gateway_cpu_us": 400.0, "triton_cpu_us": 100.0},
+                         {"req_per_s": 600.0, "p50_ms": 2.2, "gateway_cpu_us": 420.0, "triton_cpu_us": 110.0},
+                         {"req_per_s": 550.0, "p50_ms": 2.4, "gateway_cpu_us": 380.0, "triton_cpu_us": 90.0}])
+    floor = summarise([{"req_per_s": 1000.0, "p50_ms": 1.0, "floor_cpu_us": 200.0, "triton_cpu_us": 100.0},
+                       {"req_per_s": 1100.0, "p50_ms": 1.2, "floor_cpu_us": 250.0, "triton_cpu_us": 100.0}])
+    assert floor["floor_cpu_us"] == {"median": 225.0, "min": 200.0, "max": 250.0, "n": 2}
+    r = floor_ratios(gateway, floor)
+    assert r["cpu_us"] == pytest.approx(400 / 225)  # medians: the gateway's own CPU over the floor's
+    assert r["req_per_s"] == pytest.approx(550 / 1050) and r["p50_ms"] == pytest.approx(2.2 / 1.1)
+    assert r["triton_cpu_us"] == pytest.approx(1.0)
+    assert not {"gateway_cpu_us", "floor_cpu_us"} & set(r)  # each is one side's own: only cpu_us divides them
+    assert "cpu_us" not in floor_ratios(gateway, summarise([{"req_per_s": 1.0}]))  # no floor CPU: no ratio
+    assert "floor_cpu_us" not in ratios(floor, gateway)
+
+
+# -- the floor's cases ------------------------------------------------------------------------------
+def _cases():
+    return cases.build("http://127.0.0.1:1", "127.0.0.1:2", lambda name: "http://127.0.0.1:3",
+                       lambda name: "127.0.0.1:4", 8, 2)
+
+
+def test_every_path_but_the_llm_streams_gets_a_floor_with_the_gateways_request_and_check():
+    built = cases.with_floors(_cases(), "http://127.0.0.1:5", "127.0.0.1:6")
+    keys = {c.key for c in built}
+    assert set(cases.FLOOR_HOW) <= keys  # no floor for a path that does not exist
+    for c in built:
+        if c.direct.kind == "llm":
+            assert c.floor is None
+            continue
+        assert c.floor is not None, c.key
+        f, gw = c.floor, c.gateway
+        assert (f.kind, f.body, f.check, f.method, f.headers) == (gw.kind, gw.body, gw.check, gw.method, gw.headers)
+        assert f.how.startswith("floor: ")
+        if f.kind == "http":
+            assert f.address == "http://127.0.0.1:5" + gw.address.removeprefix("http://127.0.0.1:3")
+        else:
+            assert f.address == "127.0.0.1:6"
+    tf = next(c for c in built if c.key == "tf_rest_small")
+    assert tf.floor.address == "http://127.0.0.1:5/v1/models/saved_model_half_plus_three:predict"
+    grps = next(c for c in built if c.key == "grps_bin")
+    assert grps.floor.address == "http://127.0.0.1:5/grps/v1/infer/predict"
+    assert grps.floor.headers == {"Content-Type": "application/octet-stream"}
+
+
+class _FakeRunner:
+    """run_case's view of a Runner: answer checks (``bad``: sides whose check fails) and measured runs."""
+
+    def __init__(self, bad=()):
+        self.bad, self.calls = set(bad), []
+        self.stack = type("S", (), {"assert_running": lambda self: None})()
+
+    def check(self, side):
+        if side.how in self.bad:
+            raise cases.BadAnswer(f"{side.how} answered nonsense")
+
+    def load(self, side, concurrency, duration):
+        self.calls.append(("warmup", side.how))
+
+    def measure(self, side, concurrency, duration, hop="gateway"):
+        self.calls.append(("run", side.how, hop))
+        cpu = {"gateway": 450.0, "floor": 300.0}
+        out = {"req_per_s": {"direct": 2000.0, "gateway": 1000.0, "floor": 1500.0}[side.how], "requests": 10}
+        if hop is not None:
+            out[f"{hop}_cpu_us"] = cpu[hop]
+        return out
+
+
+def _case_with_floor():
+    side = lambda how: cases.Side(how, "http", "http://127.0.0.1:1/x", b"{}", lambda raw: None)  # noqa: E731
+    return cases.Case("tf_rest_small", "TF REST small", "4 floats", 8, side("direct"), side("gateway"), side("floor"))
+
+
+def test_run_case_interleaves_the_floor_and_divides_cpu_by_it():
+    s = Settings.from_env({"BENCH_QUICK": "1", "BENCH_REPEATS": "2"})
+    runner = _FakeRunner()
+    out = run_case(runner, _case_with_floor(), s, Budget(600))
+    runs = [c[1:] for c in runner.calls if c[0] == "run"]
+    assert runs == [("direct", None), ("gateway", "gateway"), ("floor", "floor"),  # alternating order
+                    ("floor", "floor"), ("gateway", "gateway"), ("direct", None)]
+    assert out["floor"]["how"] == "floor" and len(out["floor"]["runs"]) == 2
+    assert out["floor"]["summary"]["floor_cpu_us"]["median"] == 300.0
+    assert "gateway_cpu_us" not in out["direct"]["summary"] and "floor_cpu_us" not in out["gateway"]["summary"]
+    assert out["floor_ratio"]["cpu_us"] == pytest.approx(1.5)
+    assert out["floor_ratio"]["req_per_s"] == pytest.approx(1000 / 1500)
+    assert out["ratio"]["req_per_s"] == pytest.approx(0.5) and not out["errors"]
+
+
+def test_a_floor_that_answers_wrong_is_left_out_and_the_case_still_runs():
+    s = Settings.from_env({"BENCH_QUICK": "1", "BENCH_REPEATS": "1"})
+    runner = _FakeRunner(bad={"floor"})
+    out = run_case(runner, _case_with_floor(), s, Budget(600))
+    assert "floor" not in out and "floor_ratio" not in out and "skipped" not in out
+    assert out["errors"] == ["floor answer check failed: BadAnswer: floor answered nonsense"]
+    assert [c[1] for c in runner.calls if c[0] == "run"] == ["direct", "gateway"]
+    bad_gateway = run_case(_FakeRunner(bad={"gateway"}), _case_with_floor(), s, Budget(600))
+    assert bad_gateway["skipped"].startswith("gateway answer check failed")  # as before the floor
+
+
+def test_without_the_floor_setting_the_floor_side_is_not_run():
+    s = Settings.from_env({"BENCH_QUICK": "1", "BENCH_REPEATS": "1", "BENCH_FLOOR": "0"})
+    runner = _FakeRunner()
+    out = run_case(runner, _case_with_floor(), s, Budget(600))
+    assert "floor" not in out and [c[1] for c in runner.calls if c[0] == "run"] == ["direct", "gateway"]
+
+
+def test_the_budget_counts_the_floor_side():
+    s = Settings.from_env({"BENCH_QUICK": "1"})  # 3 sides x (0.5 + 2 x (2 + 0.5)) + 2 = 18.5 s
+    assert "skipped" in run_case(_FakeRunner(), _case_with_floor(), s, Budget(17))
+    assert "skipped" not in run_case(_FakeRunner(), _case_with_floor(), s, Budget(19))
+
+
+def test_a_case_without_a_floor_entry_keeps_none():
+    c = _cases()[0]
+    c.key = "v2_rest"  # a path added later, with no floor yet
+    assert cases.with_floors([c], "http://127.0.0.1:5", "127.0.0.1:6")[0].floor is None
+
+
 def test_settings_quick_full_and_overrides():
     full, quick = Settings.from_env({}), Settings.from_env({"BENCH_QUICK": "1"})
     assert not full.quick and quick.quick
@@ -172,6 +290,7 @@ def test_settings_quick_full_and_overrides():
     s = Settings.from_env({"BENCH_QUICK": "0", "BENCH_REPEATS": "5", "BENCH_ONLY": "v2_unary, scaling"})
     assert not s.quick and s.repeats == 5
     assert s.wants("v2_unary") and s.wants("scaling") and not s.wants("grps_bin")
+    assert full.floor and quick.floor and not Settings.from_env({"BENCH_FLOOR": "0"}).floor
 
 
 # -- report ---------------------------------------------------------------------------------------
@@ -197,6 +316,17 @@ def _results():
                                                        "p99_ms": _sp(9.0), "gateway_cpu_us": _sp(450, 440, 460),
                                                        "triton_cpu_us": _sp(200)}},
         "ratio": {"req_per_s": 0.5, "p50_ms": 8.0, "p99_ms": 4.5}, "errors": [],
+        "floor": {"how": "floor: Sanic route", "summary": {"req_per_s": _sp(1600), "p50_ms": _sp(2.5),
+                                                            "p99_ms": _sp(6.0), "floor_cpu_us": _sp(300, 290, 310),
+                                                            "triton_cpu_us": _sp(200)}},
+        "floor_ratio": {"req_per_s": 0.625, "p50_ms": 1.6, "p99_ms": 1.5, "cpu_us": 1.5, "triton_cpu_us": 1.0},
+    }
+    grpc_case = {
+        "key": "v2_stream", "kind": "grpc_stream", "title": "V2 streamed", "payload": "4 FP32", "concurrency": 8,
+        "direct": {"how": "Triton gRPC", "summary": {"req_per_s": _sp(9000), "triton_cpu_us": _sp(100)}},
+        "gateway": {"how": "gateway gRPC", "summary": {"req_per_s": _sp(5000), "gateway_cpu_us": _sp(140),
+                                                       "triton_cpu_us": _sp(140)}},
+        "ratio": {"req_per_s": 5 / 9}, "errors": ["floor answer check failed: BadAnswer: no"],
     }
     llm_case = {
         "key": "llm_mindie", "kind": "llm", "title": "LLM native", "payload": "tiny_llm", "concurrency": 1,
@@ -213,7 +343,7 @@ def _results():
                         {"workers": 2, "summary": {"req_per_s": _sp(1300, 1200, 1400)}}]}
     memory = [{"workers": 1, "role": "worker", "idle_mib": 74.2, "loaded_mib": 305.0, "peak_mib": 464.0,
                "idle_cpu_pct": 1.0}]
-    return {"meta": meta, "cases": [http_case, llm_case, skipped], "scaling": scaling, "memory": memory}
+    return {"meta": meta, "cases": [http_case, grpc_case, llm_case, skipped], "scaling": scaling, "memory": memory}
 
 
 def test_cells_show_median_and_range():
@@ -232,9 +362,16 @@ def test_markdown_has_every_section_and_the_numbers():
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[:5] == ["TF REST small", "8", "2000 (1900–2100)", "1000 (900–1100)", "0.50×"]
     assert cells[11] == "450 (440–460)" and cells[12] == "100 / 200"
+    assert cells[13:] == ["300 (290–310)", "1.50×"]  # the floor's CPU per request, gateway ÷ floor
+    row = next(ln for ln in lines if ln.startswith("| V2 streamed ⚠ | 8 |"))  # ⚠: its floor failed its check
+    assert row.endswith("| 140 | 100 / 140 | – | – |")  # a path without a floor run: dashes
     header = lines[lines.index(row) - 2]
     assert len(header.strip("|").split("|")) == len(cells)  # every row as wide as its header
     assert "(quick mode)" in lines[0]
+    assert "direct, gateway and floor interleaved" in md
+    res = _results()
+    res["meta"]["settings"]["floor"] = False
+    assert "direct and gateway interleaved" in report.markdown(res) and "BENCH_FLOOR=0" in report.markdown(res)
     assert "Test CPU, 2 cores" in md and "triton 2.51.0" in md and "`0123456789ab`" in md
     assert "| LLM native: gateway | 12–13 | 19.0 |" in md
     assert "## Scaling" in md and "| 2 | 1300 (1200–1400) |" in md
@@ -242,6 +379,12 @@ def test_markdown_has_every_section_and_the_numbers():
     assert "- skipped GRPS bin (conc 2): no time left" in md
     assert "- LLM native (conc 1): gateway repeat 2: 1 errors (HTTP 503)" in md
     assert "GRPS bin |" not in md  # a skipped path has no row
+    assert "- TF REST small: 4 floats — gateway REST · Triton HTTP · floor: Sanic route" in md
+    floor_rows = md[md.index("## Against the floor"):md.index("## LLM streaming")]
+    assert "| TF REST small | 8 | 1600 | 1000 (900–1100) | 0.62× | 2.50 | 4.00 | 1.60× | 6.00 | 9.00 | 1.50× " \
+           "| 300 (290–310) | 450 (440–460) | 1.50× |" in floor_rows
+    assert "V2 streamed" not in floor_rows  # no floor run, no floor row
+    assert "- V2 streamed (conc 8): floor answer check failed" in md
 
 
 def test_results_are_written(tmp_path):

@@ -3,8 +3,9 @@
 Handlers stay thin: they decode the wire into a GrpsMessage, call one method here and write what
 comes back. Every method answers a GrpsMessage with its status filled in; errors are raised as
 GatewayError and rendered by the caller through ``errors``, except in streams, which end with one
-FAILURE message. The online/offline switch lives here: one per worker process, shared by HTTP and
-gRPC (as in the C++ GRPS server).
+FAILURE message. The online/offline switch lives here, shared by HTTP and gRPC (as in the C++ GRPS
+server) and by every worker of the gateway (``gateway.shared.Flag``): offline on one connection is
+offline on all of them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from contextlib import asynccontextmanager
 import numpy as np
 import yaml
 
-from gateway import offload
+from gateway import offload, shared
 from gateway.call import current
 from gateway.context import GatewayContext
 from gateway.core.errors import ErrorKind, GatewayError, invalid, not_found
@@ -32,7 +33,7 @@ class GrpsService:
     def __init__(self, ctx: GatewayContext, cfg: config.GrpsSettings):
         self.ctx = ctx
         self.cfg = cfg
-        self.online = cfg.start_online
+        self._online = shared.Flag("grps_online", cfg.start_online)
         self.monitor = Monitor()
         self.errors = errors.Rendering(cfg)
 
@@ -43,8 +44,12 @@ class GrpsService:
         await self.monitor.stop()
 
     # -- health ---------------------------------------------------------------------------------
+    @property
+    def online(self) -> bool:
+        return self._online.get()
+
     def set_online(self, online: bool) -> codec.GrpsMessage:
-        self.online = online
+        self._online.set(online)
         return codec.ok()
 
     async def ready(self) -> codec.GrpsMessage:

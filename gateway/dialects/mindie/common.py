@@ -13,7 +13,8 @@ from typing import Any
 
 import orjson
 
-from gateway.core.errors import GatewayError
+from gateway import offload
+from gateway.core.errors import GatewayError, invalid
 from gateway.llm.catalog import Resolved
 from gateway.llm.types import Done, GenerateRequest, Sampling, Token
 
@@ -98,3 +99,15 @@ def single_sequence(b: Mapping[str, Any]) -> None:
         raise v.invalid(f"Parameter best_of must be greater than or equal to n, got {best_of}.")
     if n > 1 or best_of > 1:
         raise v.invalid("Only n=1 and best_of=1 are supported by this gateway.")
+
+
+async def json_body(request) -> dict:
+    """The request's JSON object; a large body is parsed off the event loop (gateway.offload)."""
+    raw = request.body or b""
+    try:
+        body = await offload.run(len(raw), orjson.loads, raw)
+    except orjson.JSONDecodeError:
+        raise invalid("Request body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise invalid("Request body must be a JSON object.")
+    return body

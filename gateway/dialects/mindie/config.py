@@ -25,3 +25,8 @@ class MindieConfig(CatalogSettings):
     """The LLM catalogue's settings at the top level of the section, and the PD role (``pd``)."""
 
     pd: PdConfig = PdConfig()
+
+    def single_worker_reason(self) -> str | None:
+        """Why this section cannot run with several workers (gateway/shared.py), or None."""
+        reason = self.pd.single_worker_reason()
+        return f"pd.{reason}" if reason else None

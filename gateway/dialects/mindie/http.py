@@ -10,10 +10,8 @@ import json
 import time
 import uuid
 
-import orjson
 from sanic import Request, Sanic, response
 
-from gateway import offload
 from gateway.call import current
 from gateway.context import GatewayContext
 from gateway.core.errors import invalid
@@ -21,25 +19,28 @@ from gateway.edge import Edge
 from gateway.llm.catalog import Catalog
 from gateway.llm.service import GenerationService
 
-from . import errors, metrics, native, openai, streaming, tgi, triton_generate, vllm
+from . import (
+    errors,
+    metrics,
+    native,
+    openai,
+    streaming,
+    tgi,
+    triton_generate,
+    triton_meta,
+    triton_token,
+    vllm,
+)
+from .common import json_body
 from .config import MindieConfig
+from .running import Running
+
+__all__ = ["Handlers", "attach", "json_body", "new_mindie_id"]
 
 
 def new_mindie_id() -> str:
     """MindIE's own request ids are plain numbers (also the OpenAI ``id``); not the edge's request id."""
     return str(uuid.uuid4().int >> 65)
-
-
-async def json_body(request: Request) -> dict:
-    """The request's JSON object; a large body is parsed off the event loop (gateway.offload)."""
-    raw = request.body or b""
-    try:
-        body = await offload.run(len(raw), orjson.loads, raw)
-    except orjson.JSONDecodeError:
-        raise invalid("Request body is not valid JSON.") from None
-    if not isinstance(body, dict):
-        raise invalid("Request body must be a JSON object.")
-    return body
 
 
 class Handlers:
@@ -50,6 +51,7 @@ class Handlers:
         self.service = GenerationService(ctx.upstream)
         self.errors = errors.Rendering()
         self.role = cfg.pd.role
+        self.running = Running()
 
     async def run(self, request: Request, planner, body: dict | None = None, **kw):
         body = await json_body(request) if body is None else body
@@ -63,11 +65,12 @@ class Handlers:
         metrics.RECEIVED.labels(name).inc()
         ok = False
         try:
-            with metrics.RUNNING.labels(name).track_inprogress():
+            with metrics.RUNNING.labels(name).track_inprogress(), \
+                    self.running.track(req.request_id, getattr(plan.encoder, "rid", "")) as entry:
                 if req.stream:
-                    result = await streaming.stream(self.service, plan, request)
+                    result = await streaming.stream(self.service, plan, request, entry)
                 else:
-                    result = await streaming.whole(self.service, plan)
+                    result = await streaming.whole(self.service, plan, entry)
             ok = True
             return result
         finally:
@@ -161,6 +164,12 @@ def attach(app: Sanic, edge: Edge, h: Handlers) -> None:
     edge.route(app, h.model, "/v1/models/<model:str>", get, "model")
     edge.route(app, triton_gen, r"/v2/models/<model:[\w\-.]+>/generate", post, "tgen")
     edge.route(app, triton_gen_stream, r"/v2/models/<model:[\w\-.]+>/generate_stream", post, "tgen_stream")
+
+    async def triton_infer(r, model):
+        return await h.run(r, triton_token.plan, path_model=model)
+
+    edge.route(app, triton_infer, r"/v2/models/<model:[\w\-.]+>/infer", post, "tinfer")
+    triton_meta.attach(app, edge, h)
     for path, name in (("/health", "health"), ("/v2/health/live", "live"), ("/v2/health/ready", "ready")):
         edge.route(app, h.health, path, get, name)
     edge.route(app, h.health, r"/v2/models/<model:[\w\-.]+>/ready", get, "model_ready")

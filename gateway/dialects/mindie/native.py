@@ -14,16 +14,18 @@ from .common import Encoder, Plan, sampling_tgi
 async def plan(body: dict[str, Any], catalog: Catalog, rid: str, path_model: str | None = None) -> Plan:
     if "inputs" in body and "input_id" in body:
         raise v.invalid("Input conflict.")
-    if "input_id" in body:
-        raise v.invalid("Token-id input (input_id) is not supported: the served models take text.")
-    prompt = v.text(body, "inputs")
+    ids = _input_id(body) if "input_id" in body else None
+    prompt = v.text(body, "inputs") if ids is None else ""
     stream = v.boolean(body, "stream", False)
     p = v.obj(body, "parameters")
     v.number(p, "priority", 1, 5, integer=True)
     model = await catalog.resolve(None)
+    if ids is not None:
+        v.token_model(model)
     req = GenerateRequest(
         model=model.name,
         prompt=prompt,
+        prompt_ids=ids,
         max_tokens=v.positive_int(p, "max_new_tokens") or model.spec.max_new_tokens,
         sampling=sampling_tgi(p),
         stream=stream,
@@ -31,6 +33,20 @@ async def plan(body: dict[str, Any], catalog: Catalog, rid: str, path_model: str
         request_id=rid,
     )
     return Plan(req, model, NativeEncoder(details=v.boolean(p, "details", False)))
+
+
+def _input_id(body: dict[str, Any]) -> tuple[int, ...]:
+    """``input_id``: token ids (MindIE's ``CheckTokenInput`` texts)."""
+    value = body["input_id"]
+    if value is None:
+        raise v.invalid("Input_id should not be empty")
+    if not isinstance(value, list):
+        raise v.invalid("Parameter input_id must be an array")
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        raise v.invalid("Parameter input_id must be integer")
+    if not all(0 <= t <= v.MAX_TOKENS_NUM for t in value):
+        raise v.invalid("Data element in param input_id is invalid")
+    return tuple(v.token_ids(value))
 
 
 class NativeEncoder(Encoder):
@@ -47,7 +63,9 @@ class NativeEncoder(Encoder):
         return out
 
     def token(self, tok: Token) -> bytes:
-        return self.event({"token": {"id": list(tok.ids), "text": tok.text}})
+        # MindIE Server puts the engine's per-event timings (milliseconds) before the token
+        return self.event({"prefill_time": tok.prefill_ms, "decode_time": tok.decode_ms,
+                           "token": {"id": list(tok.ids), "text": tok.text}})
 
     def done(self, done: Done) -> bytes:
         final = {

@@ -12,9 +12,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.core.bounded import clip_repr
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.llm.catalog import Catalog, Resolved
 from gateway.llm.chat import content_text
+from gateway.llm.profiles import guided_decoding, returns_log_probs
 from gateway.llm.types import Done, GenerateRequest, Token
 
 from . import validate as v
@@ -52,6 +54,98 @@ def _messages(body: Mapping[str, Any]) -> list[dict]:
     return out
 
 
+NO_LOGPROBS = "logprobs/top_logprobs are not supported by this endpoint"
+NO_TOOLS = "function/tool calls are not supported by this endpoint"
+NO_STRUCTURED = "structured output (response_format) is not supported by this endpoint"
+MAX_TOP_LOGPROBS = 20  # chat's top_logprobs
+MAX_COMPLETION_LOGPROBS = 5  # completions' logprobs (MAX_VLLM_OPENAI_TOP_LOGPROBS)
+
+
+def _honour_logprobs(top: int, model: Resolved) -> bool:
+    """Log probabilities come from the model (TensorRT-LLM's return_log_probs -> output_log_probs),
+    which reports the chosen token's only: alternatives (top > 0), or a model without them, are
+    refused as MindIE refuses them on an endpoint without log probs."""
+    if top > 0 or model.profile.name != "trtllm" or not returns_log_probs(model.meta):
+        raise v.invalid(NO_LOGPROBS)
+    return True
+
+
+def _chat_logprobs(body: Mapping[str, Any], model: Resolved) -> bool:
+    """Chat ``logprobs`` (bool) / ``top_logprobs`` ([0, 20]), checked with MindIE's texts."""
+    lp = v.boolean(body, "logprobs")
+    top = body.get("top_logprobs")
+    if top is not None and (not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= MAX_TOP_LOGPROBS):
+        raise v.invalid(f"Parameter top logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {clip_repr(top)}.")
+    if lp is False and top is not None:
+        raise v.invalid("Value error, when using top_logprobs, logprobs must be true or null in chat completions")
+    return (lp or top is not None) and _honour_logprobs(top or 0, model)
+
+
+def _completion_logprobs(body: Mapping[str, Any], model: Resolved) -> bool:
+    """Completions ``logprobs`` (an int in [0, 5], the number of alternatives): MindIE's check."""
+    lp = body.get("logprobs")
+    if lp is None:
+        return False
+    if not isinstance(lp, int) or isinstance(lp, bool) or not 0 <= lp <= MAX_COMPLETION_LOGPROBS:
+        raise v.invalid(f"logprobs should be in range [0, {MAX_COMPLETION_LOGPROBS}], got {clip_repr(lp)}.")
+    return _honour_logprobs(lp, model)
+
+
+def _tools(body: Mapping[str, Any]) -> None:
+    """``tool_choice`` and ``tools`` checked as MindIE does; a non-empty ``tools`` asks for tool calls,
+    which MindIE refuses where the model has no tool-call parser (no Triton model has one here)."""
+    choice = body.get("tool_choice")
+    if isinstance(choice, str):
+        if choice not in ("none", "auto", "required"):
+            raise v.invalid("Parameter tool_choice string not in [none, auto, required]")
+    elif choice is not None and not isinstance(choice, Mapping):
+        raise v.invalid("Parameter tool_choice not string or object")
+    tools = body.get("tools")
+    if tools is None or tools == [] or tools == {}:
+        return
+    if not isinstance(tools, list):
+        raise v.invalid("Tools not array")
+    raise v.invalid(NO_TOOLS)
+
+
+def _response_format(body: Mapping[str, Any], model: Resolved) -> dict | None:
+    """``response_format`` checked with MindIE's texts; ``text`` is no constraint; ``json_object`` /
+    ``json_schema`` go to the model's guided decoding (TensorRT-LLM's guided_decoding_* inputs), or
+    are refused when the model has none."""
+    fmt = body.get("response_format")
+    if fmt is None:
+        return None
+    if not isinstance(fmt, Mapping):
+        raise v.invalid("Parameter response_format must be an object")
+    kind = fmt.get("type")
+    if kind is None:
+        raise v.invalid("Parameter response_format must contain 'type' field")
+    if not isinstance(kind, str):
+        raise v.invalid("Parameter response_format.type must be a string")
+    if kind not in ("json_object", "json_schema", "text"):
+        raise v.invalid(f"Parameter response_format.type must be 'json_object', 'json_schema' or 'text', got "
+                        f"'{kind[:256]}'")
+    if kind == "text":
+        return None
+    if kind == "json_schema":
+        schema = fmt.get("json_schema")
+        if schema is None:
+            raise v.invalid("Parameter response_format.json_schema is required when type is 'json_schema'")
+        if not isinstance(schema, Mapping):
+            raise v.invalid("Parameter response_format.json_schema must be an object")
+        if "name" not in schema:
+            raise v.invalid("Parameter response_format.json_schema.name is required")
+        if not isinstance(schema["name"], str):
+            raise v.invalid("Parameter response_format.json_schema.name must be a string")
+        if schema.get("schema") is None:
+            raise v.invalid("Parameter response_format.json_schema.schema is required when type is 'json_schema'")
+        if not isinstance(schema["schema"], Mapping):
+            raise v.invalid("Parameter response_format.json_schema.schema must be an object")
+    if model.profile.name != "trtllm" or not guided_decoding(model.meta):
+        raise v.invalid(NO_STRUCTURED)
+    return dict(fmt)
+
+
 def _common(body: Mapping[str, Any], model: Resolved, prompt: str, rid: str) -> GenerateRequest:
     single_sequence(body)
     return GenerateRequest(
@@ -68,22 +162,35 @@ def _common(body: Mapping[str, Any], model: Resolved, prompt: str, rid: str) -> 
 async def plan_chat(body: dict[str, Any], catalog: Catalog, rid: str, path_model: str | None = None) -> Plan:
     model = await _model(body, catalog)
     messages = _messages(body)
+    logprobs = _chat_logprobs(body, model)
+    _tools(body)
+    fmt = _response_format(body, model)
     kwargs = v.obj(body, "chat_template_kwargs")
     prompt = model.template.render(messages, **kwargs)
     v.prompt_length("messages", len(prompt))  # the template adds its own text
     req = _common(body, model, prompt, rid)
-    return Plan(req, model, ChatEncoder(rid, model.name))
+    req.response_format, req.logprobs = fmt, logprobs
+    return Plan(req, model, ChatEncoder(rid, model.name, logprobs))
 
 
 async def plan_completions(body: dict[str, Any], catalog: Catalog, rid: str, path_model: str | None = None) -> Plan:
     model = await _model(body, catalog)
     prompt = body.get("prompt")
+    ids = None
     if isinstance(prompt, list):  # MindIE takes a string or token ids; never a list of strings
-        if prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            raise v.invalid("Token-id prompts are not supported: the served models take text.")
-        raise v.invalid("Parameter prompt must be a string or an array of token ids.")
-    req = _common(body, model, v.text(body, "prompt"), rid)
-    return Plan(req, model, CompletionEncoder(rid, model.name))
+        if not prompt:
+            raise v.invalid("Prompt array cannot be empty.")
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            raise v.invalid("All elements of the prompt array must be integers.")
+        ids = tuple(v.token_ids(prompt))
+        v.token_model(model)
+    elif prompt is not None and not isinstance(prompt, str):
+        raise v.invalid("The type of prompt is abnormal,prompt must be str or integer list.")
+    logprobs = _completion_logprobs(body, model)
+    fmt = _response_format(body, model)
+    req = _common(body, model, "" if ids is not None else v.text(body, "prompt"), rid)
+    req.prompt_ids, req.response_format, req.logprobs = ids, fmt, logprobs
+    return Plan(req, model, CompletionEncoder(rid, model.name, logprobs))
 
 
 def usage(done: Done) -> dict:
@@ -97,8 +204,10 @@ def usage(done: Done) -> dict:
 class _OpenAIEncoder(Encoder):
     object_name = ""
 
-    def __init__(self, rid: str, model: str):
+    def __init__(self, rid: str, model: str, logprobs: bool = False):
         self.rid, self.model, self.created = rid, model, int(time.time())
+        self.logprobs = logprobs
+        self.offset = 0  # completions' text_offset (bytes) of the next token
 
     def envelope(self, choice: dict, **extra) -> dict:
         return {"id": self.rid, "object": self.object_name, "created": self.created, "model": self.model,
@@ -114,22 +223,30 @@ class _OpenAIEncoder(Encoder):
 class ChatEncoder(_OpenAIEncoder):
     object_name = "chat.completion.chunk"
 
-    def _choice(self, content: str, finish: str | None) -> dict:
-        return {"index": 0, "delta": {"role": "assistant", "content": content}, "logprobs": None,
+    def _choice(self, content: str, finish: str | None, pairs=None) -> dict:
+        return {"index": 0, "delta": {"role": "assistant", "content": content}, "logprobs": self._logprobs(pairs),
                 "finish_reason": finish}
+
+    def _logprobs(self, pairs) -> dict | None:
+        """MindIE's chat ``logprobs``: ``content`` entries {token, logprob, bytes, top_logprobs}."""
+        if not self.logprobs or pairs is None:
+            return None
+        return {"content": [{"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
+                            for t, lp in pairs]}
 
     def head(self) -> bytes:
         return self.event(self.envelope(self._choice("", None)))
 
     def token(self, tok: Token) -> bytes:
-        return self.event(self.envelope(self._choice(tok.text, None)))
+        return self.event(self.envelope(self._choice(tok.text, None, tok.logprobs)))
 
     def final_choice(self, done: Done) -> dict:
         return self._choice("", done.openai_reason)
 
     def body(self, done: Done) -> dict:
         message = {"role": "assistant", "content": done.text, "tool_calls": []}
-        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": done.openai_reason}
+        choice = {"index": 0, "message": message, "logprobs": self._logprobs(done.logprobs),
+                  "finish_reason": done.openai_reason}
         out = self.envelope(choice, usage=usage(done))
         out["object"] = "chat.completion"
         return out
@@ -138,14 +255,29 @@ class ChatEncoder(_OpenAIEncoder):
 class CompletionEncoder(_OpenAIEncoder):
     object_name = "text_completion"
 
-    def _choice(self, text: str, finish: str | None) -> dict:
-        return {"index": 0, "text": text, "logprobs": None, "stop_reason": None, "finish_reason": finish}
+    def _choice(self, text: str, finish: str | None, pairs=None) -> dict:
+        return {"index": 0, "text": text, "logprobs": self._logprobs(pairs), "stop_reason": None,
+                "finish_reason": finish}
+
+    def _logprobs(self, pairs) -> dict | None:
+        """MindIE's completions ``logprobs``: text_offset (bytes), token_logprobs, tokens, top_logprobs
+        (each token's own {token: logprob}; no alternatives)."""
+        if not self.logprobs or pairs is None:
+            return None
+        out: dict[str, list] = {"text_offset": [], "token_logprobs": [], "tokens": [], "top_logprobs": []}
+        for t, lp in pairs:
+            out["text_offset"].append(self.offset)
+            self.offset += len(t.encode())
+            out["token_logprobs"].append(lp)
+            out["tokens"].append(t)
+            out["top_logprobs"].append({t: lp})
+        return out
 
     def token(self, tok: Token) -> bytes:
-        return self.event(self.envelope(self._choice(tok.text, None)))
+        return self.event(self.envelope(self._choice(tok.text, None, tok.logprobs)))
 
     def final_choice(self, done: Done) -> dict:
         return self._choice("", done.openai_reason)
 
     def body(self, done: Done) -> dict:
-        return self.envelope(self._choice(done.text, done.openai_reason), usage=usage(done))
+        return self.envelope(self._choice(done.text, done.openai_reason, done.logprobs), usage=usage(done))

@@ -21,8 +21,10 @@ from gateway.llm.types import Done, Token
 
 from . import metrics
 from .common import Plan
+from .running import Entry
 
 log = logging.getLogger("gateway.mindie")
+STOPPED = "The request was stopped (stopInfer)."
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -33,19 +35,24 @@ def _encode(plan: Plan, ev: Token | Done) -> bytes:
     return plan.encoder.done(ev)
 
 
-async def whole(service: GenerationService, plan: Plan):
+async def whole(service: GenerationService, plan: Plan, entry: Entry | None = None):
     done = None
     async with aclosing(service.generate(plan.req, plan.model)) as events:
-        async for ev in events:
-            if isinstance(ev, Done):
-                done = ev
+        try:
+            async for ev in events:
+                if isinstance(ev, Done):
+                    done = ev
+        except asyncio.CancelledError:
+            if entry is not None and entry.absorb():  # stopInfer: 500 Incomplete Generation
+                raise GatewayError(ErrorKind.CANCELLED, STOPPED) from None
+            raise
     if done is None:
         raise GatewayError(ErrorKind.UPSTREAM_FAILED, "generation ended without a result")
     metrics.observe(plan.model.spec.name, done)
     return response.json(plan.encoder.body(done))
 
 
-async def stream(service: GenerationService, plan: Plan, request: Request) -> None:
+async def stream(service: GenerationService, plan: Plan, request: Request, entry: Entry | None = None) -> None:
     resp = None
     async with aclosing(service.generate(plan.req, plan.model)) as events:
         try:
@@ -55,6 +62,12 @@ async def stream(service: GenerationService, plan: Plan, request: Request) -> No
             async for ev in events:
                 await resp.send(_encode(plan, ev))
         except asyncio.CancelledError:
+            if entry is not None and entry.absorb():  # stopInfer: the stream ends where it is
+                log.info("mindie: request %s stopped (stopInfer)", plan.req.request_id)
+                if resp is None:
+                    raise GatewayError(ErrorKind.CANCELLED, STOPPED) from None
+                await resp.eof()
+                return
             log.info("mindie: client of request %s went away; generation cancelled", plan.req.request_id)
             raise
         except Exception as e:  # noqa: BLE001 - every failure after the first byte goes in-band

@@ -67,20 +67,27 @@ class TritonEncoder(Encoder):
             out["details"] = details
         return out
 
-    def _details(self, generated: int, finish: str | None = None, *, whole: bool = False) -> dict:
+    def _details(self, generated: int, finish: str | None = None, *, batch: Any = 1, queue: Any = 0) -> dict:
         """MindIE's details: per event (seed 004) scalars, per non-stream answer per-iteration arrays.
 
-        ``first_token_cost``/``decode_cost``/``queue_wait_time`` are engine timings Triton does not
-        report (``null``; ``[]`` for the per-iteration arrays); ``batch_size`` is this request's own.
+        ``first_token_cost``/``decode_cost`` are ``null`` in MindIE Server too; ``batch_size`` is this
+        request's own (1 per event: Triton's batching is not visible over KServe); ``queue_wait_time``
+        (microseconds) is the wait in the gateway before the request reached Triton, on the first
+        event, then 0 (the gateway holds nothing between tokens; Triton's own queue is not visible).
         """
         out: dict[str, Any] = {"finish_reason": finish} if finish is not None else {}
-        out.update(generated_tokens=generated, first_token_cost=None, decode_cost=None,
-                   batch_size=[] if whole else 1, queue_wait_time=[] if whole else None)
+        out.update(generated_tokens=generated, first_token_cost=None, decode_cost=None, batch_size=batch,
+                   queue_wait_time=queue)
         return out
 
     def token(self, tok: Token) -> bytes:
         self.count += max(1, len(tok.ids))
-        return self.event(self._out(tok.text, self._details(self.count) if self.details else None))
+        if not self.details:
+            return self.event(self._out(tok.text, None))
+        out = self._out(tok.text, self._details(self.count, queue=tok.queue_us))
+        # MindIE Server: the engine's per-event timings in milliseconds, after details
+        out["prefill_time"], out["decode_time"] = tok.prefill_ms, tok.decode_ms
+        return self.event(out)
 
     def done(self, done: Done) -> bytes:
         if not self.details:
@@ -90,5 +97,7 @@ class TritonEncoder(Encoder):
     def body(self, done: Done) -> dict:
         details = None
         if self.details:
-            details = self._details(done.completion_tokens, done.finish_reason, whole=True)
+            n = max(1, done.completion_tokens)  # one engine iteration per generated token
+            details = self._details(done.completion_tokens, done.finish_reason, batch=[1] * n,
+                                    queue=[done.queue_us] + [0] * (n - 1))
         return self._out(done.text, details)

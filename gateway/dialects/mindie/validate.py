@@ -13,6 +13,7 @@ from typing import Any
 
 from gateway.core.bounded import LIMITS, clip_repr
 from gateway.core.errors import invalid
+from gateway.llm.profiles import takes_token_ids
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -114,3 +115,23 @@ def stop_token_ids(body) -> tuple[int, ...]:
     if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
         raise invalid("Parameter stop_token_ids must be a list of integers.")
     return tuple(t for t in value if 0 <= t <= INT32_MAX)
+
+
+MAX_TOKENS_NUM = 1024 * 1024  # MindIE's bound on token ids per prompt, and on each id (native input_id)
+
+
+def token_ids(values: list) -> list[int]:
+    """A token-id prompt's length and ids, with MindIE's texts (native ``CheckTokenInput``)."""
+    if not values or len(values) > MAX_TOKENS_NUM:
+        raise invalid(f"Inputs token length must be in (0, {MAX_TOKENS_NUM}]")
+    for t in values:
+        if not 0 <= t <= MAX_TOKENS_NUM:
+            raise invalid(f"Data element must be in range [0, {MAX_TOKENS_NUM}], but got {t}.")
+    return values
+
+
+def token_model(model) -> None:
+    """A token-id prompt needs a model with TensorRT-LLM's token contract (``input_ids`` -> ``output_ids``)."""
+    if model.profile.name != "trtllm" or not takes_token_ids(model.meta):
+        raise invalid(f"Model {model.name[:256]} does not take token ids: it has no input_ids input and "
+                      "output_ids output.")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import orjson
 import pytest
 
@@ -154,22 +156,32 @@ def test_native_stream_final_details_have_no_token_ids_but_the_answer_does():
 
 def test_triton_details_per_event_as_seed_004_and_arrays_in_the_answer():
     enc = triton_generate.TritonEncoder("a123", "m", details=True)
-    event = orjson.loads(enc.token(Token("am", (1,)))[len(b"data:"):])
+    event = orjson.loads(enc.token(Token("am", (1,), prefill_ms=27, queue_us=10))[len(b"data:"):])
     assert event["details"] == {"generated_tokens": 1, "first_token_cost": None, "decode_cost": None,
-                                "batch_size": 1, "queue_wait_time": None}  # seed 004's key order
-    assert list(event) == ["id", "model_name", "model_version", "text_output", "details"]
+                                "batch_size": 1, "queue_wait_time": 10}  # seed 004's key order
+    # MindIE Server writes the engine timings (ms) after details: prefill_time on the first event
+    assert list(event) == ["id", "model_name", "model_version", "text_output", "details", "prefill_time",
+                           "decode_time"]
+    assert (event["prefill_time"], event["decode_time"]) == (27, None)
+    second = orjson.loads(enc.token(Token(" x", (2,), decode_ms=15))[len(b"data:"):])
+    assert (second["prefill_time"], second["decode_time"], second["details"]["queue_wait_time"]) == (None, 15, 0)
     last = orjson.loads(enc.done(DONE)[len(b"data:"):])
     assert list(last["details"])[0] == "finish_reason" and last["details"]["finish_reason"] == "length"
     whole = enc.body(DONE)["details"]
     assert list(whole) == ["finish_reason", "generated_tokens", "first_token_cost", "decode_cost", "batch_size",
                            "queue_wait_time"]
-    assert whole["batch_size"] == [] and whole["queue_wait_time"] == []
+    # per-iteration arrays, one entry per generated token: the gateway's wait first, then 0
+    done = replace(DONE, queue_us=40, completion_tokens=3)
+    whole = triton_generate.TritonEncoder("a123", "m", details=True).body(done)["details"]
+    assert whole["batch_size"] == [1, 1, 1] and whole["queue_wait_time"] == [40, 0, 0]
 
 
 @pytest.mark.parametrize(("prompt", "message"), [
-    ([1, 2], "Token-id prompts are not supported: the served models take text."),
-    (["a", "b"], "Parameter prompt must be a string or an array of token ids."),
-    ([], "Parameter prompt must be a string or an array of token ids."),
+    ([1, 2], "Model tiny_llm does not take token ids: it has no input_ids input and output_ids output."),
+    (["a", "b"], "All elements of the prompt array must be integers."),
+    ([], "Prompt array cannot be empty."),
+    ([1, 2**31], "Data element must be in range [0, 1048576], but got 2147483648."),
+    (5, "The type of prompt is abnormal,prompt must be str or integer list."),
 ])
 async def test_completions_prompt_lists(catalog, prompt, message):
     with pytest.raises(GatewayError) as e:

@@ -94,7 +94,8 @@ def test_pd_config_defaults_and_strictness():
     with pytest.raises(ValidationError):
         cfg.role = "decode"  # frozen
     for bad in ({"role": "flex"}, {"heartbeat_s": "5"}, {"unknown": 1}, {"role": "coordinator"},
-                {"decode": ["no-port"]}, {"trusted_peers": ["example.com"]}):
+                {"decode": ["no-port"]}, {"trusted_peers": ["not a host"]}, {"decode": ["d_0:3025"]},
+                {"tls": {"cert_file": "/nonexistent.pem"}}, {"tls": {"ca_file": "/nonexistent.pem"}}):
         with pytest.raises(SettingsError, match="dialects.mindie.pd"):
             config.load(None, env={"GATEWAY__DIALECTS__MINDIE__PD": orjson.dumps(bad).decode()})
 
@@ -271,3 +272,63 @@ async def test_a_coordinator_sends_its_peer_key_to_d_and_p(tmp_path):
         await runner.cleanup()
     assert ("dresult", "Bearer s3cret") in seen
     assert ("prefill", "Bearer s3cret") in seen
+
+
+# -- PD on real networks: host names and TLS ---------------------------------------------------------
+
+def test_peers_are_named_by_address_or_host_name():
+    from gateway.dialects.mindie.pd import peers
+
+    assert all(peers.is_host(h) for h in ("127.0.0.1", "::1", "localhost", "decode-0.pd.svc.cluster.local", "d1."))
+    assert not any(peers.is_host(h) for h in ("256.1.1.1", "1.2.3", "d_0", "-d", "a b", "x" * 254, ""))
+    assert pdh.check({**GOOD, "d-target": "decode-0.pd;3025"}, 1025).d_host == "decode-0.pd"
+    assert peers.base_url("decode-0.pd", 3025, None) == "http://decode-0.pd:3025"
+    assert peers.base_url("::1", 3025, PdConfig.model_validate({}).tls or object()) == "https://[::1]:3025"
+    cfg = PdConfig.model_validate({"role": "coordinator", "prefill": ["prefill-0.pd:1025"],
+                                   "decode": ["decode-0.pd:1025", "[::1]:3025"]})
+    assert cfg.decode == ("decode-0.pd:1025", "[::1]:3025")
+
+
+async def test_trusted_peers_may_be_host_names():
+    from gateway.dialects.mindie.pd.peers import TrustedPeers
+
+    assert await TrustedPeers(["localhost"]).allows("127.0.0.1")
+    assert await TrustedPeers(["10.0.0.1"]).allows("10.0.0.1")
+    assert not await TrustedPeers(["10.0.0.1"]).allows("127.0.0.1")
+
+
+async def test_d_workers_pass_records_to_the_worker_holding_dresult(tmp_path):
+    from gateway.dialects.mindie.pd.fanin import Fanin
+
+    a, b = DResultHub(5.0, 100), DResultHub(5.0, 100)
+    a.fanin, b.fanin = Fanin(str(tmp_path), a, me=1), Fanin(str(tmp_path), b, me=2)
+    await a.fanin.start()
+    await b.fanin.start()
+    try:
+        a.push("1", rec.DATA, b"before any link")  # no owner yet: it waits where it was made
+        await asyncio.sleep(0.05)
+        assert list(a.pending) == [rec.record("1", rec.DATA, b"before any link")] and not b.pending
+        b.current = object()  # b accepted /dresult (what DResultHub.serve does)
+        await b.fanin.claim()
+        a.push("1", rec.DATA, b"x")
+        a.push("1", rec.LAST, b"y")
+        for _ in range(100):
+            if len(b.pending) == 3:
+                break
+            await asyncio.sleep(0.01)
+        assert list(b.pending) == [rec.record("1", rec.DATA, b"before any link"), rec.record("1", rec.DATA, b"x"),
+                                   rec.record("1", rec.LAST, b"y")]  # in order
+        assert not a.pending
+        a.current = object()  # now a accepts a /dresult: b's connection is told to close
+        await a.fanin.claim()
+        assert id(b.current) in b.replaced
+        b.current = None  # b's serve loop ends: what it still holds goes to a
+        b.fanin.kick()
+        for _ in range(100):
+            if len(a.pending) == 3:
+                break
+            await asyncio.sleep(0.01)
+        assert [r.endswith(b"y\0") for r in a.pending] == [False, False, True] and not b.pending
+    finally:
+        await a.fanin.close()
+        await b.fanin.close()

@@ -6,5 +6,6 @@
     instance.py     P and D roles on the MindIE listener: P's envelope, the hand-off, D's /dresult
     coordinator.py  the coordinator role: MindIE's user routes in front of P and D instances
     metrics.py      PD metrics (queue depths, hand-off time)
-    local.py        `make run-pd`: one local Triton, a coordinator, two P and two D instances
+    fanin.py        D with several workers: records carried to the worker holding /dresult
+    peers.py        PD peers on real networks: host names, TLS/mTLS to peers, trusted peers by name
 """

@@ -5,10 +5,11 @@ MindIE-MS's user-facing routes only (``/infer``, ``/infer_token``, ``/generate``
 ``/v2/models/{m}/generate[_stream]``, ``/v2/models/{m}/infer``) plus ``GET /health``. For each
 request it picks the P instance and the D instance with the fewest requests outstanding, sends
 the user's URL and body to P with ``req-id`` (a decimal 64-bit number), ``req-type: prefill`` and
-``d-target: <D ip>;<D port>``, relays P's ``output`` and then D's records for that ``req-id``
+``d-target: <D host>;<D port>``, relays P's ``output`` and then D's records for that ``req-id``
 (queued until P's output went out), and ends on ``lastData`` (stream: each body as it comes;
 non-stream: the ``lastData`` body as ``application/json``). It holds one ``GET /dresult``
-connection per D instance (reconnecting with a back-off).
+connection per D instance (reconnecting with a back-off; when another client takes it over, that D
+leaves the rotation for ``takeover_backoff_s``, doubling, instead of a fight over the link).
 
 Failures: P's own error answers are forwarded unchanged; a ``retry:`` record sends its body to a
 P again with ``is-recompute: true`` (another D when there is one), at most ``max_retry`` times; a
@@ -39,14 +40,20 @@ from gateway.context import GatewayContext
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.edge import Edge
 
+from . import peers
 from . import records as rec
 from .config import split_host_port
-from .metrics import D_QUEUE, HANDOFF, P_QUEUE, RETRIES, ROUTED
+from .metrics import D_QUEUE, HANDOFF, IN_ROTATION, P_QUEUE, RETRIES, ROUTED, TAKEN_OVER
 
 log = logging.getLogger("gateway.mindie.coordinator")
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 LOST = rec.Record("", "lost", b"")
 LINK_IDLE_S = 30.0  # no record nor heartbeat for this long: the D link is considered dead
+MAX_TAKEOVER_BACKOFF_S = 300.0
+
+
+class TakenOver(Exception):
+    """D sent ``close``: another client opened /dresult and holds the link now."""
 
 
 def plain(text: str, status: int):
@@ -64,10 +71,7 @@ class Instance:
     down_until: float = 0.0
     connected: bool = False  # D: a /dresult link is open
     task: asyncio.Task | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+    url: str = ""  # http(s)://host:port (pd.tls: https)
 
     def take(self, n: int) -> None:
         self.outstanding += n
@@ -94,11 +98,11 @@ class Agent:
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
 
 
-def _instances(addresses, gauge) -> list[Instance]:
+def _instances(addresses, gauge, tls) -> list[Instance]:
     out = []
     for a in addresses:
         host, port = split_host_port(a)
-        out.append(Instance(a, host, port, gauge))
+        out.append(Instance(a, host, port, gauge, url=peers.base_url(host, port, tls)))
     return out
 
 
@@ -171,9 +175,9 @@ class Coordinator:
     def __init__(self, ctx: GatewayContext, cfg):
         self.ctx = ctx
         self.pd = cfg.pd
-        self.p = _instances(self.pd.prefill, P_QUEUE)
-        self.d = _instances(self.pd.decode, D_QUEUE)
-        self.s = _instances(self.pd.standard, P_QUEUE)
+        self.p = _instances(self.pd.prefill, P_QUEUE, self.pd.tls)
+        self.d = _instances(self.pd.decode, D_QUEUE, self.pd.tls)
+        self.s = _instances(self.pd.standard, P_QUEUE, self.pd.tls)
         self.agents: dict[str, Agent] = {}
         self.inflight = 0
         self.session: aiohttp.ClientSession | None = None
@@ -181,7 +185,9 @@ class Coordinator:
 
     # -- lifecycle and D links ----------------------------------------------------------------
     async def start(self, *_a) -> None:
-        self.session = aiohttp.ClientSession(headers=self.peer_headers, timeout=aiohttp.ClientTimeout(
+        tls = peers.client_ssl(self.pd.tls)
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=tls) if tls else None,
+                                             headers=self.peer_headers, timeout=aiohttp.ClientTimeout(
             total=None, connect=self.pd.connect_timeout_s, sock_read=self.pd.infer_timeout_s))
         for d in self.d:
             d.task = asyncio.create_task(self._link(d))
@@ -194,15 +200,21 @@ class Coordinator:
             await self.session.close()
 
     async def _link(self, d: Instance) -> None:
-        """Hold one GET /dresult on D; dispatch its records; reconnect with a back-off."""
-        backoff = 0.1
+        """Hold one GET /dresult on D; dispatch its records; reconnect with a back-off. When another
+        client takes the link over (D sends ``close``), D leaves the rotation and the coordinator
+        waits ``takeover_backoff_s`` (doubling, at most ``MAX_TAKEOVER_BACKOFF_S``) before it takes
+        the link back, instead of fighting for it: an operator reading /dresult keeps it meanwhile."""
+        backoff, takeover_wait = 0.1, self.pd.takeover_backoff_s
+        IN_ROTATION.labels(d.address).set(0)
         while True:
+            linked_at = None
             try:
                 async with self.session.get(d.url + "/dresult", timeout=aiohttp.ClientTimeout(
                         total=None, connect=self.pd.connect_timeout_s, sock_read=LINK_IDLE_S)) as r:
                     if r.status != 200:
                         raise aiohttp.ClientResponseError(r.request_info, (), status=r.status)
-                    d.connected, backoff = True, 0.1
+                    d.connected, backoff, linked_at = True, 0.1, time.monotonic()
+                    IN_ROTATION.labels(d.address).set(1)
                     log.info("coordinator: /dresult linked to D %s", d.address)
                     buf = b""
                     async for data, end in r.content.iter_chunks():
@@ -212,16 +224,28 @@ class Coordinator:
                         chunk, buf = buf, b""
                         for record in rec.parse_chunk(chunk):
                             if record.kind == rec.CLOSE:
-                                raise ConnectionResetError("D sent close: another coordinator took over")
+                                raise TakenOver
                             agent = self.agents.get(record.req_id)
                             if agent is not None:
                                 agent.queue.put_nowait(record)
             except asyncio.CancelledError:
                 raise
+            except TakenOver:
+                if linked_at is not None and time.monotonic() - linked_at > takeover_wait:
+                    takeover_wait = self.pd.takeover_backoff_s  # held long enough: not a fight
+                self._lost(d)
+                IN_ROTATION.labels(d.address).set(0)
+                TAKEN_OVER.labels(d.address).inc()
+                log.warning("coordinator: another client took over the /dresult link to D %s; D is out of rotation, "
+                            "next try in %.0f s", d.address, takeover_wait)
+                await asyncio.sleep(takeover_wait)
+                takeover_wait = min(takeover_wait * 2, MAX_TAKEOVER_BACKOFF_S)
+                continue
             except Exception as e:  # noqa: BLE001 - any failure: D is lost until the link is back
                 if d.connected:
                     log.warning("coordinator: /dresult link to D %s lost: %s", d.address, e)
             self._lost(d)
+            IN_ROTATION.labels(d.address).set(0)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 2.0)
 

@@ -4,6 +4,8 @@ MindIE Server (``HttpHandler::CheckDMIReqValid``): prefill role, all of ``req-ty
 ``d-target`` present, ``req-id`` hex digits only and at most 1024 characters, ``req-type`` equal
 to ``prefill``, ``d-target`` an IPv4 address (optionally ``;port``), ``is-recompute`` absent,
 ``true`` or ``false``. Every failure is 400 ``{"error": <message>, "error_type": "Bad Request"}``.
+Beyond MindIE, ``d-target`` may also name D by DNS host name (``decode-0.pd;1025``: compose and
+Kubernetes Services); anything else gets MindIE's IPv4 message.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import ipaddress
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from .peers import is_address, is_host
 
 PD_HEADERS = ("req-type", "req-id", "d-target")
 _HEX = set(string.hexdigits)
@@ -27,6 +31,14 @@ class PdHeaders:
     d_host: str
     d_port: int
     recompute: bool
+
+
+def _ipv4(value: str) -> bool:
+    try:
+        ipaddress.IPv4Address(value)
+        return True
+    except ValueError:
+        return False
 
 
 def has_pd_headers(headers: Mapping[str, str]) -> bool:
@@ -45,10 +57,8 @@ def check(headers: Mapping[str, str], default_d_port: int) -> PdHeaders:
         raise BadPdRequest(f"Parameter req-type must be prefill but got {headers['req-type']}")
     target = headers["d-target"]
     ip, sep, port = target.partition(";")
-    try:
-        ipaddress.IPv4Address(ip)
-    except ValueError:
-        raise BadPdRequest("Parameter d-target must be an IPv4 address") from None
+    if not _ipv4(ip) and not (is_host(ip) and not is_address(ip)):
+        raise BadPdRequest("Parameter d-target must be an IPv4 address")
     if sep and not (port.isdigit() and 0 < int(port) < 65536):
         raise BadPdRequest("Parameter d-target must be an IPv4 address")  # MindIE checks only the ip
     recompute = headers.get("is-recompute", "")

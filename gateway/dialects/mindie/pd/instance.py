@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections import deque
 from contextlib import aclosing
@@ -40,23 +41,26 @@ import aiohttp
 import orjson
 from sanic import Request, Sanic, response
 
+from gateway import shared
 from gateway.call import current, stream_headers
 from gateway.core.errors import ErrorKind, GatewayError, invalid
 from gateway.edge import Edge
 from gateway.llm.pd import Handoff, PhasedGeneration, Resume
 from gateway.llm.types import Done, Token
 
-from .. import errors, metrics, native, openai, tgi, triton_generate, vllm
+from .. import errors, metrics, native, openai, tgi, triton_generate, triton_token, vllm
 from ..http import Handlers, json_body
 from . import headers as pdh
+from . import peers
 from . import records as rec
+from .fanin import Fanin
 from .metrics import D_CONNECTIONS, D_PENDING, D_RUNNING, HANDOFF
 
 log = logging.getLogger("gateway.mindie.pd")
 
 FAMILIES = {
     "native": native.plan, "tgi": tgi.plan, "vllm": vllm.plan, "chat": openai.plan_chat,
-    "completions": openai.plan_completions, "triton": triton_generate.plan,
+    "completions": openai.plan_completions, "triton": triton_generate.plan, "triton_token": triton_token.plan,
 }
 _NAMES = {id(f): n for n, f in FAMILIES.items()}
 RETRYABLE = (ErrorKind.UNAVAILABLE, ErrorKind.NOT_READY, ErrorKind.UPSTREAM_FAILED)
@@ -72,7 +76,8 @@ def encoder_state(enc) -> dict:
 
 
 class DResultHub:
-    """D's side of ``GET /dresult``: one connection at a time, records queued while none is open."""
+    """D's side of ``GET /dresult``: one connection at a time, records queued while none is open.
+    With several workers, ``fanin`` (pd/fanin.py) carries records to the worker holding the link."""
 
     def __init__(self, heartbeat_s: float, max_pending: int):
         self.heartbeat_s = heartbeat_s
@@ -81,14 +86,31 @@ class DResultHub:
         self.wake = asyncio.Event()
         self.current: object | None = None
         self.replaced: set[int] = set()
+        self.fanin = None
 
     def push(self, req_id: str, kind: str, body: bytes) -> None:
+        self.append(rec.record(req_id, kind, body))
+
+    def append(self, item: bytes) -> None:
         if len(self.pending) >= self.max_pending:
             self.pending.popleft()
             log.warning("dresult: no connection and %d records pending; dropped the oldest", self.max_pending)
-        self.pending.append(rec.record(req_id, kind, body))
-        D_PENDING.set(len(self.pending))
+        self.pending.append(item)
+        self.counted()
         self.wake.set()
+        if self.fanin is not None and self.current is None:
+            self.fanin.kick()
+
+    def counted(self) -> None:
+        D_PENDING.set(len(self.pending))
+
+    def taken_elsewhere(self) -> None:
+        """Another worker of this D accepted a /dresult: ours, if any, gets ``close``."""
+        if self.current is not None:
+            self.replaced.add(id(self.current))
+            self.wake.set()
+        elif self.pending and self.fanin is not None:
+            self.fanin.kick()
 
     async def serve(self, request: Request) -> None:
         conn = object()
@@ -96,6 +118,8 @@ class DResultHub:
             self.replaced.add(id(self.current))
             self.wake.set()
         self.current = conn
+        if self.fanin is not None:
+            await self.fanin.claim()
         D_CONNECTIONS.inc()
         resp = await request.respond(content_type="text/event-stream", headers=stream_headers({"Cache-Control": "no-cache"}))
         await resp.send(b"", end_stream=False)  # the headers now, not with the first record
@@ -129,6 +153,8 @@ class DResultHub:
         finally:
             if self.current is conn:
                 self.current = None
+            if self.fanin is not None and self.pending:
+                self.fanin.kick()  # to the worker that took the link, if one did
         await resp.eof()
 
 
@@ -143,6 +169,8 @@ class PdHandlers(Handlers):
         self.hub = DResultHub(cfg.pd.heartbeat_s, cfg.pd.max_pending_records)
         self.tasks: set[asyncio.Task] = set()
         self._session: aiohttp.ClientSession | None = None
+        self._tls = peers.client_ssl(cfg.pd.tls)  # https to D (mTLS with a client certificate)
+        self._trusted_peers = peers.TrustedPeers(cfg.pd.trusted_peers)
 
     # -- P ----------------------------------------------------------------------------------
     async def run(self, request: Request, planner, body: dict | None = None, **kw):
@@ -236,7 +264,7 @@ class PdHandlers(Handlers):
         return _envelope(hdr.req_id, True, bytes(out), last=False)
 
     async def _relay_rest(self, events, plan, hdr: pdh.PdHeaders, skip: int) -> None:
-        url = f"http://{hdr.d_host}:{hdr.d_port}/pd/v1/relay"
+        url = peers.base_url(hdr.d_host, hdr.d_port, self.pd.tls) + "/pd/v1/relay"
         enc = plan.encoder
         try:
             async with aclosing(events):  # closing it cancels the Triton request
@@ -264,9 +292,10 @@ class PdHandlers(Handlers):
 
     async def _handoff(self, hdr: pdh.PdHeaders, payload: dict) -> None:
         if self._session is None:
-            self._session = aiohttp.ClientSession(headers=self._peer_headers,
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self._tls) if self._tls else None,
+                                                  headers=self._peer_headers,
                                                   timeout=aiohttp.ClientTimeout(total=self.pd.handoff_timeout_s))
-        url = f"http://{hdr.d_host}:{hdr.d_port}/pd/v1/decode"
+        url = peers.base_url(hdr.d_host, hdr.d_port, self.pd.tls) + "/pd/v1/decode"
         start = time.perf_counter()
         try:
             async with self._session.post(url, data=orjson.dumps(payload),
@@ -278,13 +307,13 @@ class PdHandlers(Handlers):
         HANDOFF.labels("prefill").observe(time.perf_counter() - start)
 
     # -- D ----------------------------------------------------------------------------------
-    def _trusted(self, request: Request) -> bool:
-        return request.ip in self.pd.trusted_peers
+    async def _trusted(self, request: Request) -> bool:
+        return await self._trusted_peers.allows(request.ip)
 
     async def decode(self, request: Request):
         if self.pd.role != "decode":
             return bad_request(f"Only the Decode node supports decode hand-offs but you send to {self.pd.role}")
-        if not self._trusted(request):
+        if not await self._trusted(request):
             return response.json({"error": "not a trusted peer", "error_type": "Forbidden"}, status=403)
         p = await json_body(request)
         if p.get("relay") is True and isinstance(p.get("reqId"), str):  # P relays the chunks itself
@@ -347,7 +376,7 @@ class PdHandlers(Handlers):
         """One record relayed by a P that runs the whole generation: ``req-id``/``pd-kind`` headers."""
         if self.pd.role != "decode":
             return bad_request(f"Only the Decode node supports relayed records but you send to {self.pd.role}")
-        if not self._trusted(request):
+        if not await self._trusted(request):
             return response.json({"error": "not a trusted peer", "error_type": "Forbidden"}, status=403)
         rid, kind = request.headers.get("req-id", ""), request.headers.get("pd-kind", "")
         if not rid or kind not in (rec.DATA, rec.LAST, rec.ERROR):
@@ -360,7 +389,15 @@ class PdHandlers(Handlers):
             return bad_request(f"Only the Decode node supports dresult but you send to {self.pd.role}")
         await self.hub.serve(request)
 
+    async def start(self) -> None:
+        directory = os.environ.get(shared.ENV)
+        if self.pd.role == "decode" and directory:  # several workers: records reach the link's holder
+            self.hub.fanin = Fanin(directory, self.hub)
+            await self.hub.fanin.start()
+
     async def close(self, *_args) -> None:
+        if self.hub.fanin is not None:
+            await self.hub.fanin.close()
         for t in list(self.tasks):
             t.cancel()
         if self._session is not None:

@@ -23,3 +23,7 @@ D_RUNNING = Gauge("pd_decode_running", "Generation phases running on this D inst
 D_PENDING = Gauge("pd_dresult_pending_records", "Records waiting for a /dresult connection",
                   multiprocess_mode="livesum")
 D_CONNECTIONS = Counter("pd_dresult_connections", "GET /dresult connections accepted")
+TAKEN_OVER = Counter("pd_dresult_taken_over", "Times another client took over the coordinator's /dresult link to a D "
+                     "(the D leaves the rotation for a back-off)", ["instance"])
+IN_ROTATION = Gauge("pd_decode_in_rotation", "1 while the coordinator has a /dresult link to this D and sends it "
+                    "requests, else 0 (lost, or taken over)", ["instance"], multiprocess_mode="livemax")
