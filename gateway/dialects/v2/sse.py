@@ -22,7 +22,13 @@ from .jsonbody import loads
 from .passthrough import UpstreamStatus
 
 # Triton's core prefixes the errors of a request it refuses before running it (validation)
-_REQUEST_ERROR = re.compile(r"\[request id: [^\]]*\] ")
+_REQUEST_ERROR = re.compile(r"\[request id: [^\]]*\] .*(?:expected|data-type|mismatch|missing|does not match)", re.S)
+
+
+def _refused(message: str) -> bool:
+    """Triton's validation of a request (prefixed with its id, worded as a mismatch), not an error
+    the model answered while running it."""
+    return _REQUEST_ERROR.match(message) is not None
 
 
 class Refused(GatewayError):
@@ -67,7 +73,7 @@ async def handle(rest: Rest, request: Request, model: str, version: str, streami
                 body = rjson.error(generate.ONE_RESPONSE)
             return answer(body, status)
         status = first[0] if first is not None else 200
-        if status != 200 and _REQUEST_ERROR.match(first[2]):  # refused before it ran: a plain error
+        if status != 200 and _refused(first[2]):  # refused before it ran: a plain error
             raise Refused(first[2], status)
         if status != 200:
             edge_call.failed = "upstream_failed"
