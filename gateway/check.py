@@ -13,8 +13,8 @@ calls) and asks each dialect of the catalogue that declares ``check="module:func
               model does not have, a dtype or shape the mapping cannot satisfy, a text family over a
               non-decoupled model) or a ``warning`` (works, with a caveat)
 
-Each dialect's check calls the mapping code its requests run (TF Serving's Catalog, GRPS's
-``mapping``, the LLM Catalog and profiles), so what check says is what requests will do.
+Each dialect's check calls the mapping code its requests run (TF Serving's Servables, GRPS's
+``mapping``, the LLM ServedModels and profiles), so what check says is what requests will do.
 Dialects whose listeners are all disabled are skipped. Triton unreachable is one error and
 nothing else is checked.
 

@@ -458,6 +458,16 @@ static int parse_common(PyObject *const *args, Py_buffer *view, Style *s)
 PyDoc_STRVAR(join_doc, "join(buffer, f32, short, long, suffix, nan, inf, ninf, subnormal_long, sep) -> str\n\n"
                        "The text of every value of a contiguous float32 (f32) or float64 buffer, joined with sep.");
 
+/* The text written into ``out`` (ASCII, ``len`` bytes) as a str; ``out`` is freed. */
+static PyObject *ascii_result(char *out, Py_ssize_t len)
+{
+    PyObject *res = PyUnicode_New(len, 127);
+    if (res)
+        memcpy(PyUnicode_DATA(res), out, len);
+    PyMem_RawFree(out);
+    return res;
+}
+
 static PyObject *ft_join(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer view;
@@ -485,11 +495,7 @@ static PyObject *ft_join(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     len = format_all(out, view.buf, n, &s, &sep, NULL);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    PyObject *res = PyUnicode_New(len, 127);
-    if (res)
-        memcpy(PyUnicode_DATA(res), out, len);
-    PyMem_RawFree(out);
-    return res;
+    return ascii_result(out, len);
 }
 
 PyDoc_STRVAR(tokens_doc, "tokens(buffer, f32, short, long, suffix, nan, inf, ninf, subnormal_long) -> list[str]\n\n"
@@ -634,11 +640,7 @@ static PyObject *ft_nested(PyObject *self, PyObject *const *args, Py_ssize_t nar
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     Py_ssize_t len = p - out;
-    PyObject *res = PyUnicode_New(len, 127);
-    if (res)
-        memcpy(PyUnicode_DATA(res), out, len);
-    PyMem_RawFree(out);
-    return res;
+    return ascii_result(out, len);
 }
 
 PyDoc_STRVAR(has_bool_doc, "has_bool_token(buffer) -> bool\n\n"

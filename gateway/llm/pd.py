@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.upstream import Upstream
 
-from .catalog import Resolved
 from .profiles import CONTEXT_ONLY, GENERATION_ONLY
+from .served import Resolved
 from .service import Tally, ending, new_seed, started, tokens
 from .stops import StopMatcher
 from .types import Done, GenerateRequest, Token

@@ -25,6 +25,7 @@ import orjson
 from gateway.core.errors import invalid
 from gateway.core.tensors import InferRequest, InferResponse, ModelMetadata, Tensor
 
+from .tokenizers import named
 from .types import Chunk, GenerateRequest
 
 _OPTIONAL_FLAGS = ("return_num_input_tokens", "return_num_output_tokens", "return_finish_reason")
@@ -251,10 +252,7 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (TrtllmProfile(), VllmProfile
 
 
 def profile(name: str) -> Profile:
-    try:
-        return PROFILES[name]
-    except KeyError:
-        raise invalid(f"unknown model profile {name!r}; known: {sorted(PROFILES)}") from None
+    return named(PROFILES, name, "model profile")
 
 
 def guess_profile(meta: ModelMetadata) -> str:

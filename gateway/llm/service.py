@@ -20,7 +20,7 @@ from gateway import metrics, tracing
 from gateway.call import current
 from gateway.upstream import Upstream
 
-from .catalog import Resolved
+from .served import Resolved
 from .stops import StopMatcher
 from .types import EOS, LENGTH, STOP_SEQUENCE, Chunk, Done, GenerateRequest, Token
 

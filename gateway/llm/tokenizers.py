@@ -48,7 +48,12 @@ TOKENIZERS: dict[str, Tokenizer] = {t.name: t for t in (WordTokenizer(), CharTok
 
 
 def tokenizer(name: str) -> Tokenizer:
-    try:
-        return TOKENIZERS[name]
-    except KeyError:
-        raise invalid(f"unknown tokenizer {name!r}; known: {sorted(TOKENIZERS)}") from None
+    return named(TOKENIZERS, name, "tokenizer")
+
+
+def named(table: dict, name: str, what: str):
+    """``table[name]``, or INVALID_ARGUMENT naming what is known (tokenizers, model profiles)."""
+    hit = table.get(name)
+    if hit is None:
+        raise invalid(f"unknown {what} {name!r}; known: {sorted(table)}")
+    return hit

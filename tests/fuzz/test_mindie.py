@@ -15,14 +15,14 @@ from hypothesis import strategies as st
 
 from gateway.core.errors import GatewayError
 from gateway.dialects.mindie import http, native, openai, tgi, triton_generate, vllm
-from gateway.llm.catalog import Catalog, CatalogSettings
+from gateway.llm.served import ServedModels, ServedModelsSettings
 from tests.fakes import FakeUpstream, trtllm_meta
 
 from .profile import FUZZ, clean
 from .strategies import BIG_VALUES, json_values
 
 LOOP = asyncio.new_event_loop()
-CATALOG = Catalog(FakeUpstream(metas=[trtllm_meta("tiny_llm")]), CatalogSettings())
+CATALOG = ServedModels(FakeUpstream(metas=[trtllm_meta("tiny_llm")]), ServedModelsSettings())
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -1,5 +1,5 @@
 """``gateway check`` for the MindIE-style LLM families: every served model, alias and the default
-model, resolved by the LLM Catalog requests use and encoded by its profile (``profile.encode`` on a
+model, resolved by the LLM ServedModels requests use and encoded by its profile (``profile.encode`` on a
 one-token placeholder request; nothing is sent), plus the PD role when one is configured.
 
 Errors: a configured model, alias target or default model that Triton does not have, a text
@@ -16,7 +16,7 @@ from dataclasses import replace
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.findings import CheckContext, Finding, ios
 from gateway.llm import profiles
-from gateway.llm.catalog import Catalog
+from gateway.llm.served import ServedModels
 from gateway.llm.types import GenerateRequest
 
 from .config import MindieConfig
@@ -27,7 +27,7 @@ async def check(ctx: CheckContext) -> list:
     cfg: MindieConfig = ctx.config
     if cfg.pd.role == "coordinator":
         return await _coordinator(ctx, cfg)
-    catalog = Catalog(ctx.upstream, cfg)
+    catalog = ServedModels(ctx.upstream, cfg)
     served = await catalog.served()
     out: list = []
     names = [*served, *(m for m in cfg.models if m not in served)]
@@ -48,7 +48,7 @@ async def check(ctx: CheckContext) -> list:
     return out
 
 
-async def _model(ctx: CheckContext, catalog: Catalog, cfg: MindieConfig, name: str, detail: str) -> list:
+async def _model(ctx: CheckContext, catalog: ServedModels, cfg: MindieConfig, name: str, detail: str) -> list:
     target = cfg.aliases.get(name, name)
     try:
         resolved = await catalog.resolve(name)
@@ -73,7 +73,7 @@ async def _model(ctx: CheckContext, catalog: Catalog, cfg: MindieConfig, name: s
 
 
 async def _why(ctx: CheckContext, name: str, target: str) -> str:
-    """Why the Catalog refuses ``name``: the model is missing, not decoupled or not text in / text out."""
+    """Why the ServedModels refuses ``name``: the model is missing, not decoupled or not text in / text out."""
     via = f"'{name}' (alias of '{target}')" if name != target else f"'{name}'"
     try:
         meta = await ctx.upstream.model_metadata(target)

@@ -15,7 +15,7 @@ import orjson
 
 from gateway import offload
 from gateway.core.errors import GatewayError, invalid
-from gateway.llm.catalog import Resolved
+from gateway.llm.served import Resolved
 from gateway.llm.types import Done, GenerateRequest, Sampling, Token
 
 from . import errors

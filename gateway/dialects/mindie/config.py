@@ -16,12 +16,12 @@ e2eTimeout; ``limits.stream_timeout_s`` for streams), shortened by the request's
 
 from __future__ import annotations
 
-from gateway.llm.catalog import CatalogSettings
+from gateway.llm.served import ServedModelsSettings
 
 from .pd.config import PdConfig
 
 
-class MindieConfig(CatalogSettings):
+class MindieConfig(ServedModelsSettings):
     """The LLM catalogue's settings at the top level of the section, and the PD role (``pd``)."""
 
     pd: PdConfig = PdConfig()

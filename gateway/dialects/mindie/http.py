@@ -16,7 +16,7 @@ from gateway.call import current
 from gateway.context import GatewayContext
 from gateway.core.errors import invalid
 from gateway.edge import Edge
-from gateway.llm.catalog import Catalog
+from gateway.llm.served import ServedModels
 from gateway.llm.service import GenerationService
 
 from . import (
@@ -47,7 +47,7 @@ class Handlers:
     def __init__(self, ctx: GatewayContext, cfg: MindieConfig):
         self.ctx = ctx
         self.cfg = cfg
-        self.catalog = Catalog(ctx.upstream, cfg)
+        self.catalog = ServedModels(ctx.upstream, cfg)
         self.service = GenerationService(ctx.upstream)
         self.errors = errors.Rendering()
         self.role = cfg.pd.role

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.llm.catalog import Catalog
+from gateway.llm.served import ServedModels
 from gateway.llm.types import Done, GenerateRequest, Token
 
 from . import validate as v
 from .common import Encoder, Plan, sampling_tgi
 
 
-async def plan(body: dict[str, Any], catalog: Catalog, rid: str, path_model: str | None = None) -> Plan:
+async def plan(body: dict[str, Any], catalog: ServedModels, rid: str, path_model: str | None = None) -> Plan:
     if "inputs" in body and "input_id" in body:
         raise v.invalid("Input conflict.")
     ids = _input_id(body) if "input_id" in body else None

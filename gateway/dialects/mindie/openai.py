@@ -14,9 +14,9 @@ from typing import Any
 
 from gateway.core.bounded import clip_repr
 from gateway.core.errors import ErrorKind, GatewayError
-from gateway.llm.catalog import Catalog, Resolved
 from gateway.llm.chat import content_text
 from gateway.llm.profiles import guided_decoding, returns_log_probs
+from gateway.llm.served import Resolved, ServedModels
 from gateway.llm.types import Done, GenerateRequest, Token
 
 from . import validate as v
@@ -25,7 +25,7 @@ from .common import Encoder, Plan, sampling_openai, single_sequence
 ROLES = ("system", "user", "assistant", "tool")
 
 
-async def _model(body: Mapping[str, Any], catalog: Catalog) -> Resolved:
+async def _model(body: Mapping[str, Any], catalog: ServedModels) -> Resolved:
     name = body.get("model")
     if not isinstance(name, str) or not name:
         raise v.invalid("Parameter model is required and must be a string.")
@@ -159,7 +159,7 @@ def _common(body: Mapping[str, Any], model: Resolved, prompt: str, rid: str) -> 
     )
 
 
-async def plan_chat(body: dict[str, Any], catalog: Catalog, rid: str, path_model: str | None = None) -> Plan:
+async def plan_chat(body: dict[str, Any], catalog: ServedModels, rid: str, path_model: str | None = None) -> Plan:
     model = await _model(body, catalog)
     messages = _messages(body)
     logprobs = _chat_logprobs(body, model)
@@ -173,7 +173,7 @@ async def plan_chat(body: dict[str, Any], catalog: Catalog, rid: str, path_model
     return Plan(req, model, ChatEncoder(rid, model.name, logprobs))
 
 
-async def plan_completions(body: dict[str, Any], catalog: Catalog, rid: str, path_model: str | None = None) -> Plan:
+async def plan_completions(body: dict[str, Any], catalog: ServedModels, rid: str, path_model: str | None = None) -> Plan:
     model = await _model(body, catalog)
     prompt = body.get("prompt")
     ids = None

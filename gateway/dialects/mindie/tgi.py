@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gateway.llm.catalog import Catalog
+from gateway.llm.served import ServedModels
 from gateway.llm.types import Done, GenerateRequest, Token
 
 from . import validate as v
@@ -21,7 +21,7 @@ from .common import Encoder, Plan, sampling_tgi
 _ADAPTER = re.compile(r"^[a-zA-Z0-9_./-]{1,256}$")
 
 
-async def plan(body: dict[str, Any], catalog: Catalog, rid: str, *, stream: bool | None = None,
+async def plan(body: dict[str, Any], catalog: ServedModels, rid: str, *, stream: bool | None = None,
                compat: bool = False) -> Plan:
     prompt = v.text(body, "inputs")
     p = v.obj(body, "parameters")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gateway.llm.catalog import Catalog
+from gateway.llm.served import ServedModels
 from gateway.llm.types import Done, GenerateRequest, Token
 
 from . import validate as v
@@ -31,7 +31,7 @@ def _params(body: dict[str, Any]) -> dict[str, Any]:
     return {**flat, **v.obj(body, "parameters")}
 
 
-async def plan(body: dict[str, Any], catalog: Catalog, rid: str, path_model: str | None = None, *,
+async def plan(body: dict[str, Any], catalog: ServedModels, rid: str, path_model: str | None = None, *,
                stream: bool = False) -> Plan:
     prompt = v.text(body, "text_input")
     req_id = body.get("id")

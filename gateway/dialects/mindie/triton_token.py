@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gateway.llm.catalog import Catalog
+from gateway.llm.served import ServedModels
 from gateway.llm.types import Done, GenerateRequest, Token
 
 from . import validate as v
@@ -92,7 +92,7 @@ def _output_name(body: dict[str, Any]) -> str:
     return outputs[0]["name"] or "output0"
 
 
-async def plan(body: dict[str, Any], catalog: Catalog, rid: str, path_model: str | None = None) -> Plan:
+async def plan(body: dict[str, Any], catalog: ServedModels, rid: str, path_model: str | None = None) -> Plan:
     _, ids = _input(body)
     req_id = _request_id(body)
     out_name = _output_name(body)

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from gateway.core.errors import GatewayError, not_found
-from gateway.llm.catalog import Catalog
+from gateway.llm.served import ServedModels
 from gateway.llm.types import Done, GenerateRequest, Token
 
 from . import errors
@@ -20,7 +20,7 @@ from . import validate as v
 from .common import Encoder, Plan, sampling_openai, single_sequence
 
 
-async def plan(body: dict[str, Any], catalog: Catalog, rid: str, path_model: str | None = None) -> Plan:
+async def plan(body: dict[str, Any], catalog: ServedModels, rid: str, path_model: str | None = None) -> Plan:
     prompt = v.text(body, "prompt")
     stream = v.boolean(body, "stream", False)
     single_sequence(body)
@@ -42,7 +42,7 @@ async def plan(body: dict[str, Any], catalog: Catalog, rid: str, path_model: str
     return Plan(req, model, VllmEncoder(prompt))
 
 
-async def _resolve(catalog: Catalog, name: str | None):
+async def _resolve(catalog: ServedModels, name: str | None):
     """``model`` names a LoRA adapter in MindIE; a served model/alias name selects that model."""
     if name:
         try:

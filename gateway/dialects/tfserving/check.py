@@ -1,5 +1,5 @@
 """``gateway check`` for TF Serving: every model name, version label and signature, resolved by
-the Catalog that requests use (``mapping``), against Triton.
+the Servables that requests use (``mapping``), against Triton.
 
 Errors: a configured model whose Triton model is missing or has no ready version, a version label
 pointing at a version Triton does not serve, a signature naming a Triton model, input or output
@@ -15,7 +15,7 @@ from gateway.findings import CheckContext, ios
 
 from . import codec, examples
 from .config import ModelConf, TFServingConfig
-from .mapping import Catalog, Signature, Spec
+from .mapping import ServableRef, Servables, Signature
 
 
 async def check(ctx: CheckContext) -> list:
@@ -26,31 +26,31 @@ async def check(ctx: CheckContext) -> list:
         names += [n for n in ready if n not in conf.models]
     out: list = []
     for name in names:
-        out += await _model(ctx, Catalog(conf, ctx.upstream), name)
+        out += await _model(ctx, Servables(conf, ctx.upstream), name)
     return out
 
 
-async def _model(ctx: CheckContext, catalog: Catalog, name: str) -> list:
-    model = await catalog.model(name)
+async def _model(ctx: CheckContext, servables: Servables, name: str) -> list:
+    model = await servables.model(name)
     if model is None:
         return []
-    latest = await catalog.latest(model)
+    latest = await servables.latest(model)
     if latest is None:
-        entries = await catalog.index(model.triton)
+        entries = await servables.index(model.triton)
         if not entries:
             return [ctx.error(name, f"Triton has no model '{model.triton}'")]
         states = ", ".join(f"{e.version or '?'} {e.state or 'UNKNOWN'}" for e in entries)
         return [ctx.error(name, f"Triton model '{model.triton}' has no ready version ({states})")]
     out: list = []
-    ready = [e.version for e in await catalog.index(model.triton) if e.state == "READY"]
+    ready = [e.version for e in await servables.index(model.triton) if e.state == "READY"]
     for label, version in model.version_labels.items():
         try:
-            await catalog.version(Spec(name, label=label), model)
+            await servables.version(ServableRef(name, label=label), model)
         except GatewayError:
             out.append(ctx.error(name, f"version label '{label}' -> version {version}, which Triton model "
                                        f"'{model.triton}' does not serve (ready: {', '.join(ready)})"))
     labels = " ".join(f"{k}={v}" for k, v in model.version_labels.items())
-    for sname, sig in (await _signatures(ctx, catalog.conf, model, name, out)).items():
+    for sname, sig in (await _signatures(ctx, servables.conf, model, name, out)).items():
         version = str(latest) if sig.own else ""
         detail = f"{sname} [{sig.method}]" + (f" labels: {labels}" if labels else "")
         out.append(ctx.row(name, sig.triton, version, ios(sig.inputs, sig.client_dtype),
@@ -61,10 +61,10 @@ async def _model(ctx: CheckContext, catalog: Catalog, name: str) -> list:
 
 async def _signatures(ctx: CheckContext, conf: TFServingConfig, model: ModelConf, name: str,
                       out: list) -> dict[str, Signature]:
-    """The signatures requests naming no version get (Catalog.signatures); when one fails, each
+    """The signatures requests naming no version get (Servables.signatures); when one fails, each
     signature is realised alone so that every broken one is named."""
     try:
-        return dict(await Catalog(conf, ctx.upstream).signatures(model, None))
+        return dict(await Servables(conf, ctx.upstream).signatures(model, None))
     except GatewayError:
         pass
     parts = {"(derived)": model.model_copy(update={"signatures": {}})} if model.derived else {}
@@ -74,7 +74,7 @@ async def _signatures(ctx: CheckContext, conf: TFServingConfig, model: ModelConf
     whole = f"every request to '{name}' fails meanwhile: its signatures are resolved together"
     for sname, part in parts.items():
         try:
-            sigs.update(await Catalog(conf, ctx.upstream).signatures(part, None))
+            sigs.update(await Servables(conf, ctx.upstream).signatures(part, None))
         except GatewayError as e:
             sc = model.signatures.get(sname)
             sigs.pop(sname, None)  # not the derived one of the same name: requests get the configured one

@@ -28,7 +28,7 @@ from gateway.edge import Edge
 
 from . import protocodec
 from .codec import tf_type
-from .mapping import Spec, Target
+from .mapping import ServableRef, Target
 from .service import Service
 
 
@@ -37,7 +37,7 @@ def _model_name(request) -> str:
     return spec.name if spec is not None else ""
 
 
-def _spec(request) -> Spec:
+def _spec(request) -> ServableRef:
     if not request.HasField("model_spec"):
         raise invalid("Missing ModelSpec")
     return protocodec.spec_from_proto(request.model_spec)

@@ -21,7 +21,7 @@ from gateway.core.errors import invalid
 from gateway.edge import Edge
 
 from . import codec, errors, jsonio, protocodec, protojson
-from .mapping import Spec
+from .mapping import ServableRef
 from .service import Service
 
 _PREDICT = re.compile(r"/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)",
@@ -73,7 +73,7 @@ async def dispatch(service: Service, request: Request) -> bytes:
             return await _infer(service, name, version, label, m[4], request.body)
     m = _STATUS.fullmatch(path) if method == "GET" else None
     if m:
-        spec = Spec(unquote(m[1]) if m[1] else "", _version(m[2]), unquote(m[3]) if m[3] else None)
+        spec = ServableRef(unquote(m[1]) if m[1] else "", _version(m[2]), unquote(m[3]) if m[3] else None)
         if not m[1]:
             raise invalid("Missing model name in request.")
         call = current()
@@ -92,7 +92,7 @@ async def _infer(service: Service, name: str, version: int | None, label: str | 
     doc = await offload.run(size, jsonio.loads, body, bounded.LIMITS.max_json_depth)
     if not isinstance(doc, dict):
         raise invalid(f"JSON Value: {jsonio.debug_string(doc)} Is not object")
-    spec = Spec(name, version, label, codec.signature_name(doc))  # the signature is named in the body
+    spec = ServableRef(name, version, label, codec.signature_name(doc))  # the signature is named in the body
     if verb == "predict":
         target = await service.resolve(spec, method="predict")
         inputs, row = await offload.run(size, codec.parse_predict, doc, target.signature, codec.may_hold_bools(body))
@@ -106,12 +106,12 @@ async def _infer(service: Service, name: str, version: int | None, label: str | 
     return codec.write_regress(result) if verb == "regress" else codec.write_classify(*result)
 
 
-async def _metadata(service: Service, spec: Spec) -> bytes:
+async def _metadata(service: Service, spec: ServableRef) -> bytes:
     """GetModelMetadataImpl sets the name and version of the model spec (signature_name stays "")."""
     version, sigs = await service.metadata(spec)
     return protojson.metadata_answer(protocodec.model_spec(spec.name, version), protocodec.signature_def_map(sigs))
 
 
-async def _status(service: Service, spec: Spec) -> bytes:
+async def _status(service: Service, spec: ServableRef) -> bytes:
     rows = await service.status(spec)
     return protojson.status_answer(protocodec.status_response(rows))

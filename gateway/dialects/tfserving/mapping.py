@@ -1,6 +1,6 @@
 """TF Serving names -> Triton: model name, version or label, and signature.
 
-    (TF model, version | label, signature) --Catalog.resolve--> Target(Triton model, version, Signature)
+    (TF model, version | label, signature) --Servables.resolve--> Target(Triton model, version, Signature)
 
 A ``Signature`` is realised from the Triton model's metadata: its inputs and outputs carry the
 Triton TensorSpec under the TF alias. Without configuration every Triton model is exposed under its
@@ -66,7 +66,7 @@ class Target:
 
 
 @dataclass(frozen=True, slots=True)
-class Spec:
+class ServableRef:
     """A ModelSpec in neutral form (REST path or gRPC ModelSpec)."""
 
     name: str
@@ -139,7 +139,7 @@ def derived(meta: ModelMetadata, examples: bool) -> dict[str, SignatureConf]:
     return sigs
 
 
-def _check_spec(spec: Spec) -> None:
+def _check_spec(spec: ServableRef) -> None:
     """ServerCore::ServableRequestFromModelSpec's checks of the request's own fields."""
     if not spec.name:
         raise invalid("ModelSpec has no name specified.")
@@ -148,7 +148,7 @@ def _check_spec(spec: Spec) -> None:
                       "cannot be supplied.")
 
 
-def _pick_version(spec: Spec, conf: ModelConf | None, ready: list[int]) -> int | None:
+def _pick_version(spec: ServableRef, conf: ModelConf | None, ready: list[int]) -> int | None:
     """The version ``spec`` names (label resolved) among the ``ready`` ones; NOT_FOUND in TF's words."""
     if conf is None:
         raise errors.servable_not_found(spec.name, spec.version)
@@ -164,7 +164,7 @@ def _pick_version(spec: Spec, conf: ModelConf | None, ready: list[int]) -> int |
     return version
 
 
-class Catalog:
+class Servables:
     """Resolves TF names against the configuration and Triton's repository (index cached upstream)."""
 
     def __init__(self, conf: TFServingConfig, upstream: Upstream):
@@ -203,7 +203,7 @@ class Catalog:
     async def index(self, triton: str):
         return [e for e in await self.upstream.repository_index() if e.name == triton]
 
-    async def version(self, spec: Spec, conf: ModelConf | None) -> int | None:
+    async def version(self, spec: ServableRef, conf: ModelConf | None) -> int | None:
         """The version a request names (label resolved); NOT_FOUND as TF Serving words it."""
         _check_spec(spec)
         return _pick_version(spec, conf, await self._versions(conf.triton) if conf is not None else [])
@@ -242,7 +242,7 @@ class Catalog:
         self._sigs[key] = (metas, out)
         return out, sources
 
-    async def resolve(self, spec: Spec, *, grpc: bool = False, method: str | None = None) -> Target:
+    async def resolve(self, spec: ServableRef, *, grpc: bool = False, method: str | None = None) -> Target:
         """``method``: the API called (predict, classify, regress; None: the signature as configured).
         TF Serving words an unknown signature differently in its REST predict, gRPC predict and
         classify/regress paths; Predict sees an example signature through ``predict_view``.
@@ -265,7 +265,7 @@ class Catalog:
         self._resolved[key] = (index, sources[0], sources[1], target)
         return target
 
-    async def _resolve(self, spec: Spec, grpc: bool, method: str | None) -> tuple[Target, tuple]:
+    async def _resolve(self, spec: ServableRef, grpc: bool, method: str | None) -> tuple[Target, tuple]:
         """The target, and the (model, version) keys and metadata objects it was realised from."""
         _check_spec(spec)
         conf = self.conf.models.get(spec.name)

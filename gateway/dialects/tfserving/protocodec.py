@@ -21,7 +21,7 @@ from gateway.core.errors import invalid
 from gateway.core.tensors import TensorSpec, element_count, too_large
 
 from .examples import Feature, Features
-from .mapping import Signature, Spec
+from .mapping import ServableRef, Signature
 
 _FIELD = {
     "FP32": "float_val", "FP64": "double_val", "INT32": "int_val", "INT16": "int_val", "INT8": "int_val",
@@ -30,14 +30,14 @@ _FIELD = {
 }
 
 
-def spec_from_proto(ms: model_pb2.ModelSpec) -> Spec:
+def spec_from_proto(ms: model_pb2.ModelSpec) -> ServableRef:
     check_name(ms.name, "Model name")
     check_name(ms.signature_name, "Signature name")
     check_name(ms.version_label, "Version label")
     which = ms.WhichOneof("version_choice")
     version = ms.version.value if which == "version" else None
     label = ms.version_label if which == "version_label" else None
-    return Spec(ms.name, version, label or None, ms.signature_name)
+    return ServableRef(ms.name, version, label or None, ms.signature_name)
 
 
 def model_spec(name: str, version: int | str | None, signature: str | None = None) -> model_pb2.ModelSpec:

@@ -20,7 +20,7 @@ from gateway.core.tensors import InferRequest, InferResponse, Tensor
 from . import errors, examples, shapes
 from .config import TFServingConfig
 from .examples import Features
-from .mapping import HALF_TYPES, Catalog, Signature, Spec, Target
+from .mapping import HALF_TYPES, ServableRef, Servables, Signature, Target
 
 Outputs = dict[str, tuple[np.ndarray, str]]  # alias -> (array, V2 datatype)
 
@@ -40,11 +40,11 @@ class Service:
     def __init__(self, ctx: GatewayContext, conf: TFServingConfig):
         self.ctx = ctx
         self.conf = conf
-        self.catalog = Catalog(conf, ctx.upstream)
+        self.servables = Servables(conf, ctx.upstream)
         self.errors = errors.Rendering()
 
-    async def resolve(self, spec: Spec, *, grpc: bool = False, method: str | None = None) -> Target:
-        return await self.catalog.resolve(spec, grpc=grpc, method=method)
+    async def resolve(self, spec: ServableRef, *, grpc: bool = False, method: str | None = None) -> Target:
+        return await self.servables.resolve(spec, grpc=grpc, method=method)
 
     async def _infer(self, req: InferRequest) -> InferResponse:
         return await self.ctx.upstream.infer(req)
@@ -98,17 +98,17 @@ class Service:
         classes = resp.output(outs[1]).data if len(outs) > 1 else None
         return resp.version, examples.classify_results(resp.output(outs[0]).data, classes, sig.labels, n)
 
-    async def metadata(self, spec: Spec) -> tuple[int | None, dict[str, Signature]]:
-        conf = await self.catalog.model(spec.name) if spec.name else None
-        version = await self.catalog.version(spec, conf)
+    async def metadata(self, spec: ServableRef) -> tuple[int | None, dict[str, Signature]]:
+        conf = await self.servables.model(spec.name) if spec.name else None
+        version = await self.servables.version(spec, conf)
         if version is None:
-            version = await self.catalog.latest(conf)
-        return version, await self.catalog.signatures(conf, version)
+            version = await self.servables.latest(conf)
+        return version, await self.servables.signatures(conf, version)
 
-    async def status(self, spec: Spec) -> list[VersionStatus]:
+    async def status(self, spec: ServableRef) -> list[VersionStatus]:
         """All versions (a label is ignored, as TF Serving does), or the one asked for."""
-        conf = await self.catalog.model(spec.name)
-        entries = await self.catalog.index(conf.triton) if conf is not None else []
+        conf = await self.servables.model(spec.name)
+        entries = await self.servables.index(conf.triton) if conf is not None else []
         rows = [_status(e) for e in entries if e.version.isdigit()]
         if not rows:
             raise errors.no_versions(spec.name)

@@ -7,14 +7,14 @@ import orjson
 import pytest
 
 from gateway.core.errors import ErrorKind, GatewayError
-from gateway.llm.catalog import Catalog, CatalogSettings, ModelOptions
+from gateway.llm.served import ModelOptions, ServedModels, ServedModelsSettings
 from gateway.llm.service import GenerationService
 from gateway.llm.types import EOS, LENGTH, STOP_SEQUENCE, Done, GenerateRequest, Sampling, Token
 from tests.fakes import FakeUpstream, text_response, trtllm_meta, vllm_meta
 
 
 async def run(upstream, req, **catalog):
-    model = await Catalog(upstream, CatalogSettings(**catalog)).resolve(req.model)
+    model = await ServedModels(upstream, ServedModelsSettings(**catalog)).resolve(req.model)
     return [ev async for ev in GenerationService(upstream).generate(req, model)]
 
 
@@ -95,7 +95,7 @@ async def test_upstream_error_propagates_as_gateway_error():
 
 async def test_closing_the_generation_closes_the_upstream_stream():
     up = FakeUpstream(words("a", " b", " c"))
-    model = await Catalog(up, CatalogSettings()).resolve("llm")
+    model = await ServedModels(up, ServedModelsSettings()).resolve("llm")
     gen = GenerationService(up).generate(GenerateRequest("llm", "p", 5, stream=True), model)
     assert isinstance(await anext(gen), Token)
     await gen.aclose()
@@ -104,7 +104,7 @@ async def test_closing_the_generation_closes_the_upstream_stream():
 
 async def test_catalog_aliases_profiles_and_unknown_models():
     up = FakeUpstream(metas=[trtllm_meta("tiny_llm"), vllm_meta("v")])
-    cat = Catalog(up, CatalogSettings(models={"tiny_llm": ModelOptions(max_tokens=9)}))
+    cat = ServedModels(up, ServedModelsSettings(models={"tiny_llm": ModelOptions(max_tokens=9)}))
     assert await cat.served() == ["tiny_llm", "v"]
     alias = await cat.resolve("llama2_7b")
     assert alias.spec.name == "tiny_llm" and alias.spec.max_tokens == 9 and alias.profile.name == "trtllm"
@@ -120,7 +120,7 @@ async def test_non_llm_models_are_not_exposed():
     plain = ModelMetadata("half", ("1",), "python", (TensorSpec("x", "FP32", (-1,)),),
                           (TensorSpec("y", "FP32", (-1,)),))
     up = FakeUpstream(metas=[plain, trtllm_meta("tiny_llm")])
-    assert await Catalog(up, CatalogSettings()).served() == ["tiny_llm"]
+    assert await ServedModels(up, ServedModelsSettings()).served() == ["tiny_llm"]
 
 
 async def test_resolving_a_named_model_looks_at_that_model_only():
@@ -137,7 +137,7 @@ async def test_resolving_a_named_model_looks_at_that_model_only():
         return await real(model, version)
 
     up.model_metadata = spy
-    cat = Catalog(up, CatalogSettings())
+    cat = ServedModels(up, ServedModelsSettings())
     assert (await cat.resolve("llama2_7b")).spec.name == "tiny_llm"
     assert looked_up == ["tiny_llm"]  # no walk over the whole repository on the request path
     with pytest.raises(GatewayError) as e:

@@ -10,14 +10,14 @@ import pytest
 from gateway.core.errors import ErrorKind, GatewayError, check_table
 from gateway.dialects.mindie import errors, native, openai, tgi, triton_generate, vllm
 from gateway.dialects.mindie import validate as v
-from gateway.llm.catalog import Catalog, CatalogSettings
+from gateway.llm.served import ServedModels, ServedModelsSettings
 from gateway.llm.types import Done, Token
 from tests.fakes import FakeUpstream, trtllm_meta
 
 
 @pytest.fixture
 def catalog():
-    return Catalog(FakeUpstream(metas=[trtllm_meta("tiny_llm")]), CatalogSettings())
+    return ServedModels(FakeUpstream(metas=[trtllm_meta("tiny_llm")]), ServedModelsSettings())
 
 
 DONE = Done("length", True, "a b", 2, 2, (1, 2), 7, 0.01, 0.05)

@@ -7,7 +7,7 @@ import pytest
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.dialects.mindie import openai, streaming, vllm
 from gateway.dialects.mindie.common import Plan
-from gateway.llm.catalog import Catalog, CatalogSettings
+from gateway.llm.served import ServedModels, ServedModelsSettings
 from gateway.llm.service import GenerationService
 from gateway.llm.types import GenerateRequest
 from tests.fakes import FakeUpstream, text_response
@@ -35,7 +35,7 @@ class FakeRequest:
 
 async def _run(script, encoder):
     up = FakeUpstream(script)
-    model = await Catalog(up, CatalogSettings()).resolve("llm")
+    model = await ServedModels(up, ServedModelsSettings()).resolve("llm")
     plan = Plan(GenerateRequest("llm", "p", 10, stream=True, request_id="1"), model, encoder)
     request = FakeRequest()
     await streaming.stream(GenerationService(up), plan, request)

@@ -15,7 +15,7 @@ from gateway.core.errors import GatewayError
 from gateway.core.tensors import InferResponse, Tensor, TensorSpec
 from gateway.dialects.mindie import native, openai, triton_token
 from gateway.dialects.mindie.running import Running
-from gateway.llm.catalog import Catalog, CatalogSettings
+from gateway.llm.served import ServedModels, ServedModelsSettings
 from gateway.llm.service import GenerationService
 from gateway.llm.types import Done, GenerateRequest, Token
 from tests.fakes import FakeUpstream, text_response, trtllm_meta
@@ -30,7 +30,7 @@ def token_meta(name="tiny_llm", extra: tuple[str, ...] = ()):
 
 @pytest.fixture
 def catalog():
-    return Catalog(FakeUpstream(metas=[token_meta()]), CatalogSettings())
+    return ServedModels(FakeUpstream(metas=[token_meta()]), ServedModelsSettings())
 
 
 def body(**over):
@@ -97,7 +97,7 @@ async def test_token_inference_plan_and_answer(catalog):
 
 
 async def test_token_ids_need_a_model_with_the_token_contract():
-    text_only = Catalog(FakeUpstream(metas=[trtllm_meta("tiny_llm")]), CatalogSettings())
+    text_only = ServedModels(FakeUpstream(metas=[trtllm_meta("tiny_llm")]), ServedModelsSettings())
     message = "Model tiny_llm does not take token ids: it has no input_ids input and output_ids output."
     for planner, req in ((triton_token.plan, body()), (native.plan, {"input_id": [1, 2]})):
         with pytest.raises(GatewayError) as e:
@@ -132,7 +132,7 @@ def ids_response(text: str, ids: list[int]) -> InferResponse:
 
 async def test_token_tensors_and_the_models_own_ids():
     up = FakeUpstream([ids_response("a", [4]), ids_response(" b", [9])], metas=[token_meta()])
-    model = await Catalog(up, CatalogSettings()).resolve("tiny_llm")
+    model = await ServedModels(up, ServedModelsSettings()).resolve("tiny_llm")
     req = GenerateRequest("tiny_llm", "", 5, prompt_ids=(396, 319, 7))
     events = [ev async for ev in GenerationService(up).generate(req, model)]
     infer, _ = up.requests[0]
@@ -148,7 +148,7 @@ async def test_token_tensors_and_the_models_own_ids():
 
 async def test_each_token_event_carries_mindies_timings():
     up = FakeUpstream([text_response("a"), text_response(" b"), text_response(" c")], metas=[token_meta()])
-    model = await Catalog(up, CatalogSettings()).resolve("tiny_llm")
+    model = await ServedModels(up, ServedModelsSettings()).resolve("tiny_llm")
     events = [ev async for ev in GenerationService(up).generate(GenerateRequest("tiny_llm", "hi", 5), model)]
     first, *rest = [ev for ev in events if isinstance(ev, Token)]
     assert first.prefill_ms is not None and first.decode_ms is None and first.queue_us >= 0
@@ -220,7 +220,7 @@ async def test_openai_fields_accepted_where_mindie_accepts_them(catalog):
 async def test_response_format_goes_to_the_models_guided_decoding():
     meta = token_meta(extra=("guided_decoding_guide_type", "guided_decoding_guide"))
     up = FakeUpstream([text_response("{}")], metas=[meta])
-    catalog = Catalog(up, CatalogSettings())
+    catalog = ServedModels(up, ServedModelsSettings())
     schema = {"type": "object", "properties": {"a": {"type": "string"}}}
     fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
     plan = await openai.plan_chat({**CHAT, "response_format": fmt}, catalog, "1")
@@ -247,7 +247,7 @@ def lp_response(text: str, lps: list[float]) -> InferResponse:
 
 async def test_logprobs_come_from_the_models_output_log_probs():
     up = FakeUpstream([lp_response("a", [-0.5]), lp_response(" bc d", [-0.25, -1.0])], metas=[lp_meta()])
-    catalog = Catalog(up, CatalogSettings())
+    catalog = ServedModels(up, ServedModelsSettings())
     plan = await openai.plan_chat({**CHAT, "logprobs": True, "top_logprobs": 0}, catalog, "1")
     events = [ev async for ev in GenerationService(up).generate(plan.req, plan.model)]
     tensors = {t.name: t for t in up.requests[0][0].inputs}
@@ -275,7 +275,7 @@ async def test_stop_infer_ends_a_whole_answer_as_incomplete_generation_and_close
 
     hold = asyncio.Event()
     up = FakeUpstream([text_response("a")], metas=[token_meta()], hold=hold)
-    plan = await triton_generate.plan({"id": "s1", "text_input": "x"}, Catalog(up, CatalogSettings()), "5",
+    plan = await triton_generate.plan({"id": "s1", "text_input": "x"}, ServedModels(up, ServedModelsSettings()), "5",
                                       path_model="tiny_llm")
     running = Running()
 

@@ -10,7 +10,7 @@ from gateway.context import GatewayContext
 from gateway.core.errors import GatewayError
 from gateway.core.tensors import InferResponse, ModelIndexEntry, ModelMetadata, Tensor, TensorSpec
 from gateway.dialects.tfserving import config
-from gateway.dialects.tfserving.mapping import Spec
+from gateway.dialects.tfserving.mapping import ServableRef
 from gateway.dialects.tfserving.service import Service
 from gateway.settings import Settings
 from tests.fakes import FakeUpstream
@@ -34,7 +34,7 @@ def service(section=None):
 
 async def test_predict_with_no_config():
     svc, up = service()
-    target = await svc.resolve(Spec("hp3"))
+    target = await svc.resolve(ServableRef("hp3"))
     version, outs = await svc.predict(target, {"x": np.array([1.0], np.float32)})
     assert version == "123" and outs["y"][0].tolist() == [3.5]
     assert up.requests[0][0].version == ""
@@ -42,7 +42,7 @@ async def test_predict_with_no_config():
 
 async def test_derived_regress_signature_drops_the_feature_dim():
     svc, up = service()
-    target = await svc.resolve(Spec("hp3", signature="tensorflow/serving/regress"))
+    target = await svc.resolve(ServableRef("hp3", signature="tensorflow/serving/regress"))
     from gateway.dialects.tfserving.examples import Feature
     _, values = await svc.run_examples(target, "regress", [{"x": Feature("float", [1.0])}] * 2, {})
     assert values.tolist() == [3.5, 3.5] and up.requests[0][0].inputs[0].shape == (2,)
@@ -50,17 +50,17 @@ async def test_derived_regress_signature_drops_the_feature_dim():
 
 async def test_labels_and_versions():
     svc, up = service({"models": {"half": {"triton": "hp3", "version_labels": {"stable": 123}}}})
-    target = await svc.resolve(Spec("half", label="stable"))
+    target = await svc.resolve(ServableRef("half", label="stable"))
     assert target.triton_version == "123"
     with pytest.raises(GatewayError, match="Unrecognized servable version label: canary"):
-        await svc.resolve(Spec("half", label="canary"))
+        await svc.resolve(ServableRef("half", label="canary"))
     with pytest.raises(GatewayError, match=r"Specific\(half, 7\)"):
-        await svc.resolve(Spec("half", version=7))
+        await svc.resolve(ServableRef("half", version=7))
 
 
 async def test_status_lists_failed_versions_as_end():
     svc, _ = service()
-    rows = await svc.status(Spec("hp3"))
+    rows = await svc.status(ServableRef("hp3"))
     assert [(r.version, r.state, r.error_code) for r in rows] == [(7, "END", "UNKNOWN"), (123, "AVAILABLE", "OK")]
 
 
@@ -81,14 +81,14 @@ def test_config_is_validated():
 
 async def test_elementwise_signature_flattens_inputs_and_reshapes_outputs():
     svc, up = service({"models": {"hp3": {"signatures": {"serving_default": {"elementwise": True}}}}})
-    target = await svc.resolve(Spec("hp3"))
+    target = await svc.resolve(ServableRef("hp3"))
     _, outs = await svc.predict(target, {"x": np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)})
     assert up.requests[0][0].inputs[0].shape == (4,)  # what Triton's dims [-1] take
     assert outs["y"][0].tolist() == [[3.5, 4.0], [4.5, 5.0]]
     _, outs = await svc.predict(target, {"x": np.array(2.0, np.float32)})  # a scalar stays a scalar
     assert up.requests[1][0].inputs[0].shape == (1,) and outs["y"][0].shape == () and outs["y"][0] == 4.0
     plain, up2 = service()  # without the declaration the shape goes to Triton unchanged (Triton judges)
-    await plain.predict(await plain.resolve(Spec("hp3")), {"x": np.zeros((2, 2), np.float32)})
+    await plain.predict(await plain.resolve(ServableRef("hp3")), {"x": np.zeros((2, 2), np.float32)})
     assert up2.requests[0][0].inputs[0].shape == (2, 2)
 
 
@@ -96,9 +96,9 @@ async def test_classify_and_regress_name_a_missing_signature_as_tf_serving_does(
     svc, _ = service()
     for method in ("classify", "regress"):
         with pytest.raises(GatewayError, match="^No signature was found with the name: nope$"):
-            await svc.resolve(Spec("hp3", signature="nope"), method=method)
+            await svc.resolve(ServableRef("hp3", signature="nope"), method=method)
     with pytest.raises(GatewayError, match="^ModelSpec has no name specified.$"):
-        await svc.resolve(Spec(""), grpc=True)
+        await svc.resolve(ServableRef(""), grpc=True)
 
 
 def test_elementwise_is_validated():
@@ -120,7 +120,7 @@ async def test_half_as_float_shows_fp16_as_float_and_converts_both_ways():
     up = FakeUpstream(metas=[half], infer=double, index=INDEX)
     section = {"models": {"hp3": {"signatures": {"serving_default": {"half_as_float": True}}}}}
     svc = Service(GatewayContext(Settings(), up), config.TFServingConfig.model_validate(section))
-    target = await svc.resolve(Spec("hp3"))
+    target = await svc.resolve(ServableRef("hp3"))
     assert target.signature.client_dtype(target.signature.inputs[0][1]) == "FP32"
     _, outs = await svc.predict(target, {"x": np.array([1.5, 3.0], np.float32)})
     assert up.requests[0][0].inputs[0].data.dtype == np.float16 and up.requests[0][0].inputs[0].datatype == "FP16"
@@ -132,19 +132,19 @@ async def test_half_as_float_shows_fp16_as_float_and_converts_both_ways():
 
 async def test_predict_over_an_example_signature_runs_its_tensors_as_tf_serving_does():
     svc, up = service()
-    target = await svc.resolve(Spec("hp3", signature="tensorflow/serving/regress"), method="predict")
+    target = await svc.resolve(ServableRef("hp3", signature="tensorflow/serving/regress"), method="predict")
     assert [a for a, _ in target.signature.inputs] == ["inputs"]
     _, outs = await svc.predict(target, {"inputs": np.array([2.0], np.float32)})
     assert outs["outputs"][0].tolist() == [4.0] and up.requests[0][0].inputs[0].name == "x"
     # the signature as configured for classify/regress and MultiInference (method None)
-    assert (await svc.resolve(Spec("hp3", signature="tensorflow/serving/regress"))).signature.method == "regress"
+    assert (await svc.resolve(ServableRef("hp3", signature="tensorflow/serving/regress"))).signature.method == "regress"
 
 
 async def test_signatures_are_reused_while_the_metadata_is_the_same_object():
     svc, up = service()
-    first = (await svc.resolve(Spec("hp3"))).signature
-    assert (await svc.resolve(Spec("hp3"))).signature is first  # not rebuilt per request
+    first = (await svc.resolve(ServableRef("hp3"))).signature
+    assert (await svc.resolve(ServableRef("hp3"))).signature is first  # not rebuilt per request
     up.metas["hp3"] = ModelMetadata("hp3", ("123",), "python", (TensorSpec("x", "FP32", (-1, 2)),),
                                     (TensorSpec("y", "FP32", (-1,)),))  # Triton reloaded the model
-    again = (await svc.resolve(Spec("hp3"))).signature
+    again = (await svc.resolve(ServableRef("hp3"))).signature
     assert again is not first and again.inputs[0][1].shape == (-1, 2)

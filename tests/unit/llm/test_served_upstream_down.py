@@ -7,7 +7,7 @@ import pytest
 
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.dialects.mindie import errors, openai
-from gateway.llm.catalog import Catalog, CatalogSettings
+from gateway.llm.served import ServedModels, ServedModelsSettings
 from tests.fakes import FakeUpstream, trtllm_meta
 
 
@@ -17,7 +17,7 @@ class DownUpstream(FakeUpstream):
 
 
 async def test_triton_down_is_unavailable_not_an_unknown_model():
-    catalog = Catalog(DownUpstream(metas=[trtllm_meta("tiny_llm")], ready=False), CatalogSettings())
+    catalog = ServedModels(DownUpstream(metas=[trtllm_meta("tiny_llm")], ready=False), ServedModelsSettings())
     with pytest.raises(GatewayError) as err:
         await catalog.resolve("tiny_llm")
     assert err.value.kind is ErrorKind.UNAVAILABLE
@@ -28,11 +28,11 @@ async def test_triton_down_is_unavailable_not_an_unknown_model():
 
 
 async def test_an_unknown_model_on_a_ready_triton_is_still_not_found():
-    catalog = Catalog(FakeUpstream(metas=[trtllm_meta("tiny_llm")]), CatalogSettings())
+    catalog = ServedModels(FakeUpstream(metas=[trtllm_meta("tiny_llm")]), ServedModelsSettings())
     with pytest.raises(GatewayError) as err:
         await catalog.resolve("gpt-9")
     assert err.value.kind is ErrorKind.NOT_FOUND
-    catalog = Catalog(DownUpstream(metas=[], ready=True), CatalogSettings())  # Triton up, model not loaded
+    catalog = ServedModels(DownUpstream(metas=[], ready=True), ServedModelsSettings())  # Triton up, model not loaded
     with pytest.raises(GatewayError) as err:
         await catalog.resolve("gpt-9")
     assert err.value.kind is ErrorKind.NOT_FOUND

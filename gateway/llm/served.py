@@ -22,7 +22,7 @@ from .chat import DEFAULT_TEMPLATE, ChatTemplate
 
 
 @dataclass(frozen=True, slots=True)
-class ModelSpec:
+class ServedModel:
     name: str  # the Triton model
     profile: str = ""  # "" = guess from the model's inputs
     tokenizer: str = "words"
@@ -34,7 +34,7 @@ class ModelSpec:
 @dataclass(frozen=True, slots=True)
 class Resolved:
     name: str  # the name the client used
-    spec: ModelSpec
+    spec: ServedModel
     meta: ModelMetadata
     profile: profiles.Profile
     tokenizer: tokenizers.Tokenizer
@@ -78,7 +78,7 @@ def _settings_check(build, value: str) -> None:
         raise ValueError(e.message) from None
 
 
-class CatalogSettings(Strict):
+class ServedModelsSettings(Strict):
     models: dict[str, ModelOptions] = {}
     aliases: dict[str, str] = {"llama2_7b": "tiny_llm"}
     expose: Literal["all", "listed"] = "all"  # "all": every text LLM in Triton; "listed": only `models`
@@ -91,11 +91,11 @@ class CatalogSettings(Strict):
         return self
 
 
-class Catalog:
-    def __init__(self, upstream: Upstream, settings: CatalogSettings):
+class ServedModels:
+    def __init__(self, upstream: Upstream, settings: ServedModelsSettings):
         self.upstream = upstream
         self.settings = settings
-        self._specs = {n: ModelSpec(name=n, **o.model_dump()) for n, o in settings.models.items()}
+        self._specs = {n: ServedModel(name=n, **o.model_dump()) for n, o in settings.models.items()}
         self._templates: dict[str, ChatTemplate] = {}
 
     async def served(self) -> list[str]:
@@ -131,7 +131,7 @@ class Catalog:
         name = name or await self.default_name()
         target = self.settings.aliases.get(name, name)
         meta = await self._served_metadata(name, target)
-        spec = self._specs.get(target) or ModelSpec(name=target)
+        spec = self._specs.get(target) or ServedModel(name=target)
         prof = profiles.profile(spec.profile or profiles.guess_profile(meta))
         return Resolved(name, spec, meta, prof, tokenizers.tokenizer(spec.tokenizer), self._template(spec))
 
@@ -151,7 +151,7 @@ class Catalog:
             raise missing
         return meta
 
-    def _template(self, spec: ModelSpec) -> ChatTemplate:
+    def _template(self, spec: ServedModel) -> ChatTemplate:
         tpl = self._templates.get(spec.chat_template)
         if tpl is None:
             tpl = self._templates[spec.chat_template] = ChatTemplate(spec.chat_template)
