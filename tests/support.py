@@ -99,9 +99,15 @@ def http_call(base: str, method: str, path: str, body: bytes | str | None = None
 
 
 def gateway_config(triton_target: str, ports: dict[str, int], extra: dict | None = None) -> dict:
+    """A gateway's settings with the listeners of ``ports`` on 127.0.0.1; every other listener of the
+    catalogue is disabled (never left on its default port, which another process may hold)."""
+    from gateway.dialects import LISTENERS
+
+    listeners: dict = {name: {"enabled": False} for name in LISTENERS}
+    listeners.update({name: {"host": "127.0.0.1", "port": port} for name, port in ports.items()})
     cfg = {
         "upstream": {"grpc": triton_target, "timeout_s": 30},
-        "listeners": {name: {"host": "127.0.0.1", "port": port} for name, port in ports.items()},
+        "listeners": listeners,
         "log_level": "INFO",
     }
     for key, value in (extra or {}).items():
@@ -119,7 +125,7 @@ def start_gateway(config: dict, tmp: Path) -> GatewayProcess:
             [sys.executable, "-m", "gateway", "serve", "--config", str(path)],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )
-    ports = {name: lst["port"] for name, lst in config["listeners"].items()}
+    ports = {name: lst["port"] for name, lst in config["listeners"].items() if "port" in lst}
     gw = GatewayProcess(proc, ports, path, log_path)
     try:
         wait_http(f"http://127.0.0.1:{ports['admin_http']}/health", timeout=60, proc=proc)
