@@ -62,10 +62,11 @@ def _raw(t: Tensor) -> bytes:
     return np.ascontiguousarray(arr).tobytes()
 
 
-_RAW_INPUT_TAG = bytes([service_pb2.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number << 3 | 2])
+RAW_INPUT_TAG = bytes([service_pb2.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number << 3 | 2])
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
+    """A protobuf base-128 varint (non-negative ``n``)."""
     out = bytearray()
     while n > 0x7F:
         out.append(n & 0x7F | 0x80)
@@ -86,7 +87,7 @@ def _raw_parts(t: Tensor) -> list:
 
 def _delimited(field: int, payload: bytes) -> bytes:
     """A length-delimited field (wire type 2) of a protobuf message."""
-    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
+    return varint(field << 3 | 2) + varint(len(payload)) + payload
 
 
 def _header(req: InferRequest) -> bytes:
@@ -97,7 +98,7 @@ def _header(req: InferRequest) -> bytes:
     if req.version:
         out.append(_delimited(2, req.version.encode()))
     for t in req.inputs:
-        dims = b"".join(_varint(int(d) & 0xFFFFFFFFFFFFFFFF) for d in t.shape)  # int64: negatives as 10 bytes
+        dims = b"".join(varint(int(d) & 0xFFFFFFFFFFFFFFFF) for d in t.shape)  # int64: negatives as 10 bytes
         body = _delimited(1, t.name.encode()) + _delimited(2, t.datatype.encode()) + (_delimited(3, dims) if dims else b"")
         out.append(_delimited(5, body))
     for name in req.outputs or ():
@@ -134,7 +135,7 @@ def serialize_request(req: InferRequest) -> bytes:
     plain = not req.parameters and not any(t.parameters for t in req.inputs)
     for t in req.inputs:
         parts = _raw_parts(t)
-        pieces += (_RAW_INPUT_TAG, _varint(sum(len(p) if isinstance(p, bytes) else p.nbytes for p in parts)))
+        pieces += (RAW_INPUT_TAG, varint(sum(len(p) if isinstance(p, bytes) else p.nbytes for p in parts)))
         pieces += parts
     if plain:
         head = _cached_header(req)

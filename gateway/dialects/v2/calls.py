@@ -14,12 +14,12 @@ from gateway import metrics, tracing
 from gateway.access import unknown_model
 from gateway.call import current
 from gateway.core.errors import ErrorKind, GatewayError
+from gateway.upstream.codec import RAW_INPUT_TAG, varint
 
 from . import jsontensor
 from .passthrough import PREFIX, State, UpstreamStatus
 
 JSON = "application/json"
-_RAW_INPUT_TAG = bytes([service_pb2.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number << 3 | 2])
 
 
 class MethodNotAllowed(GatewayError):
@@ -30,20 +30,11 @@ class MethodNotAllowed(GatewayError):
         super().__init__(ErrorKind.INVALID_ARGUMENT, "Method Not Allowed")
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def serialize(parsed: jsontensor.Parsed) -> bytes:
     """The request with each tensor's bytes appended as its own ``raw_input_contents`` field (copied once)."""
     pieces = [parsed.msg.SerializeToString()]
     for raw in parsed.raws:
-        pieces += (_RAW_INPUT_TAG, _varint(len(raw)), raw)
+        pieces += (RAW_INPUT_TAG, varint(len(raw)), raw)
     return b"".join(pieces)
 
 
