@@ -66,12 +66,12 @@ def start_triton(settings: Settings, on_progress: Callable[[str], None] | None =
     return tp
 
 
-def wait_health(url: str, proc: subprocess.Popen, timeout: float = 60.0, stop: list | None = None) -> None:
+def wait_health(url: str, proc: subprocess.Popen | None = None, timeout: float = 60.0, stop: list | None = None) -> None:
     """Until ``url`` answers 200; RuntimeError when ``proc`` exits first, TimeoutError after ``timeout``
     (returns early once ``stop`` holds anything: the caller stops everything)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not stop:
-        if proc.poll() is not None:
+        if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"exited with {proc.returncode} before {url} answered")
         try:
             with urllib.request.urlopen(url, timeout=2) as r:

@@ -6,13 +6,14 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+
+from gateway import launch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,18 +33,8 @@ def free_port() -> int:
 
 
 def wait_http(url: str, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"{url} did not answer 200 within {timeout}s")
+    """``url`` answers 200 (gateway.launch.wait_health, which ``gateway run-pd`` uses too)."""
+    launch.wait_health(url, proc, timeout)
 
 
 @dataclass
