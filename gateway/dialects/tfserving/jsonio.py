@@ -17,19 +17,11 @@ import orjson
 
 from gateway.core.bounded import json_deeper
 from gateway.core.errors import invalid
+from gateway.core.jsonwords import STDLIB_TO_RAPIDJSON
 
 _BARE_INF = re.compile(rb"(?<![A-Za-z\"])(-?)Inf(?!inity)(?![A-Za-z\"])")
 
-# stdlib json messages -> rapidjson's (GetParseError_En), the texts TF Serving reports
-_RAPIDJSON = {
-    "Expecting value": "Invalid value.",
-    "Expecting ',' delimiter": "Missing a comma or ']' after an array element.",
-    "Expecting property name enclosed in double quotes": "Missing a name for object member.",
-    "Expecting ':' delimiter": "Missing a colon after a name of object member.",
-    "Unterminated string starting at": "Missing a closing quotation mark in string.",
-    "Invalid control character at": "Invalid encoding in string.",
-    "Invalid \\escape": "Invalid escape character in string.",
-}
+
 
 
 SMALL = 64 << 10  # bodies up to this size that orjson refuses are re-read by the stdlib parser
@@ -135,7 +127,7 @@ def _tolerant(body: bytes, max_depth: int | None):
     except RecursionError:
         doc = _deep_loads(decoded, max_depth)
     except json.JSONDecodeError as e:
-        msg = _RAPIDJSON.get(e.msg, e.msg)
+        msg = STDLIB_TO_RAPIDJSON.get(e.msg, e.msg)
         raise invalid(f"JSON Parse error: {msg} at offset: {e.pos}") from None
     if "\\u" in decoded and _lone_surrogate(doc):  # orjson refuses them; the stdlib parser does not
         at = _SURROGATE_ESCAPE.search(decoded)

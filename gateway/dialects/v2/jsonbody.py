@@ -14,18 +14,9 @@ import re
 import orjson
 
 from gateway.core.errors import invalid
+from gateway.core.jsonwords import STDLIB_TO_RAPIDJSON
 
 _BARE_INF = re.compile(r"(?<![A-Za-z\"])(-?)Inf(?!inity)(?![A-Za-z\"])")
-_WORDS = {
-    "Expecting value": "Invalid value.",
-    "Expecting property name enclosed in double quotes": "Missing a name for object member.",
-    "Expecting ':' delimiter": "Missing a colon after a name of object member.",
-    "Unterminated string starting at": "Missing a closing quotation mark in string.",
-    "Invalid control character at": "Invalid encoding in string.",
-    "Invalid \\escape": "Invalid escape character in string.",
-    "Invalid \\uXXXX escape": "Incorrect hex digit after \\u escape in string.",
-    "Extra data": "The document root must not be followed by other values.",
-}
 
 
 def loads(body: bytes):
@@ -46,7 +37,7 @@ def _worded(text: str, e: json.JSONDecodeError) -> str:
     pos = e.pos
     if not text.strip():
         return f"The document is empty. at {len(text.encode('utf-8', 'surrogateescape'))}"
-    what = _WORDS.get(e.msg)
+    what = STDLIB_TO_RAPIDJSON.get(e.msg)
     if e.msg == "Expecting ',' delimiter":
         what = ("Missing a comma or '}' after an object member." if _inner(text, pos) == "{"
                 else "Missing a comma or ']' after an array element.")
