@@ -58,3 +58,17 @@ def gateway(triton, tmp_path_factory) -> GatewayProcess:
     gw = start_gateway(gateway_config(triton.grpc_target, ports, extra), tmp)
     yield gw
     stop_gateway(gw)
+
+
+@pytest.fixture
+def restore_logging():
+    """The root logger's handlers and level, and the access logger's level, put back after the test."""
+    import logging
+
+    from gateway import logs
+
+    root, access = logging.getLogger(), logs.ACCESS
+    saved = root.handlers[:], root.level, access.level
+    yield
+    root.handlers[:], access.level = saved[0], saved[2]
+    root.setLevel(saved[1])

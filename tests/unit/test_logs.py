@@ -29,15 +29,6 @@ ECHO = ModelMetadata("echo", ("1",), "python",  # a GRPS streaming model (text i
                      (TensorSpec("text_output", "BYTES", (-1, -1)),), max_batch_size=8, decoupled=True)
 
 
-@pytest.fixture
-def restore_logging():
-    root, access = logging.getLogger(), logs.ACCESS
-    saved = root.handlers[:], root.level, access.level
-    yield
-    root.handlers[:], access.level = saved[0], saved[2]
-    root.setLevel(saved[1])
-
-
 class Tty(io.StringIO):
     def isatty(self) -> bool:
         return True

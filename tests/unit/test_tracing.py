@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 
 import aiohttp
 import grpc
@@ -56,15 +55,6 @@ class FakeTriton(grpc.GenericRpcHandler):
             return b"echo:" + request
 
         return answer
-
-
-@pytest.fixture
-def restore_logging():
-    root, access = logging.getLogger(), logs.ACCESS
-    saved = root.handlers[:], root.level, access.level
-    yield
-    root.handlers[:], access.level = saved[0], saved[2]
-    root.setLevel(saved[1])
 
 
 @pytest.fixture
