@@ -672,11 +672,129 @@ static PyObject *ft_has_bool_token(PyObject *self, PyObject *arg)
     return PyBool_FromLong(found);
 }
 
+
+/* -- dense_array: the structure of a JSON array of numbers, without parsing the numbers ------- */
+
+PyDoc_STRVAR(dense_doc, "dense_array(buffer, start) -> (end, shape) | None\n\n"
+                        "The JSON array at buffer[start] ('['), when it holds only numbers nested as a dense\n"
+                        "array: every level non-empty, every array of a level as long as the first, every\n"
+                        "number at the last level, at most 32 levels, no integer of more than 15 digits.\n"
+                        "end: the offset just past its ']'. The numbers' own syntax is not checked. None\n"
+                        "for anything else (true/false/null, strings, objects, ragged or empty arrays).");
+
+#define DENSE_MAX_RANK 32
+
+/* the characters of a JSON number: 1 digit, 2 '.' 'e' 'E' (not an integer), 3 a sign */
+static const unsigned char num_class[256] = {
+    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1, ['8'] = 1, ['9'] = 1,
+    ['.'] = 2, ['e'] = 2, ['E'] = 2, ['+'] = 3, ['-'] = 3,
+};
+
+static PyObject *ft_dense_array(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "dense_array(buffer, start)");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *b = view.buf;
+    Py_ssize_t n = view.len, i = start;
+    Py_ssize_t shape[DENSE_MAX_RANK], count[DENSE_MAX_RANK];
+    int depth = 0, rank = -1, ok = 0;
+    enum { VALUE, AFTER } want = VALUE; /* a value (or ']' right after '['), else ',' or ']' */
+    int just_opened = 0;
+    for (int d = 0; d < DENSE_MAX_RANK; d++)
+        shape[d] = -1;
+    if (start < 0 || start >= n || b[start] != '[')
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    while (i < n) {
+        unsigned char c = b[i];
+        if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+            i++;
+            continue;
+        }
+        if (c == '[') {
+            if (want != VALUE || depth == DENSE_MAX_RANK || (rank >= 0 && depth >= rank))
+                break;
+            count[depth++] = 0;
+            just_opened = 1;
+            i++;
+            continue;
+        }
+        if (c == ']') {
+            if (want == VALUE && !just_opened)
+                break; /* "[1,]" */
+            Py_ssize_t items = count[depth - 1];
+            if (items == 0) /* an empty level */
+                break;
+            if (shape[depth - 1] < 0)
+                shape[depth - 1] = items;
+            else if (shape[depth - 1] != items)
+                break;
+            depth--;
+            i++;
+            if (depth == 0) {
+                ok = 1;
+                break;
+            }
+            count[depth - 1]++;
+            want = AFTER;
+            just_opened = 0;
+            continue;
+        }
+        if (c == ',') {
+            if (want != AFTER)
+                break;
+            want = VALUE;
+            just_opened = 0;
+            i++;
+            continue;
+        }
+        if ((c >= '0' && c <= '9') || c == '-') {
+            if (want != VALUE || (rank >= 0 && depth != rank))
+                break;
+            Py_ssize_t digits = 0;
+            int integer = 1;
+            for (unsigned char k; i < n && (k = num_class[b[i]]) != 0; i++) {
+                digits += k == 1;
+                integer &= k != 2;
+            }
+            if (integer && digits > 15)
+                break; /* past 2**53 the cast to float32 may round twice: the general path decides */
+            if (rank < 0)
+                rank = depth; /* the first number sits at the last level: its depth is the rank */
+            count[depth - 1]++;
+            want = AFTER;
+            just_opened = 0;
+            continue;
+        }
+        break; /* any other token: true, false, null, a string, an object */
+    }
+    Py_END_ALLOW_THREADS
+done:
+    PyBuffer_Release(&view);
+    if (!ok || rank < 1)
+        Py_RETURN_NONE;
+    PyObject *dims = PyTuple_New(rank);
+    if (!dims)
+        return NULL;
+    for (int d = 0; d < rank; d++)
+        PyTuple_SET_ITEM(dims, d, PyLong_FromSsize_t(shape[d]));
+    return Py_BuildValue("(nN)", i, dims);
+}
+
 static PyMethodDef methods[] = {
     {"join", (PyCFunction)(void (*)(void))ft_join, METH_FASTCALL, join_doc},
     {"tokens", (PyCFunction)(void (*)(void))ft_tokens, METH_FASTCALL, tokens_doc},
     {"nested", (PyCFunction)(void (*)(void))ft_nested, METH_FASTCALL, nested_doc},
     {"has_bool_token", ft_has_bool_token, METH_O, has_bool_doc},
+    {"dense_array", (PyCFunction)(void (*)(void))ft_dense_array, METH_FASTCALL, dense_doc},
     {NULL, NULL, 0, NULL},
 };
 

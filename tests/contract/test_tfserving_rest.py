@@ -6,8 +6,10 @@ from __future__ import annotations
 import base64
 import json
 
+import numpy as np
 import pytest
 
+from gateway.dialects.tfserving import codec
 from tests.support import http_call
 
 HP3 = "saved_model_half_plus_three"
@@ -244,3 +246,20 @@ def test_classify_and_regress_read_the_body_before_the_model(rest):
 
 def test_trailing_text_after_the_document_is_ignored(rest):  # rapidjson's kParseStopWhenDoneFlag
     assert rest("POST", f"/v1/models/{HP3}:predict", '{"instances": [1.0]} trailing')[2] == b'{\n    "predictions": [3.5\n    ]\n}'
+
+
+@pytest.mark.parametrize("key", ["instances", "inputs"])
+def test_image_sized_body_read_densely_answers_as_the_general_path(rest, key):
+    """A 1x64x64x3 image as nested lists (39 KiB) is read by the dense path (core/densejson.py);
+    naming the signature makes the same request take the general path: the two answers are the same bytes."""
+    rng = np.random.default_rng(7)
+    image = rng.standard_normal((1, 64, 64, 3)).astype(np.float32).astype(np.float64).tolist()
+    dense_body = json.dumps({key: image}).encode()
+    general_body = json.dumps({key: image, "signature_name": "serving_default"}).encode()
+    assert len(dense_body) >= codec.DENSE_MIN and codec.dense_body(dense_body) is not None
+    assert codec.dense_body(general_body) is None
+    got = rest("POST", f"/v1/models/{HP3}:predict", dense_body)
+    want = rest("POST", f"/v1/models/{HP3}:predict", general_body)
+    assert got[0] == 200 and got == want
+    out = _json(got[2])["predictions" if key == "instances" else "outputs"]
+    assert np.allclose(np.array(out), np.array(image, np.float32) * 0.5 + 3, rtol=1e-6)

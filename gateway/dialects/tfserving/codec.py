@@ -12,10 +12,11 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+import re
 
 import numpy as np
 
-from gateway.core import datatypes, floattext
+from gateway.core import datatypes, densejson, floattext
 from gateway.core.bounded import check_name, clip
 from gateway.core.errors import GatewayError, invalid, unimplemented
 from gateway.core.tensors import check_bytes
@@ -246,6 +247,46 @@ def parse_predict(doc: dict, sig: Signature, bools: bool = True) -> tuple[dict[s
     if has_inst:
         return _rows(doc, types, bools), True
     return _columns(doc["inputs"], types, bools), False
+
+
+# -- dense numeric bodies (an image as JSON lists) -----------------------------------------------
+DENSE_MIN = 16 << 10  # bodies from this size try the dense reading first; smaller ones are orjson's
+_DENSE_HEAD = re.compile(rb'[ \t\n\r]*\{[ \t\n\r]*"(instances|inputs)"[ \t\n\r]*:[ \t\n\r]*(?=\[)')
+_DENSE_TAIL = re.compile(rb"[ \t\n\r]*\}[ \t\n\r]*")
+
+
+def dense_body(body: bytes, max_depth: int | None = None) -> tuple[np.ndarray, bool] | None:
+    """(float64 values in their shape, row format) of a body that is exactly ``{"instances": A}`` or
+    ``{"inputs": A}`` with A a dense array of numbers (``densejson``), else None: the general path
+    (``jsonio.loads`` + ``parse_predict``) then reads it, errors included. Such a body names no
+    signature and holds no true/false, so what the general path would make of it is A as numpy
+    reads it; nothing is judged here that it would judge otherwise."""
+    head = _DENSE_HEAD.match(body)
+    if head is None:
+        return None
+    found = densejson.dense_array(body, head.end())
+    if found is None:
+        return None
+    values, end = found
+    if not _DENSE_TAIL.fullmatch(body, end) or max_depth is not None and values.ndim + 1 > max_depth:
+        return None
+    return values, head[1] == b"instances"
+
+
+def dense_inputs(values: np.ndarray, sig: Signature) -> dict[str, np.ndarray] | None:
+    """``parse_predict``'s answer for a ``dense_body`` when the signature takes one float tensor
+    (None: any other signature, which the general path judges)."""
+    if len(sig.inputs) != 1:
+        return None
+    alias, spec = sig.inputs[0]
+    v2 = sig.client_dtype(spec)
+    if v2 not in _FLOATS:
+        return None
+    check_bytes(values.size, datatypes.by_v2(v2), alias, list(values.shape))
+    if v2 == "FP64":
+        return {alias: values}
+    with np.errstate(over="ignore"):
+        return {alias: values.astype(np.float32)}
 
 
 class _Batch:

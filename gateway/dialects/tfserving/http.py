@@ -89,6 +89,13 @@ async def _infer(service: Service, name: str, version: int | None, label: str | 
     """Parsing and writing run in the worker's thread pool when the body or the answer is larger
     than limits.offload_bytes (``offload.run``), so a large one never holds up the event loop."""
     size = len(body)
+    if verb == "predict" and size >= codec.DENSE_MIN:  # an image as JSON lists: read without a float object each
+        dense = await offload.run(size, codec.dense_body, body, bounded.LIMITS.max_json_depth)
+        if dense is not None:
+            target = await service.resolve(ServableRef(name, version, label), method="predict")
+            inputs = codec.dense_inputs(dense[0], target.signature)
+            if inputs is not None:
+                return await _predict(service, target, inputs, dense[1])
     doc = await offload.run(size, jsonio.loads, body, bounded.LIMITS.max_json_depth)
     if not isinstance(doc, dict):
         raise invalid(f"JSON Value: {jsonio.debug_string(doc)} Is not object")
@@ -96,14 +103,18 @@ async def _infer(service: Service, name: str, version: int | None, label: str | 
     if verb == "predict":
         target = await service.resolve(spec, method="predict")
         inputs, row = await offload.run(size, codec.parse_predict, doc, target.signature, codec.may_hold_bools(body))
-        _, outs = await service.predict(target, inputs)
-        text = 4 * sum(a.nbytes for a, _ in outs.values())  # float text: ~10 bytes per 4-byte float
-        return await offload.run(text, codec.write_predict, outs, row)
+        return await _predict(service, target, inputs, row)
     # classify/regress: the whole body is read into Examples before the model is looked up
     exs, context = await offload.run(size, codec.parse_examples, doc, verb)
     target = await service.resolve(spec, method=verb)
     _, result = await service.run_examples(target, verb, exs, context)
     return codec.write_regress(result) if verb == "regress" else codec.write_classify(*result)
+
+
+async def _predict(service: Service, target, inputs, row: bool) -> bytes:
+    _, outs = await service.predict(target, inputs)
+    text = 4 * sum(a.nbytes for a, _ in outs.values())  # float text: ~10 bytes per 4-byte float
+    return await offload.run(text, codec.write_predict, outs, row)
 
 
 async def _metadata(service: Service, spec: ServableRef) -> bytes:
