@@ -65,8 +65,13 @@ def _raw(t: Tensor) -> bytes:
 RAW_INPUT_TAG = bytes([service_pb2.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number << 3 | 2])
 
 
+_ONE_BYTE = [bytes((i,)) for i in range(0x80)]
+
+
 def varint(n: int) -> bytes:
     """A protobuf base-128 varint (non-negative ``n``)."""
+    if n < 0x80:  # tags and short lengths: one byte
+        return _ONE_BYTE[n]
     out = bytearray()
     while n > 0x7F:
         out.append(n & 0x7F | 0x80)
@@ -186,30 +191,40 @@ _TYPED_FIELD = {
 }
 
 
+_RAW_NUMPY = {row.v2: row.numpy for row in datatypes.TABLE if not row.is_bytes}  # V2 name -> numpy, fixed size
+
+
 def _decode_output(out, raw: bytes | None) -> Tensor:
-    shape = tuple(out.shape)
-    row = datatypes.by_v2(out.datatype)
+    datatype = out.datatype
+    params = get_params(out.parameters) if out.parameters else {}
     if raw is not None:
-        if row.is_bytes:
-            data = datatypes.decode_bytes(raw, shape)
-        else:
-            data = np.frombuffer(raw, dtype=row.numpy).reshape(shape)
+        numeric = _RAW_NUMPY.get(datatype)
+        if numeric is not None:  # the common case: a view over the answer's bytes
+            return Tensor(out.name, np.frombuffer(raw, dtype=numeric).reshape(tuple(out.shape)), datatype, params)
+    shape = tuple(out.shape)
+    row = datatypes.by_v2(datatype)
+    if raw is not None:
+        data = datatypes.decode_bytes(raw, shape)  # (a fixed-size type took the branch above)
     else:
-        field = _TYPED_FIELD.get(out.datatype)
+        field = _TYPED_FIELD.get(datatype)
         if field is None:
             raise GatewayError(ErrorKind.UPSTREAM_FAILED, f"output '{out.name}' has no data")
         values = getattr(out.contents, field)
         data = (
             datatypes.to_bytes_array(list(values)) if row.is_bytes else np.array(values, dtype=row.numpy)
         ).reshape(shape)
-    return Tensor(out.name, data, out.datatype, get_params(out.parameters))
+    return Tensor(out.name, data, datatype, params)
 
 
 def decode_response(msg: service_pb2.ModelInferResponse) -> InferResponse:
     raws = msg.raw_output_contents
-    outputs = [_decode_output(o, raws[i] if i < len(raws) else None) for i, o in enumerate(msg.outputs)]
-    params = get_params(msg.parameters)
-    final = bool(params.pop(FINAL_PARAM, True))
+    n = len(raws)
+    outputs = [_decode_output(o, raws[i] if i < n else None) for i, o in enumerate(msg.outputs)]
+    if msg.parameters:
+        params = get_params(msg.parameters)
+        final = bool(params.pop(FINAL_PARAM, True))
+    else:
+        params, final = {}, True
     return InferResponse(msg.model_name, msg.model_version, outputs, params, msg.id, final)
 
 

@@ -300,10 +300,12 @@ def test_names_are_limited_before_they_are_looked_up(limits):
 def test_tf_signature_errors_quote_many_long_client_names_from_a_bounded_prefix():
     from gateway.dialects.tfserving import errors as tf_errors
     from gateway.dialects.tfserving import service as tf_service
+    from gateway.core.tensors import TensorSpec
     from gateway.dialects.tfserving.mapping import Signature
 
+    spec = TensorSpec("x", "FP32", (-1,))
     sig = Signature(name="serving_default", method="predict", triton="m", max_batch_size=0,
-                    inputs=(("x", None),), outputs=(("y", None),))
+                    inputs=(("x", spec),), outputs=(("y", spec),))
     inputs = {f"{i:06d}" + "n" * 1000: None for i in range(2000)}  # 2 MB of names
     with pytest.raises(GatewayError) as e:
         tf_service._check_inputs(sig, inputs)

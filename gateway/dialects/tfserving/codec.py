@@ -243,7 +243,7 @@ def parse_predict(doc: dict, sig: Signature, bools: bool = True) -> tuple[dict[s
                       "of 'inputs' or 'instances' keys to exist ")
     if not has_inst and not has_inp:
         raise invalid("Missing 'inputs' or 'instances' key")
-    types = {alias: sig.client_dtype(spec) for alias, spec in sig.inputs}  # alias -> V2 type clients send
+    types = sig.client_types  # alias -> V2 type clients send
     if has_inst:
         return _rows(doc, types, bools), True
     return _columns(doc["inputs"], types, bools), False

@@ -44,7 +44,7 @@ def loads(body: bytes, max_depth: int | None = None):
     only when it may be valid after all (a NaN/Infinity token where orjson stopped, a number past
     double range) or when it is small (``SMALL``); otherwise orjson's error position is worded as
     rapidjson words it (``_worded``), without a second pass over the document."""
-    if not body or not body.strip():
+    if not body or body.isspace():  # (strip() would copy the body)
         raise invalid("JSON Parse error: The document is empty")
     try:
         doc = orjson.loads(body)

@@ -13,7 +13,7 @@ its inputs; one class with an empty label, the score being the output), which is
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from gateway.core.errors import ErrorKind, GatewayError, invalid
 from gateway.core.tensors import ModelMetadata, TensorSpec
@@ -43,6 +43,11 @@ class Signature:
     own: bool = True  # over the TF model's own Triton model (versions and labels apply)
     elementwise: bool = False  # unknown rank: inputs flattened, outputs reshaped back (config.py)
     half_as_float: bool = False  # FP16/BF16 tensors are DT_FLOAT to clients, converted here (config.py)
+    # alias -> the V2 type clients send (client_dtype of every input), made once
+    client_types: dict[str, str] = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "client_types", {alias: self.client_dtype(spec) for alias, spec in self.inputs})
 
     @property
     def method_name(self) -> str:
