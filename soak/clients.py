@@ -19,6 +19,7 @@ import socket
 import grpc
 import numpy as np
 import tritonclient.grpc as v2client
+import tritonclient.http as v2http
 from tritonclient.utils import InferenceServerException
 
 from gateway._proto import grps_pb2, grps_pb2_grpc
@@ -128,6 +129,20 @@ class Clients:
         finally:
             client.close()
 
+    def v2_http(self) -> str:
+        """KServe V2 REST (:8000) through Triton's own HTTP client, the input as a binary tensor."""
+        client = v2http.InferenceServerClient(f"127.0.0.1:{self.ports['v2_http']}", connection_timeout=TIMEOUT,
+                                              network_timeout=TIMEOUT)
+        try:
+            x = v2http.InferInput("x", [2], "FP32")
+            x.set_data_from_numpy(np.array([1.0, 2.0], np.float32), binary_data=True)
+            y = client.infer(TF_MODEL, [x]).as_numpy("y")
+            return CORRECT if y is not None and y.tolist() == [3.5, 4.0] else LOST
+        except InferenceServerException as e:  # status: the HTTP status, as text
+            return CLEAN if str(e.status()) in {str(s) for s in UPSTREAM_DOWN_HTTP} and e.message() else LOST
+        finally:
+            client.close()
+
     def openai_stream(self, vanish: bool = False) -> str:
         """A streamed chat completion read to ``data: [DONE]``; ``vanish``: the client closes the
         socket after the first event (the gateway must cancel the Triton request and carry on)."""
@@ -203,6 +218,10 @@ class Clients:
         status, body = self._http("tfserving_rest", "POST", f"/v1/models/{TF_MODEL}:predict",
                                   b'{"instances": [1.0, 2.0}' + os.urandom(64))
         return CORRECT if status == 400 and self._envelope(body, "error") else LOST
+
+    def malformed_v2_http(self) -> str:
+        status, body = self._http("v2_http", "POST", f"/v2/models/{TF_MODEL}/infer", b'{"inputs": [{"name": "x",')
+        return CORRECT if status == 400 and self._envelope(body, "error") else LOST, f"{status} {body[:200]!r}"
 
     def malformed_mindie(self) -> str:
         status, body = self._http("mindie_http", "POST", "/v1/chat/completions",

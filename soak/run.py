@@ -53,10 +53,10 @@ MAX_GROWTH_MB = _env("SOAK_MAX_RSS_GROWTH_MB", 64)
 MAX_REQUEST_BYTES = 4 << 20  # the soak gateway's limit: oversized requests are 4 MiB + 1 KiB
 RESULTS = ROOT / "soak" / "results"
 
-STEADY = ("tf_rest", "tf_grpc", "grps_http", "grps_grpc", "openai_stream", "v2_grpc")
+STEADY = ("tf_rest", "tf_grpc", "grps_http", "grps_grpc", "openai_stream", "v2_grpc", "v2_http")
 FAULTS = ("openai_vanish", "grps_stream_cancel")
 HOSTILE = ("oversized_tf", "oversized_grpc", "malformed_tf", "malformed_mindie", "malformed_grps",
-           "malformed_tensorproto")
+           "malformed_tensorproto", "malformed_v2_http")
 
 
 class Soak:
@@ -231,7 +231,7 @@ class Soak:
     def finish(self, stuck: list[str]) -> dict:
         admin = self.gateway.url("admin_http")
         # the gateway answers correctly again once everything is over
-        after = {kind: self.clients.__getattribute__(kind)() for kind in ("tf_rest", "grps_http", "v2_grpc")}
+        after = {kind: self.clients.__getattribute__(kind)() for kind in ("tf_rest", "grps_http", "v2_grpc", "v2_http")}
         time.sleep(2)  # cancelled streams unwind
         metrics = http_call(admin, "GET", "/metrics")[2].decode()
         inflight = sum(float(v) for v in re.findall(r"^gateway_inflight_requests(?:\{[^}]*\})? (\S+)$", metrics, re.M))
