@@ -221,7 +221,9 @@ class Clients:
 
     def malformed_v2_http(self) -> str:
         status, body = self._http("v2_http", "POST", f"/v2/models/{TF_MODEL}/infer", b'{"inputs": [{"name": "x",')
-        return CORRECT if status == 400 and self._envelope(body, "error") else LOST, f"{status} {body[:200]!r}"
+        if self._envelope(body, "error") and (status == 400 or status in UPSTREAM_DOWN_HTTP):
+            return CORRECT if status == 400 else CLEAN  # as Triton, the model is found before the body is read
+        return LOST, f"{status} {body[:200]!r}"
 
     def malformed_mindie(self) -> str:
         status, body = self._http("mindie_http", "POST", "/v1/chat/completions",
