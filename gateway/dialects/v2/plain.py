@@ -42,7 +42,6 @@ _OUTPUT_KEYS = (frozenset(("name",)), frozenset(("name", "parameters")))
 _BINARY_OUTPUT = frozenset(("binary_data",))
 _BINARY_DEFAULT = frozenset(("binary_data_output",))
 
-_LENGTHS = [varint(n) for n in range(128)]
 # how to answer a request that names no outputs (shared: render only reads them)
 _JSON_ANSWER, _BINARY_ANSWER = Parsed(None), Parsed(None, binary_default=True)
 
@@ -169,7 +168,7 @@ def request(doc, model: str, version: str, binary: memoryview) -> tuple[bytes, P
         return None
     pieces = [head, _ID_TAG, varint(len(rid_bytes)), rid_bytes, tail] if rid_bytes else [head, tail]
     for raw in raws:
-        pieces += (RAW_INPUT_TAG, _LENGTHS[len(raw)] if len(raw) < 128 else varint(len(raw)), raw)
+        pieces += (RAW_INPUT_TAG, varint(len(raw)), raw)
     if outputs:
         return b"".join(pieces), Parsed(None, outputs=outputs, binary_default=binary_default)
     return b"".join(pieces), _BINARY_ANSWER if binary_default else _JSON_ANSWER
