@@ -323,6 +323,8 @@ FLOOR_HOW = {
     "tf_rest_small": "floor: Sanic route, orjson → ModelInfer (raw FP32) → orjson",
     "tf_rest_image": "floor: Sanic route, orjson → ModelInfer (raw FP32) → orjson",
     "tf_grpc": "floor: grpc.aio Predict, PredictRequest → ModelInfer (raw FP32) → PredictResponse",
+    "v2_rest_json": "floor: Sanic route, orjson → ModelInfer (numpy raw) → orjson",
+    "v2_rest_binary": "floor: Sanic route, body sliced → ModelInfer → orjson header + raw outputs",
     "grps_gtensors": "floor: Sanic route, orjson gtensors → ModelInfer → orjson gtensors",
     "grps_bin": "floor: Sanic route, the body as one BYTES element → ModelInfer → its bytes",
 }

@@ -12,6 +12,9 @@ grpc.aio cost by themselves, not a product. Each handler does only what its answ
     HTTP  POST /v1/models/<name>:predict    {"instances": [floats]} → orjson → one ModelInfer (raw
                                             FP32 "x") → {"predictions": y.tolist()} by orjson (the
                                             floor prototype of issue 20)
+          POST /v2/models/<name>/infer      V2 REST: JSON "data" by numpy, or binary inputs sliced from the
+                                            body → one ModelInfer → orjson JSON (binary_data_output: the
+                                            raw outputs after the JSON header)
           POST /grps/v1/infer/predict       JSON gtensors → one ModelInfer of grps_echo → gtensors;
                                             application/octet-stream → BYTES input "text" → the bytes
           GET  /ready                       200 once both servers listen
@@ -48,6 +51,7 @@ GRPS_MODEL = "grps_echo"
 GRPS_TYPES = {"DT_INT32": ("INT32", np.int32), "DT_INT64": ("INT64", np.int64), "DT_FLOAT32": ("FP32", np.float32),
               "DT_FLOAT64": ("FP64", np.float64)}
 V2_TYPES = {v2: (grps, np_type, "flat_" + grps[3:].lower()) for grps, (v2, np_type) in GRPS_TYPES.items()}
+V2_NUMPY = {v2: np_type for v2, np_type in GRPS_TYPES.values()}
 
 
 class Floor:
@@ -107,6 +111,35 @@ class Floor:
         y = np.frombuffer(resp.raw_output_contents[0], dtype=np.float32).reshape(tuple(resp.outputs[0].shape))
         return raw(orjson.dumps({"predictions": y.tolist()}), content_type=JSON)
 
+    async def v2_infer(self, request, name: str):
+        body = request.body
+        size = int(request.headers.get("inference-header-content-length", len(body)))
+        doc = orjson.loads(body[:size])
+        req = service_pb2.ModelInferRequest(model_name=name)
+        for t in doc["inputs"]:
+            req.inputs.add(name=t["name"], datatype=t["datatype"], shape=t["shape"])
+            if "data" in t:
+                req.raw_input_contents.append(np.asarray(t["data"], dtype=V2_NUMPY[t["datatype"]]).tobytes())
+            else:
+                n = t["parameters"]["binary_data_size"]
+                req.raw_input_contents.append(body[size:size + n])
+                size += n
+        resp = await self.infer(req)
+        binary = doc.get("parameters", {}).get("binary_data_output", False)
+        outputs, tail = [], []
+        for spec, data in zip(resp.outputs, resp.raw_output_contents, strict=True):
+            out = {"name": spec.name, "datatype": spec.datatype, "shape": list(spec.shape)}
+            if binary:
+                out["parameters"] = {"binary_data_size": len(data)}
+                tail.append(data)
+            else:
+                out["data"] = np.frombuffer(data, dtype=V2_NUMPY[spec.datatype]).tolist()
+            outputs.append(out)
+        head = orjson.dumps({"model_name": resp.model_name, "model_version": resp.model_version, "outputs": outputs})
+        if not tail:
+            return raw(head, content_type=JSON)
+        return raw(head + b"".join(tail), content_type=OCTET, headers={"Inference-Header-Content-Length": str(len(head))})
+
     async def grps_predict(self, request):
         if request.content_type == OCTET:
             return await self.grps_bin(request.body)
@@ -136,6 +169,7 @@ class Floor:
         app = Sanic("bench_floor", configure_logging=False)
         app.config.update({"ACCESS_LOG": False, "MOTD": False, "REQUEST_BUFFER_SIZE": 1 << 20})
         app.add_route(self.tf_predict, "/v1/models/<name>", methods=["POST"])
+        app.add_route(self.v2_infer, "/v2/models/<name>/infer", methods=["POST"])
         app.add_route(self.grps_predict, "/grps/v1/infer/predict", methods=["POST"])
         app.add_route(self.ready, "/ready", methods=["GET"])
         return app

@@ -31,6 +31,11 @@ def pool() -> ThreadPoolExecutor:
     return _pool
 
 
+def inline(size: int) -> bool:
+    """Whether ``run(size, ...)`` calls inline: a hot path calls ``fn`` itself then, without a coroutine."""
+    return size <= LIMITS.offload_bytes
+
+
 async def run(size: int, fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)``: inline when ``size`` is small, else in the pool (the request's context goes along)."""
     if size <= LIMITS.offload_bytes:

@@ -190,7 +190,7 @@ def test_every_path_but_the_llm_streams_gets_a_floor_with_the_gateways_request_a
     keys = {c.key for c in built}
     assert set(cases.FLOOR_HOW) <= keys  # no floor for a path that does not exist
     for c in built:
-        if c.direct.kind == "llm" or c.key.startswith("v2_rest"):  # V2 REST: no floor handler yet
+        if c.direct.kind == "llm":
             assert c.floor is None
             continue
         assert c.floor is not None, c.key
@@ -203,6 +203,9 @@ def test_every_path_but_the_llm_streams_gets_a_floor_with_the_gateways_request_a
             assert f.address == "127.0.0.1:6"
     tf = next(c for c in built if c.key == "tf_rest_small")
     assert tf.floor.address == "http://127.0.0.1:5/v1/models/saved_model_half_plus_three:predict"
+    v2 = next(c for c in built if c.key == "v2_rest_binary")
+    assert v2.floor.address == "http://127.0.0.1:5/v2/models/saved_model_half_plus_three/infer"
+    assert v2.floor.headers == v2.gateway.headers and "Inference-Header-Content-Length" in v2.floor.headers
     grps = next(c for c in built if c.key == "grps_bin")
     assert grps.floor.address == "http://127.0.0.1:5/grps/v1/infer/predict"
     assert grps.floor.headers == {"Content-Type": "application/octet-stream"}

@@ -58,7 +58,9 @@ class Rest:
                            ("RepositoryModelLoad", service_pb2.RepositoryModelLoadResponse),
                            ("RepositoryModelUnload", service_pb2.RepositoryModelUnloadResponse),
                            ("ModelInfer", service_pb2.ModelInferResponse)):
-            self._rpc[name] = channel.unary_unary(PREFIX + name, request_serializer=_bytes_or_message,
+            # ModelInfer is always given its wire bytes (http._parse): no serializer to call
+            serializer = None if name == "ModelInfer" else _bytes_or_message
+            self._rpc[name] = channel.unary_unary(PREFIX + name, request_serializer=serializer,
                                                   response_deserializer=resp.FromString)
         self._stream = channel.stream_stream(PREFIX + "ModelStreamInfer", request_serializer=_bytes_or_message,
                                              response_deserializer=service_pb2.ModelStreamInferResponse.FromString)

@@ -33,7 +33,7 @@ from gateway.call import current
 from gateway.core.errors import ErrorKind, GatewayError, invalid
 from gateway.edge import Edge
 
-from . import calls, documents, jsontensor, sse
+from . import calls, documents, jsontensor, plain, sse
 from .calls import JSON, Rest
 from .jsonbody import loads
 from .passthrough import Denied, State
@@ -203,8 +203,10 @@ def _decompress(request: Request) -> bytes:
 
 def _accepts(header: str | None) -> str:
     """``CompressionTypeUsed``: the best weighted of identity, deflate and gzip."""
+    if not header:
+        return "identity"
     best, weight = "identity", 0.0
-    for enc in (header or "").split(","):
+    for enc in header.split(","):
         name, _, q = enc.strip().partition(";q=")
         try:
             w = float(q) if q else 1.0
@@ -226,9 +228,16 @@ def _header_length(request: Request, size: int) -> int:
     return value
 
 
-def _parse(body: bytes, header: int, model: str, version: str) -> jsontensor.Parsed:
-    doc = loads(bytes(body[:header]))
-    return jsontensor.parse(doc, model, version, memoryview(body)[header:])
+def _parse(body: bytes, header: int, model: str, version: str) -> tuple[bytes, jsontensor.Parsed]:
+    """The ModelInfer request's wire bytes and how to answer: a plain body written straight
+    (plain.request), any other through the protobuf message (jsontensor.parse, calls.serialize)."""
+    doc = loads(body if header == len(body) else bytes(body[:header]))
+    binary = memoryview(body)[header:]
+    fast = plain.request(doc, model, version, binary)
+    if fast is not None:
+        return fast
+    parsed = jsontensor.parse(doc, model, version, binary)
+    return calls.serialize(parsed), parsed
 
 
 async def _infer(rest: Rest, request: Request, model: str, version: str):
@@ -247,18 +256,24 @@ async def _infer(rest: Rest, request: Request, model: str, version: str):
         raise invalid(f"[request id: <id_unknown>] Raw request must only have 1 input (found 1) to be deduced but got "
                       f"{len(meta.inputs)} inputs in '{model}' model configuration")
     size = len(body)
-    parsed = await offload.run(size, _parse, body, header, model, version)
-    resp = await rest.call("ModelInfer", calls.serialize(parsed), model)
-    out_size = sum(len(r) for r in resp.raw_output_contents)
-    pieces, json_len = await offload.run(4 * out_size, jsontensor.render, resp, parsed)
+    if offload.inline(size):  # small bodies (most): no coroutine around the parse
+        data, parsed = _parse(body, header, model, version)
+    else:
+        data, parsed = await offload.run(size, _parse, body, header, model, version)
+    resp = await rest.call("ModelInfer", data, model)
+    out_size = 4 * sum(map(len, resp.raw_output_contents))
+    if offload.inline(out_size):
+        pieces, json_len = jsontensor.render(resp, parsed)
+    else:
+        pieces, json_len = await offload.run(out_size, jsontensor.render, resp, parsed)
     payload = b"".join(pieces)
-    headers = {}
+    headers = None
     if json_len is not None:
-        headers["Inference-Header-Content-Length"] = str(json_len)
+        headers = {"Inference-Header-Content-Length": str(json_len)}
     encoding = _accepts(request.headers.get("accept-encoding"))
     if encoding != "identity":
         payload = zlib.compress(payload) if encoding == "deflate" else _gzip(payload)
-        headers["Content-Encoding"] = encoding
+        headers = {**(headers or {}), "Content-Encoding": encoding}
     return calls.answer(payload, 200, "application/octet-stream" if json_len is not None else JSON, headers)
 
 

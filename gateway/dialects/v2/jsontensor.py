@@ -13,6 +13,7 @@ error), this answers 400 with the same words.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -308,6 +309,9 @@ def param_text(p) -> bytes:
     return rjson.string(value)
 
 
+_FLOAT_CODES = {"FP32": "f", "FP64": "d"}  # array typecodes: the values widened to double, as Triton writes them
+
+
 def data_text(name: str, dtype_name: str, raw: bytes, count: int) -> bytes:
     """``WriteDataToJson``."""
     if dtype_name == "BYTES":
@@ -320,6 +324,9 @@ def data_text(name: str, dtype_name: str, raw: bytes, count: int) -> bytes:
     if len(raw) != row.size * count:
         raise GatewayError(ErrorKind.UPSTREAM_FAILED, "Failed to write 'data' field: output tensor shape does not "
                                                       f"match size of output for '{name}'")
+    code = _FLOAT_CODES.get(dtype_name)
+    if code is not None and count <= rjson.SMALL:  # a few values: array's tolist beats numpy's per-call cost
+        return rjson.float_list(array(code, raw).tolist())
     arr = np.frombuffer(raw, dtype=row.numpy)
     kind = row.numpy.kind
     if kind == "f":
@@ -329,12 +336,35 @@ def data_text(name: str, dtype_name: str, raw: bytes, count: int) -> bytes:
     return rjson.ints(arr)
 
 
+_model_heads: dict[tuple, bytes] = {}  # (model_name, model_version) -> their members, as written
+_output_heads: dict[tuple, bytes] = {}  # (name, datatype, shape) -> '{"name":..,"datatype":..,"shape":[..]'
+MAX_HEADS = 4096
+
+
+def _model_head(name: str, version: str) -> bytes:
+    return b'"model_name":' + rjson.string(name) + b',"model_version":' + rjson.string(version)
+
+
+def _output_head(name: str, datatype: str, shape: tuple) -> bytes:
+    return (b'{"name":' + rjson.string(name) + b',"datatype":' + rjson.string(datatype) + b',"shape":['
+            + ",".join(map(str, shape)).encode() + b"]")
+
+
+def _head(cache: dict, key: tuple, write) -> bytes:
+    """A piece of the answer written once per key (bounded: the models and shapes Triton answers)."""
+    hit = cache.get(key)
+    if hit is None:
+        if len(cache) >= MAX_HEADS:
+            cache.clear()
+        hit = cache[key] = write(*key)
+    return hit
+
+
 def render(resp: service_pb2.ModelInferResponse, parsed: Parsed) -> tuple[list, int | None]:
     """``FinalizeResponse``: the body's pieces, and the JSON header's length when binary follows."""
-    head = [b"{"]
-    if resp.id:
-        head += (b'"id":', rjson.string(resp.id), b",")
-    head += (b'"model_name":', rjson.string(resp.model_name), b',"model_version":', rjson.string(resp.model_version))
+    rid = resp.id
+    head = [b'{"id":' + rjson.string(rid) + b"," if rid else b"{",
+            _head(_model_heads, (resp.model_name, resp.model_version), _model_head)]
     if resp.parameters:
         head.append(b',"parameters":{')
         head.append(b",".join(rjson.string(k) + b":" + param_text(p) for k, p in resp.parameters.items()))
@@ -342,22 +372,23 @@ def render(resp: service_pb2.ModelInferResponse, parsed: Parsed) -> tuple[list, 
     head.append(b',"outputs":[')
     buffers: list = []
     raws = resp.raw_output_contents
+    wanted, binary_default = parsed.outputs, parsed.binary_default
     for i, out in enumerate(resp.outputs):
-        want = parsed.outputs.get(out.name)
-        binary = want.binary if want is not None else parsed.binary_default
+        name, datatype, shape = out.name, out.datatype, tuple(out.shape)
+        want = wanted.get(name) if wanted else None
         raw = raws[i] if i < len(raws) else b""
-        shape = list(out.shape)
-        head += (b"," if i else b"", b'{"name":', rjson.string(out.name), b',"datatype":', rjson.string(out.datatype),
-                 b',"shape":[', ",".join(map(str, shape)).encode(), b"]")
-        if binary:
-            head += (b',"parameters":{"binary_data_size":', str(len(raw)).encode(), b"}}")
+        if i:
+            head.append(b",")
+        head.append(_head(_output_heads, (name, datatype, shape), _output_head))
+        if want.binary if want is not None else binary_default:
+            head.append(b',"parameters":{"binary_data_size":%d}}' % len(raw))
             if raw:
                 buffers.append(raw)
         else:
             count = 1
             for d in shape:
                 count *= d
-            head += (b',"data":', data_text(out.name, out.datatype, raw, count), b"}")
+            head += (b',"data":', data_text(name, datatype, raw, count), b"}")
     head.append(b"]}")
     if not buffers:
         return head, None

@@ -68,17 +68,21 @@ def double(x: float) -> str:
     return sign + out
 
 
-_SMALL = 64
+SMALL = 64
+
+
+def float_list(values: list[float]) -> bytes:
+    """``[v,...]`` of a few doubles."""
+    if all(1e-5 <= abs(v) < 1e16 or v == 0 for v in values):
+        return orjson.dumps(values)
+    return ("[" + ",".join(map(double, values)) + "]").encode()
 
 
 def floats(arr: np.ndarray) -> bytes:
     """``[v,...]`` of a flat float array, each value widened to double as Triton does."""
     wide = arr.astype(np.float64, copy=False).reshape(-1)
-    if wide.size <= _SMALL:  # a few values: Python's own loop beats numpy's per-call cost
-        values = wide.tolist()
-        if all(1e-5 <= abs(v) < 1e16 or v == 0 for v in values):
-            return orjson.dumps(values)
-        return ("[" + ",".join(map(double, values)) + "]").encode()
+    if wide.size <= SMALL:  # a few values: Python's own loop beats numpy's per-call cost
+        return float_list(wide.tolist())
     mag = np.abs(wide)
     if bool(np.all(((mag >= 1e-5) & (mag < 1e16)) | (wide == 0))):
         return orjson.dumps(wide, option=orjson.OPT_SERIALIZE_NUMPY)

@@ -1,0 +1,174 @@
+"""The common V2 REST infer request written straight into ``ModelInfer`` wire bytes.
+
+Most bodies are plain: ``inputs`` with ``name``, ``datatype``, ``shape`` and either flat JSON
+``data`` of a numeric or BOOL tensor or ``parameters: {binary_data_size}``, maybe an ``id``, maybe
+``outputs`` asking only ``binary_data``, maybe ``parameters: {binary_data_output}``. For those,
+``request`` writes the bytes ``calls.serialize(jsontensor.parse(...))`` would write without
+building a protobuf message: the fields but ``id`` and the raw contents come from a header
+serialized once per model, version, inputs' names, dtypes and shapes and outputs, the ``id``
+between its two halves (protobuf writes fields in number order), then each tensor's bytes as its
+own ``raw_input_contents``. JSON values are converted with ``array`` (a C cast per value, as the
+general path's numpy cast and Triton's ``static_cast`` do).
+
+Anything else, or anything the general path would refuse, answers None: the general path then
+parses the body and gives the answer or Triton's words for the mistake. Same bytes, the same
+``Parsed`` for the answer: tests/unit/test_v2_plain.py compares both over generated requests.
+"""
+
+from __future__ import annotations
+
+from array import array
+
+from tritonclient.grpc import service_pb2
+
+from gateway.core.bounded import LIMITS
+from gateway.upstream.codec import RAW_INPUT_TAG, varint
+
+from .jsontensor import INT64_MAX, UINT64_MAX, Output, Parsed
+
+_ID_TAG = b"\x1a"  # ModelInferRequest.id: field 3, length-delimited
+_FLOATS = frozenset((float, int))
+_INTS = frozenset((int,))
+_BOOLS = frozenset((bool,))
+# V2 datatype -> (array typecode, element size, the JSON value types Triton reads for it);
+# a value the C type cannot hold raises OverflowError and the general path answers (it wraps or refuses)
+_PACK = {"FP32": ("f", 4, _FLOATS), "FP64": ("d", 8, _FLOATS),
+         "INT8": ("b", 1, _INTS), "INT16": ("h", 2, _INTS), "INT32": ("i", 4, _INTS), "INT64": ("q", 8, _INTS),
+         "UINT8": ("B", 1, _INTS), "UINT16": ("H", 2, _INTS), "UINT32": ("I", 4, _INTS), "UINT64": ("Q", 8, _INTS),
+         "BOOL": ("", 1, _BOOLS)}
+assert all(not code or array(code).itemsize == size for code, size, _ in _PACK.values())
+_DOC_KEYS = frozenset(("id", "inputs", "outputs", "parameters"))
+_OUTPUT_KEYS = (frozenset(("name",)), frozenset(("name", "parameters")))
+_BINARY_OUTPUT = frozenset(("binary_data",))
+_BINARY_DEFAULT = frozenset(("binary_data_output",))
+
+# how to answer a request that names no outputs (shared: render only reads them)
+_JSON_ANSWER, _BINARY_ANSWER = Parsed(None), Parsed(None, binary_default=True)
+
+_headers: dict[tuple, tuple[bytes, bytes]] = {}  # (model, version, inputs, outputs) -> (model/version, the rest)
+MAX_HEADERS = 4096
+
+
+def _header(model: str, version: str, inputs: tuple, outputs: tuple) -> tuple[bytes, bytes]:
+    key = (model, version, inputs, outputs)
+    hit = _headers.get(key)
+    if hit is None:
+        msg = service_pb2.ModelInferRequest()
+        for name, datatype, shape in inputs:
+            msg.inputs.add(name=name, datatype=datatype, shape=shape)
+        for name in outputs:
+            msg.outputs.add(name=name)
+        hit = (service_pb2.ModelInferRequest(model_name=model, model_version=version).SerializeToString(),
+               msg.SerializeToString())
+        if len(_headers) >= MAX_HEADERS:  # bounded: the shapes clients send
+            _headers.clear()
+        _headers[key] = hit
+    return hit
+
+
+def _shape(dims) -> tuple | None:
+    if type(dims) is not list:
+        return None
+    for d in dims:
+        if type(d) is not int or not 0 <= d <= INT64_MAX:
+            return None
+    return tuple(dims)
+
+
+def _json_raw(datatype: str, data, shape: tuple) -> bytes | None:
+    """The tensor's bytes from flat JSON ``data``, or None where the general path decides."""
+    pack = _PACK.get(datatype)
+    if pack is None or type(data) is not list:
+        return None
+    count = 1
+    for d in shape:
+        count *= d
+    code, size, kinds = pack
+    if count != len(data) or not count or count * size > LIMITS.max_tensor_bytes or not kinds.issuperset(map(type, data)):
+        return None
+    if not code:
+        return bytes(data)  # BOOL: True/False as 1/0
+    try:
+        return array(code, data).tobytes()
+    except OverflowError:
+        return None
+
+
+def request(doc, model: str, version: str, binary: memoryview) -> tuple[bytes, Parsed] | None:
+    """``(calls.serialize(parsed), parsed)`` for a plain request, else None."""
+    if type(doc) is not dict or not _DOC_KEYS.issuperset(doc):
+        return None
+    binary_default = False
+    if "parameters" in doc:
+        params = doc["parameters"]
+        if type(params) is not dict or not _BINARY_DEFAULT.issuperset(params):
+            return None
+        binary_default = params.get("binary_data_output", False)
+        if type(binary_default) is not bool:
+            return None
+    rid = doc.get("id", "")
+    if type(rid) is not str:
+        return None
+    inputs = doc.get("inputs")
+    if type(inputs) is not list:
+        return None
+    specs, raws, offset = [], [], 0
+    for inp in inputs:
+        if type(inp) is not dict:
+            return None
+        name, datatype, shape = inp.get("name"), inp.get("datatype"), _shape(inp.get("shape"))
+        if type(name) is not str or type(datatype) is not str or shape is None:
+            return None
+        if len(inp) != 4:  # name, datatype, shape, and data or parameters
+            return None
+        if "data" in inp:
+            raw = _json_raw(datatype, inp["data"], shape)
+            if raw is None:
+                return None
+        elif "parameters" in inp:
+            params = inp["parameters"]
+            if type(params) is not dict or len(params) != 1:
+                return None
+            size = params.get("binary_data_size")
+            if type(size) is not int or not 0 <= size <= UINT64_MAX or offset + size > len(binary):
+                return None
+            raw = binary[offset:offset + size]
+            offset += size
+        else:
+            return None
+        specs.append((name, datatype, shape))
+        raws.append(raw)
+    if offset != len(binary):
+        return None
+    outputs: dict[str, Output] = {}
+    names: tuple = ()
+    if "outputs" in doc:
+        wanted = doc["outputs"]
+        if type(wanted) is not list:
+            return None
+        listed = []
+        for out in wanted:
+            if type(out) is not dict or out.keys() not in _OUTPUT_KEYS or type(out["name"]) is not str:
+                return None
+            binary_out = False
+            if "parameters" in out:
+                params = out["parameters"]
+                if type(params) is not dict or not _BINARY_OUTPUT.issuperset(params):
+                    return None
+                binary_out = params.get("binary_data", False)
+                if type(binary_out) is not bool:
+                    return None
+            listed.append(out["name"])
+            outputs[out["name"]] = Output(binary_out)
+        names = tuple(listed)
+    try:
+        head, tail = _header(model, version, tuple(specs), names)
+        rid_bytes = rid.encode() if rid else b""
+    except (ValueError, UnicodeEncodeError):  # names protobuf refuses (not UTF-8): the general path's error
+        return None
+    pieces = [head, _ID_TAG, varint(len(rid_bytes)), rid_bytes, tail] if rid_bytes else [head, tail]
+    for raw in raws:
+        pieces += (RAW_INPUT_TAG, varint(len(raw)), raw)
+    if outputs:
+        return b"".join(pieces), Parsed(None, outputs=outputs, binary_default=binary_default)
+    return b"".join(pieces), _BINARY_ANSWER if binary_default else _JSON_ANSWER
