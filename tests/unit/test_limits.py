@@ -298,9 +298,9 @@ def test_names_are_limited_before_they_are_looked_up(limits):
 
 
 def test_tf_signature_errors_quote_many_long_client_names_from_a_bounded_prefix():
+    from gateway.core.tensors import TensorSpec
     from gateway.dialects.tfserving import errors as tf_errors
     from gateway.dialects.tfserving import service as tf_service
-    from gateway.core.tensors import TensorSpec
     from gateway.dialects.tfserving.mapping import Signature
 
     spec = TensorSpec("x", "FP32", (-1,))
