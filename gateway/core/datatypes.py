@@ -132,13 +132,14 @@ def bytes_parts(arr: np.ndarray) -> list:
     parts: list = []
     pack = _LEN.pack
     for v in flat:
-        if not isinstance(v, bytes | bytearray):
-            if isinstance(v, memoryview):
-                v = v if v.c_contiguous else bytes(v)
-                parts += (pack(v.nbytes), v)
-                continue
+        if isinstance(v, bytes | bytearray):
+            n = len(v)
+        elif isinstance(v, memoryview) and v.c_contiguous:
+            n = v.nbytes
+        else:
             v = v.encode("utf-8") if isinstance(v, str) else bytes(v)
-        parts += (pack(len(v)), v)
+            n = len(v)
+        parts += (pack(n), v)
     return parts
 
 
