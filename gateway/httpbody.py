@@ -1,4 +1,5 @@
-"""A large HTTP/1.1 body read once, into a buffer sized by its Content-Length.
+"""A large HTTP/1.1 body read once, into a buffer sized by its Content-Length; a large answer
+written after its header, not joined to it.
 
 Sanic's ``request.receive_body()`` copies each received chunk three times (out of the connection's
 buffer into a slice, into ``bytes``, then all chunks joined): a 16 MiB body is copied 48 MiB more
@@ -10,6 +11,11 @@ the end of the body. Routes that take a large binary body (GRPS ``bin_data``) op
 (bytes-like: ``len``, slices, ``bytes()``, orjson, ``b"".join`` take it). Chunked bodies,
 HTTP/2+ and small bodies take sanic's reader.
 
+``raw(body, ...)`` is ``sanic.response.raw`` but for a body of 64 KiB or more: ``Unjoined`` writes
+the header, then the body as it is (sanic writes ``header + body``: a copy of the whole body); the
+bytes on the wire are the same. The body is counted (the edge's access line, metrics) before
+sanic calls ``send``.
+
 It reads sanic 25.12's ``Http`` state (``recv_buffer``, ``request_bytes_left``, ...), which is
 pinned; tests/unit/test_httpbody.py checks the bytes against sanic's reader through a real server.
 """
@@ -17,10 +23,12 @@ pinned; tests/unit/test_httpbody.py checks the bytes against sanic's reader thro
 from __future__ import annotations
 
 import numpy as np
+from sanic import HTTPResponse
 from sanic.exceptions import PayloadTooLarge
 from sanic.http.http1 import HTTP_CONTINUE, Http
 
 MIN_BYTES = 1 << 20  # smaller bodies: sanic's reader (the copies cost less than the difference)
+UNJOINED_MIN = 1 << 16  # smaller answers: one write of header and body
 
 
 def wants_buffer(stream) -> bool:
@@ -53,3 +61,24 @@ async def read_into_buffer(stream: Http) -> memoryview:
         stream.request_bytes_left = size - pos
     stream.request_body = None  # the body is consumed, as at the end of sanic's reader
     return out
+
+
+class Unjoined(HTTPResponse):
+    """An answer whose body is written after its header, not concatenated to it first."""
+
+    async def send(self, data=None, end_stream=None):
+        body = self.body
+        if data is not None or end_stream is False or not body:
+            return await super().send(data, end_stream)
+        self.body = b""
+        self.headers["content-length"] = len(body)
+        await super().send(b"", end_stream=False)  # the header alone (sanic: a body of known length follows)
+        if self.stream is not None and self.stream.send is not None:  # None: a HEAD request's answer is complete
+            await super().send(body, end_stream=True)
+
+
+def raw(body, status: int = 200, headers: dict | None = None,
+        content_type: str = "application/octet-stream") -> HTTPResponse:
+    """``sanic.response.raw``; a large body (bytes or a byte memoryview) is not joined to the header."""
+    cls = Unjoined if len(body) >= UNJOINED_MIN else HTTPResponse
+    return cls(body, status=status, headers=headers, content_type=content_type)

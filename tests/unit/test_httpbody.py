@@ -103,3 +103,21 @@ async def test_a_body_over_the_limit_is_refused_before_it_is_read(server):
     url, http = server
     async with http.post(url, data=io.BytesIO(_body(LIMIT + 1, 3)), headers={"Content-Length": str(LIMIT + 1)}) as r:
         assert r.status == 413
+
+
+@pytest.mark.parametrize("text", [b'{"a": [1, 2.5, "x"]}', b'{"a": Infinity}', b'{"a": -Inf}', b'{"a": ', b"", b"[1,]",
+                                  b'{"\xff": 1}'])
+def test_the_buffered_routes_parse_a_memoryview_body_as_bytes(text):
+    """GRPS predict and V2 REST take a large body as a memoryview: their JSON readers answer the same."""
+    from gateway.core.errors import GatewayError
+    from gateway.dialects.grps import codec as grps_codec
+    from gateway.dialects.v2 import jsonbody
+
+    for read in (grps_codec.load_json, jsonbody.loads):
+        outcomes = []
+        for body in (text, memoryview(np.frombuffer(text, dtype=np.uint8).copy())):
+            try:
+                outcomes.append(("ok", read(body)))
+            except GatewayError as e:
+                outcomes.append(("error", e.kind, str(e)))
+        assert outcomes[0] == outcomes[1]

@@ -11,9 +11,9 @@
 from __future__ import annotations
 
 import numpy as np
-from sanic import HTTPResponse, Request, Sanic, response
+from sanic import Request, Sanic, response
 
-from gateway import offload
+from gateway import httpbody, offload
 from gateway.call import stream_headers
 from gateway.core.errors import invalid
 from gateway.edge import Edge
@@ -41,28 +41,9 @@ def _svc(request: Request) -> GrpsService:
     return request.app.ctx.grps
 
 
-class _Unjoined(HTTPResponse):
-    """A large bin_data answer: its body written after the header, not concatenated to it first (sanic
-    joins them: a copy of the whole body). The body is counted (access line, metrics) before ``send``."""
-
-    async def send(self, data=None, end_stream=None):
-        body = self.body
-        if data is not None or end_stream is False or not body:
-            return await super().send(data, end_stream)
-        self.body = b""
-        self.headers["content-length"] = len(body)
-        await super().send(b"", end_stream=False)  # the header alone (sanic: a body of known length follows)
-        if self.stream is not None and self.stream.send is not None:  # None: a HEAD request's answer is complete
-            await super().send(body, end_stream=True)
-
-
-UNJOINED_MIN = 1 << 16  # smaller answers: one write of header and body
-
-
 def _answer(request: Request, msg: codec.GrpsMessage, ndarray: np.ndarray | bytes | None = None):
     if isinstance(ndarray, bytes):  # a bin_data answer kept out of the message
-        cls = _Unjoined if len(ndarray) >= UNJOINED_MIN else HTTPResponse
-        return cls(ndarray, content_type=OCTET)
+        return httpbody.raw(ndarray, content_type=OCTET)  # a large one: not joined to its header
     pretty = _svc(request).cfg.pretty_json
     if ndarray is not None:
         return response.raw(codec.ndarray_to_json(msg, ndarray, pretty), content_type=JSON)

@@ -1,5 +1,6 @@
-"""A large bin_data answer written after its header (grps/http.py ``_Unjoined``) is, on the wire, the
-answer sanic writes for the same HTTPResponse: same status line, headers and body, GET and HEAD."""
+"""A large answer written after its header (gateway/httpbody.py ``Unjoined``: GRPS bin_data, V2 REST) is,
+on the wire, the answer sanic writes for the same HTTPResponse: same status line, headers and body,
+GET and HEAD."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import numpy as np
 import pytest
 from sanic import HTTPResponse
 
-from gateway.dialects.grps.http import OCTET, _Unjoined
 from gateway.http import make_app
+from gateway.httpbody import Unjoined
 from tests.support import free_port, worker_settings
 
 SIZES = [0, 1, 70_000, 3 * 2**20 + 1]
+OCTET = "application/octet-stream"
 
 
 @pytest.fixture
@@ -25,7 +27,7 @@ async def port():
         return HTTPResponse(bodies[n], content_type=OCTET, headers={"x-request-id": "r"})
 
     async def unjoined(_request, n: int):
-        return _Unjoined(bodies[n], content_type=OCTET, headers={"x-request-id": "r"})
+        return Unjoined(bodies[n], content_type=OCTET, headers={"x-request-id": "r"})
 
     app.add_route(plain, "/plain/<n:int>", methods=["GET", "HEAD"])
     app.add_route(unjoined, "/unjoined/<n:int>", methods=["GET", "HEAD"])
