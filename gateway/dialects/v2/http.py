@@ -248,9 +248,10 @@ async def _infer(rest: Rest, request: Request, model: str, version: str):
                       f"{len(meta.inputs)} inputs in '{model}' model configuration")
     size = len(body)
     parsed = await offload.run(size, _parse, body, header, model, version)
-    resp = await rest.call("ModelInfer", calls.serialize(parsed), model)
-    out_size = sum(len(r) for r in resp.raw_output_contents)
-    pieces, json_len = await offload.run(4 * out_size, jsontensor.render, resp, parsed)
+    resp, raws = await rest.call("ModelInfer", calls.serialize(parsed), model)
+    raws = list(resp.raw_output_contents) if raws is None else raws  # each read once (a read copies)
+    out_size = sum(len(r) for r in raws)
+    pieces, json_len = await offload.run(4 * out_size, jsontensor.render, resp, parsed, raws)
     payload = b"".join(pieces)
     headers = {}
     if json_len is not None:
@@ -274,7 +275,7 @@ def attach(app: Sanic, edge: Edge, state: State) -> None:
         return await dispatch(rest, request)
 
     methods = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"]
-    edge.route(app, v2_rest, "/<path:path>", methods, "rest")
+    edge.route(app, v2_rest, "/<path:path>", methods, "rest", buffered=True)  # a large body: one copy
     edge.route(app, v2_rest, "/", methods, "rest_root")  # Triton's 404 "Not Found" there too
 
 

@@ -329,8 +329,9 @@ def data_text(name: str, dtype_name: str, raw: bytes, count: int) -> bytes:
     return rjson.ints(arr)
 
 
-def render(resp: service_pb2.ModelInferResponse, parsed: Parsed) -> tuple[list, int | None]:
-    """``FinalizeResponse``: the body's pieces, and the JSON header's length when binary follows."""
+def render(resp: service_pb2.ModelInferResponse, parsed: Parsed, raws=None) -> tuple[list, int | None]:
+    """``FinalizeResponse``: the body's pieces, and the JSON header's length when binary follows
+    (``raws``: the raw contents, e.g. views from ``codec.parse_response``; None: the answer's)."""
     head = [b"{"]
     if resp.id:
         head += (b'"id":', rjson.string(resp.id), b",")
@@ -341,7 +342,8 @@ def render(resp: service_pb2.ModelInferResponse, parsed: Parsed) -> tuple[list, 
         head.append(b"}")
     head.append(b',"outputs":[')
     buffers: list = []
-    raws = resp.raw_output_contents
+    if raws is None:
+        raws = resp.raw_output_contents
     for i, out in enumerate(resp.outputs):
         want = parsed.outputs.get(out.name)
         binary = want.binary if want is not None else parsed.binary_default
