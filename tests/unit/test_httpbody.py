@@ -121,3 +121,17 @@ def test_the_buffered_routes_parse_a_memoryview_body_as_bytes(text):
             except GatewayError as e:
                 outcomes.append(("error", e.kind, str(e)))
         assert outcomes[0] == outcomes[1]
+
+
+async def test_a_client_gone_mid_body_leaves_the_server_serving(server):
+    url, http = server
+    port = int(url.split(":")[2].split("/")[0])
+    size = 4 * httpbody.MIN_BYTES
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: {size}\r\n\r\n".encode() + _body(size // 2, 4))
+    await writer.drain()
+    writer.close()
+    await asyncio.sleep(0.05)
+    body = _body(size, 5)
+    async with http.post(url, data=io.BytesIO(body), headers={"Content-Length": str(size)}) as r:
+        assert (await r.json())["sha"] == hashlib.sha256(body).hexdigest()
