@@ -33,7 +33,7 @@ from gateway.dialects.tfserving.http import dispatch
 from gateway.dialects.tfserving.service import Service
 from gateway.edge import Edge
 from gateway.settings import Settings
-from gateway.upstream import TritonUpstream
+from gateway.upstream import TritonUpstream, codec
 
 MODEL = "saved_model_half_plus_three"
 BODY = b'{"instances": [1.0, 2.0, 5.0, 7.0]}'
@@ -59,7 +59,7 @@ class CannedTriton(TritonUpstream):
         self._channel = object()
 
         async def model_infer(data: bytes, timeout: float, **_grpc_kw):
-            return service_pb2.ModelInferResponse.FromString(ANSWER)
+            return codec.parse_response(ANSWER)  # what the channel's deserializer gives
 
         self._model_infer = model_infer
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from gateway import access, grpchealth, tracing
+from gateway import access, grpchealth, malloc, tracing
 from gateway.context import GatewayContext
 from gateway.core import bounded
 from gateway.dialect import Dialect, load
@@ -70,6 +70,7 @@ class Worker:
         return from_settings(self.settings)
 
     async def start(self) -> GatewayContext:
+        malloc.keep_large_buffers()  # large bodies without page faults on every request (gateway/malloc.py)
         bounded.configure(self.settings.limits)  # the limits pure decoding functions read
         tracing.configure(self.settings.tracing)  # before any Edge exists (off: nothing)
         upstream = self._upstream()

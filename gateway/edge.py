@@ -35,7 +35,7 @@ from typing import Any
 import grpc
 from sanic.exceptions import SanicException
 
-from gateway import logs, metrics, tracing
+from gateway import httpbody, logs, metrics, tracing
 from gateway.access import AUTHORIZATION, UNAUTHENTICATED_MESSAGE, ApiKeys, bearer
 from gateway.call import REQUEST_ID, Admission, Call, current, enter, leave, request_id
 from gateway.core.errors import ErrorKind, GatewayError
@@ -122,13 +122,15 @@ class Edge:
 
     # -- HTTP ----------------------------------------------------------------------------------
     def route(self, app, handler: Callable[..., Awaitable[Any]], uri: str, methods: list[str], name: str,
-              admit: bool = True, public: bool = False) -> None:
+              admit: bool = True, public: bool = False, buffered: bool = False) -> None:
         """Add ``handler(request, **path_params)`` to a sanic app behind the edge, as route ``name``
-        (``public``: no API key asked, for probes)."""
+        (``public``: no API key asked, for probes; ``buffered``: a large body is read into one
+        buffer, ``request.body`` a memoryview: gateway/httpbody.py)."""
         # stream=True: sanic leaves the body unread, so the edge checks the key and admits before reading it
-        app.add_route(self.http(name, handler, admit, public), uri, methods=methods, name=name, stream=True)
+        app.add_route(self.http(name, handler, admit, public, buffered), uri, methods=methods, name=name, stream=True)
 
-    def http(self, route: str, handler: Callable[..., Awaitable[Any]], admit: bool = True, public: bool = False):
+    def http(self, route: str, handler: Callable[..., Awaitable[Any]], admit: bool = True, public: bool = False,
+             buffered: bool = False):
         admission = self.admission
         keys = None if public else self.keys
 
@@ -144,12 +146,12 @@ class Edge:
                 if admit:
                     self._admit()
                     try:
-                        await _read_body(request)
+                        await _read_body(request, buffered)
                         resp = await handler(request, **params)
                     finally:
                         admission.release()
                 else:
-                    await _read_body(request)
+                    await _read_body(request, buffered)
                     resp = await handler(request, **params)
                 outcome = call.failed or "ok"
             except BaseException as exc:  # noqa: BLE001 - the edge: every failure takes Edge.failure
@@ -293,10 +295,13 @@ def _size(message) -> int:
     return size() if size is not None else 0
 
 
-async def _read_body(request) -> None:
+async def _read_body(request, buffered: bool = False) -> None:
     """The whole body, read once admitted. Sanic lifts the size limit for a streaming route; it is
     put back first, so a body over limits.max_request_bytes is a 413 as soon as its length is known."""
     stream = request.stream
     if stream is not None and stream.request_body:
         stream.request_max_size = request.app.config.REQUEST_MAX_SIZE
-        await request.receive_body()
+        if buffered and httpbody.wants_buffer(stream):
+            request.body = await httpbody.read_into_buffer(stream)
+        else:
+            await request.receive_body()

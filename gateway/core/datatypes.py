@@ -122,13 +122,24 @@ def to_bytes_array(values) -> np.ndarray:
     return out
 
 
-def bytes_parts(arr: np.ndarray) -> list[bytes]:
+def bytes_parts(arr: np.ndarray) -> list:
     """BYTES tensor → the pieces of its KServe wire form (<uint32 LE length><bytes> per element,
-    row-major), not yet joined: a caller that joins them with more pieces copies the data once."""
-    parts = []
-    for v in to_bytes_array(arr).reshape(-1):
-        parts.append(_LEN.pack(len(v)))
-        parts.append(v)
+    row-major), not yet joined: a caller that joins them with more pieces copies the data once.
+    Elements are converted as ``to_bytes_array`` does, but a ``bytearray`` or byte ``memoryview``
+    one (an HTTP body read into a buffer, gateway/httpbody.py) is a piece as it is, not copied into
+    ``bytes`` first."""
+    flat = arr.reshape(-1) if isinstance(arr, np.ndarray) and arr.dtype.kind == "O" else to_bytes_array(arr).reshape(-1)
+    parts: list = []
+    pack = _LEN.pack
+    for v in flat:
+        if isinstance(v, bytes | bytearray):
+            n = len(v)
+        elif isinstance(v, memoryview) and v.c_contiguous:
+            n = v.nbytes
+        else:
+            v = v.encode("utf-8") if isinstance(v, str) else bytes(v)
+            n = len(v)
+        parts += (pack(n), v)
     return parts
 
 

@@ -173,10 +173,10 @@ class TritonUpstream:
             else:
                 self._channel = grpc.aio.insecure_channel(self.target, options=self.options)
             self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
-            # ModelInfer with requests serialized by codec.serialize_request (tensor data copied once)
+            # ModelInfer with requests serialized by codec.serialize_request (tensor data copied once),
+            # answers parsed by codec.parse_response (a large answer's tensor data not copied)
             self._model_infer = self._channel.unary_unary(
-                "/inference.GRPCInferenceService/ModelInfer",
-                response_deserializer=service_pb2.ModelInferResponse.FromString)
+                "/inference.GRPCInferenceService/ModelInfer", response_deserializer=codec.parse_response)
 
     async def close(self) -> None:
         if self._channel is not None:
@@ -232,8 +232,8 @@ class TritonUpstream:
             raise GatewayError(ErrorKind.INTERNAL, "upstream used before connect()")
         data = codec.serialize_request(req)
         with _translate("ModelInfer", req.model), tracing.upstream("ModelInfer", req.model) as md:
-            resp = await self._model_infer(data, timeout=self._timeout(), metadata=md)
-        return codec.decode_response(resp)
+            resp, raws = await self._model_infer(data, timeout=self._timeout(), metadata=md)
+        return codec.decode_response(resp, raws)
 
     async def stream(self, req: InferRequest) -> AsyncIterator[InferResponse]:
         """ModelStreamInfer for one request: yields each response, ends on triton_final_response.

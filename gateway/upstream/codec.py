@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 from tritonclient.grpc import model_config_pb2, service_pb2
 
 from gateway.core import datatypes
@@ -140,7 +141,7 @@ def serialize_request(req: InferRequest) -> bytes:
     plain = not req.parameters and not any(t.parameters for t in req.inputs)
     for t in req.inputs:
         parts = _raw_parts(t)
-        pieces += (RAW_INPUT_TAG, varint(sum(len(p) if isinstance(p, bytes) else p.nbytes for p in parts)))
+        pieces += (RAW_INPUT_TAG, varint(sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)))
         pieces += parts
     if plain:
         head = _cached_header(req)
@@ -216,8 +217,10 @@ def _decode_output(out, raw: bytes | None) -> Tensor:
     return Tensor(out.name, data, datatype, params)
 
 
-def decode_response(msg: service_pb2.ModelInferResponse) -> InferResponse:
-    raws = msg.raw_output_contents
+def decode_response(msg: service_pb2.ModelInferResponse, raws=None) -> InferResponse:
+    """``raws``: the raw contents as ``parse_response`` cut them out of the wire (else the message's)."""
+    if raws is None:
+        raws = msg.raw_output_contents
     n = len(raws)
     outputs = [_decode_output(o, raws[i] if i < n else None) for i, o in enumerate(msg.outputs)]
     if msg.parameters:
@@ -226,6 +229,62 @@ def decode_response(msg: service_pb2.ModelInferResponse) -> InferResponse:
     else:
         params, final = {}, True
     return InferResponse(msg.model_name, msg.model_version, outputs, params, msg.id, final)
+
+
+RAW_OUTPUT_TAG = service_pb2.ModelInferResponse.DESCRIPTOR.fields_by_name["raw_output_contents"].number << 3 | 2
+SPLIT_MIN = 1 << 16  # smaller answers are parsed by protobuf as they are (faster than the scan below)
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise DecodeError("truncated or overlong varint")
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+
+
+def parse_response(data: bytes) -> tuple[service_pb2.ModelInferResponse, list[memoryview] | None]:
+    """ModelInfer's response deserializer: (the message, its raw contents or None: the message's).
+
+    A large answer's ``raw_output_contents`` stay where gRPC put them: the top-level fields are
+    scanned (a few per answer, not per byte), each raw entry is taken as a view of ``data``, and
+    protobuf parses the other fields only, so the tensor bytes are not copied into protobuf's
+    arena and out again (two copies of every output). ``decode_response(*parse_response(b))`` is
+    ``decode_response(FromString(b))`` (tests/unit/test_upstream_codec.py).
+    """
+    if len(data) < SPLIT_MIN:
+        return service_pb2.ModelInferResponse.FromString(data), None
+    view = memoryview(data)
+    kept: list = []
+    raws: list[memoryview] = []
+    pos = start = 0
+    end = len(data)
+    while pos < end:
+        tag, p = _read_varint(data, pos)
+        wire = tag & 7
+        if wire == 2:
+            n, p = _read_varint(data, p)
+            q = p + n
+        elif wire == 0:
+            q = _read_varint(data, p)[1]
+        elif wire in (1, 5):
+            q = p + (8 if wire == 1 else 4)
+        else:
+            raise DecodeError(f"unexpected wire type {wire}")
+        if q > end:
+            raise DecodeError("field runs past the end of the message")
+        if tag == RAW_OUTPUT_TAG:
+            kept.append(view[start:pos])
+            raws.append(view[p:q])
+            start = q
+        pos = q
+    kept.append(view[start:])
+    return service_pb2.ModelInferResponse.FromString(b"".join(kept)), raws
 
 
 def _spec(t, optional: bool = False) -> TensorSpec:

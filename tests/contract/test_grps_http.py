@@ -162,6 +162,18 @@ def test_gmap_keys_feed_inputs_of_the_same_name(url):
     assert r["gmap"] == {"s_b": {"text_out": "/w=="}}
 
 
+@pytest.mark.parametrize("size", [(1 << 20) - 1, 1 << 20, (16 << 20) + 3])  # around gateway/httpbody.py's MIN_BYTES
+def test_large_bin_data_comes_back_byte_for_byte(url, size):
+    """A large octet-stream body (read into one buffer, sent to Triton as it is, its answer taken as a
+    view of gRPC's bytes) is echoed unchanged, also when the client waits for 100-continue."""
+    payload = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes()
+    for headers in ({}, {"expect": "100-continue"}):
+        r = requests.post(f"{url}/grps/v1/infer/predict", data=payload, timeout=60,
+                          headers={"content-type": "application/octet-stream", **headers})
+        assert r.status_code == 200 and r.headers["content-type"] == "application/octet-stream"
+        assert r.content == payload
+
+
 def test_tiny_llm_answers_text_over_str_data(url):
     r = predict(url, {"model": "tiny_llm-1", "str_data": "hello"}).json()
     assert r["status"] == OK and r["str_data"].startswith("hello") and len(r["str_data"].split()) > 3

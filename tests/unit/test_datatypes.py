@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.core import datatypes as dt
@@ -86,3 +88,46 @@ def test_bytes_round_trip(items):
     arr = np.empty(len(items), dtype=object)
     arr[:] = items
     assert dt.decode_bytes(dt.encode_bytes(arr), (len(items),)).tolist() == items
+
+
+def _wire(items: list[bytes]) -> bytes:
+    """The KServe wire form, from its definition: <uint32 LE length><bytes> per element."""
+    return b"".join(struct.pack("<I", len(b)) + b for b in items)
+
+
+_FORMS = {
+    "bytes": bytes,
+    "bytearray": bytearray,
+    "memoryview": memoryview,
+    "memoryview of a numpy buffer": lambda b: memoryview(np.frombuffer(b, dtype=np.uint8).copy()),
+}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=40), max_size=30), st.lists(st.sampled_from(sorted(_FORMS)), min_size=30,
+                                                                  max_size=30), st.sampled_from([None, (-1,), (1, -1)]))
+def test_bytes_parts_takes_buffers_as_they_are_and_writes_the_same_bytes(items, forms, shape):
+    arr = np.empty(len(items), dtype=object)
+    arr[:] = [_FORMS[f](b) for b, f in zip(items, forms, strict=False)]
+    if shape is not None and items:
+        arr = arr.reshape(shape)
+    parts = dt.bytes_parts(arr)
+    assert b"".join(parts) == _wire(items) == dt.encode_bytes(dt.to_bytes_array([bytes(b) for b in items]))
+    assert all(p is v for p, v in zip(parts[1::2], arr.reshape(-1), strict=True))  # not copied
+    assert dt.decode_bytes(b"".join(parts)).tolist() == items
+
+
+def test_bytes_parts_of_many_and_empty_elements_and_of_str_and_numpy_string_arrays():
+    rng = np.random.default_rng(0)
+    items = [rng.integers(0, 256, int(n), dtype=np.uint8).tobytes() for n in rng.integers(0, 5, 20_000)]
+    arr = np.empty(len(items), dtype=object)
+    arr[:] = items
+    assert b"".join(dt.bytes_parts(arr)) == _wire(items)
+    assert b"".join(dt.bytes_parts(np.empty(0, dtype=object))) == b""
+    assert b"".join(dt.bytes_parts(np.array(["a\u00e9", ""]))) == _wire(["a\u00e9".encode(), b""])
+    assert b"".join(dt.bytes_parts(np.array([b"xy", b""]))) == _wire([b"xy", b""])
+    mixed = np.array(["s", b"b", bytearray(b"ba")], dtype=object)
+    assert b"".join(dt.bytes_parts(mixed)) == _wire([b"s", b"b", b"ba"])
+    strided = np.empty(1, dtype=object)
+    strided[0] = memoryview(b"abcdef")[::2]  # not contiguous: copied into bytes
+    assert b"".join(dt.bytes_parts(strided)) == _wire([b"ace"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -158,3 +159,71 @@ def test_serialize_request_with_a_large_tensor():
     req = InferRequest("m", [Tensor("x", big, "FP32")])
     parsed = service_pb2.ModelInferRequest.FromString(codec.serialize_request(req))
     assert parsed.raw_input_contents[0] == big.tobytes()
+
+
+def _same_response(a, b) -> None:
+    assert (a.model, a.version, a.id, a.parameters, a.final) == (b.model, b.version, b.id, b.parameters, b.final)
+    assert [(t.name, t.datatype, t.shape, t.parameters) for t in a.outputs] == \
+        [(t.name, t.datatype, t.shape, t.parameters) for t in b.outputs]
+    for x, y in zip(a.outputs, b.outputs, strict=True):
+        assert x.data.dtype == y.data.dtype
+        assert x.data.tolist() == y.data.tolist() if x.datatype == "BYTES" else x.data.tobytes() == y.data.tobytes()
+
+
+@st.composite
+def responses(draw):
+    """A ModelInferResponse on the wire, raw contents large enough (sometimes) to take the split path."""
+    resp = service_pb2.ModelInferResponse(model_name=draw(st.text(max_size=8)), model_version=draw(st.text(max_size=3)),
+                                          id=draw(st.text(max_size=8)))
+    if draw(st.booleans()):
+        resp.parameters["triton_final_response"].bool_param = draw(st.booleans())
+        resp.parameters["s"].string_param = "x"
+    for i in range(draw(st.integers(0, 3))):
+        big = draw(st.sampled_from([0, 3, codec.SPLIT_MIN, 3 * codec.SPLIT_MIN + 1]))
+        if draw(st.booleans()):  # BYTES: elements, some empty, one perhaps large
+            items = draw(st.lists(st.binary(max_size=6), max_size=5)) + [bytes(big % 251) * 3]
+            arr = np.empty(len(items), dtype=object)
+            arr[:] = items
+            out = resp.outputs.add(name=f"o{i}", datatype="BYTES", shape=[len(items)])
+            resp.raw_output_contents.append(dt.encode_bytes(arr))
+        else:
+            out = resp.outputs.add(name=f"o{i}", datatype="FP32", shape=[big // 4 + 1])
+            resp.raw_output_contents.append(np.arange(big // 4 + 1, dtype=np.float32).tobytes())
+        if draw(st.booleans()):
+            out.parameters["p"].int64_param = i
+    wire = resp.SerializeToString()
+    if draw(st.booleans()):  # protobuf lets fields come in any order: the raw contents first
+        head = service_pb2.ModelInferResponse()
+        head.CopyFrom(resp)
+        del head.raw_output_contents[:]
+        tail = service_pb2.ModelInferResponse(raw_output_contents=resp.raw_output_contents).SerializeToString()
+        wire = tail + head.SerializeToString()
+    return wire
+
+
+@settings(max_examples=150, deadline=None)
+@given(responses())
+def test_parse_response_is_protobufs_parse_with_the_raw_contents_as_views(wire):
+    msg, raws = codec.parse_response(wire)
+    full = service_pb2.ModelInferResponse.FromString(wire)
+    if raws is None:
+        assert len(wire) < codec.SPLIT_MIN and msg == full
+    else:
+        assert [bytes(r) for r in raws] == list(full.raw_output_contents)
+        assert all(r.obj is wire for r in raws)  # views of gRPC's bytes, not copies
+        del full.raw_output_contents[:]
+        assert msg == full
+    _same_response(codec.decode_response(msg, raws), codec.decode_response(service_pb2.ModelInferResponse.FromString(wire)))
+
+
+def test_parse_response_keeps_unknown_fields_and_refuses_a_malformed_answer():
+    big = service_pb2.ModelInferResponse(model_name="m", raw_output_contents=[b"x" * codec.SPLIT_MIN]).SerializeToString()
+    unknown = bytes([15 << 3 | 0, 7])  # field 15, varint 7: not in the message
+    msg, raws = codec.parse_response(big + unknown)
+    assert msg.model_name == "m" and bytes(raws[0]) == b"x" * codec.SPLIT_MIN
+    assert msg.SerializeToString() == service_pb2.ModelInferResponse(model_name="m").SerializeToString() + unknown
+    for bad in (big[:-1], big + b"\x80", big + bytes([15 << 3 | 3])):  # cut short, an endless varint, a group
+        with pytest.raises(DecodeError):
+            codec.parse_response(bad)
+        with pytest.raises(DecodeError):
+            service_pb2.ModelInferResponse.FromString(bad)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from sanic import Request, Sanic, response
 
-from gateway import offload
+from gateway import httpbody, offload
 from gateway.call import stream_headers
 from gateway.core.errors import invalid
 from gateway.edge import Edge
@@ -30,7 +30,7 @@ def attach(app: Sanic, edge: Edge, svc: GrpsService) -> None:
     """GRPS's routes behind the edge (errors in GRPS's envelope, by the dialect's Rendering)."""
     app.ctx.grps = svc
     edge.route(app, _health, "/grps/v1/health/<op:online|offline|live|ready>", METHODS, "health")
-    edge.route(app, _predict, "/grps/v1/infer/predict", METHODS, "predict")
+    edge.route(app, _predict, "/grps/v1/infer/predict", METHODS, "predict", buffered=True)  # bin_data: one copy
     edge.route(app, _server_metadata, "/grps/v1/metadata/server", METHODS, "server_metadata")
     edge.route(app, _model_metadata, "/grps/v1/metadata/model", METHODS, "model_metadata")
     monitor_page.add_routes(app, edge, svc.monitor)
@@ -43,7 +43,7 @@ def _svc(request: Request) -> GrpsService:
 
 def _answer(request: Request, msg: codec.GrpsMessage, ndarray: np.ndarray | bytes | None = None):
     if isinstance(ndarray, bytes):  # a bin_data answer kept out of the message
-        return response.raw(ndarray, content_type=OCTET)
+        return httpbody.raw(ndarray, content_type=OCTET)  # a large one: not joined to its header
     pretty = _svc(request).cfg.pretty_json
     if ndarray is not None:
         return response.raw(codec.ndarray_to_json(msg, ndarray, pretty), content_type=JSON)
@@ -84,7 +84,7 @@ async def _predict(request: Request):
     payload = request.body if msg.WhichOneof("data_oneof") == "bin_data" and not msg.bin_data else None
     if streaming:
         if payload is not None:
-            msg.bin_data = payload
+            msg.bin_data = bytes(payload)  # a large body is a memoryview (Edge.route buffered)
         return await _stream(request, svc, msg, ndarray)
     out, arr = await svc.predict(msg, ndarray, return_ndarray, payload=payload)
     size = arr.nbytes if isinstance(arr, np.ndarray) else 0 if isinstance(arr, bytes) else out.ByteSize()

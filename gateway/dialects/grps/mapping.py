@@ -63,10 +63,12 @@ def to_request(
     if kind in ("str_data", "bin_data"):
         spec = _input_of(meta, target.rule.str_input, "BYTES", "str_data/bin_data")
         if kind == "str_data":
-            value = msg.str_data.encode("utf-8")
+            inputs = [_single(spec, msg.str_data.encode("utf-8"), meta)]
+        elif payload is not None and spec.datatype == "BYTES":
+            # an octet-stream body (bytes, or a memoryview: gateway/httpbody.py) is the element, not copied
+            inputs = [Tensor(spec.name, _one(payload).reshape(_shape_for(spec, meta)), "BYTES")]
         else:
-            value = payload if payload is not None else msg.bin_data
-        inputs = [_single(spec, value, meta)]
+            inputs = [_single(spec, msg.bin_data if payload is None else bytes(payload), meta)]
     elif kind == "ndarray":
         if ndarray is None:  # a protobuf message's NDArrayData is empty: only HTTP JSON carries an ndarray
             raise invalid(NDARRAY_OVER_GRPC)
@@ -104,6 +106,12 @@ def _shape_for(spec: TensorSpec, meta: ModelMetadata) -> list[int]:
     if any(d > 1 for d in spec.shape):
         raise invalid(f"input '{spec.name}' of model '{meta.name}' has shape {list(spec.shape)}, not a single value")
     return [1] * max(rank, 1)
+
+
+def _one(value) -> np.ndarray:
+    arr = np.empty(1, dtype=object)
+    arr[0] = value
+    return arr
 
 
 def _single(spec: TensorSpec, value, meta: ModelMetadata, datatype: str | None = None) -> Tensor:

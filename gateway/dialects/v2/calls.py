@@ -7,14 +7,14 @@ import asyncio
 import time
 
 import grpc
-from sanic import Request, response
+from sanic import Request
 from tritonclient.grpc import service_pb2
 
-from gateway import metrics, tracing
+from gateway import httpbody, metrics, tracing
 from gateway.access import unknown_model
 from gateway.call import current
 from gateway.core.errors import ErrorKind, GatewayError
-from gateway.upstream.codec import RAW_INPUT_TAG, varint
+from gateway.upstream.codec import RAW_INPUT_TAG, parse_response, varint
 
 from . import jsontensor
 from .passthrough import PREFIX, State, UpstreamStatus
@@ -56,12 +56,13 @@ class Rest:
                            ("ModelStatistics", service_pb2.ModelStatisticsResponse),
                            ("RepositoryIndex", service_pb2.RepositoryIndexResponse),
                            ("RepositoryModelLoad", service_pb2.RepositoryModelLoadResponse),
-                           ("RepositoryModelUnload", service_pb2.RepositoryModelUnloadResponse),
-                           ("ModelInfer", service_pb2.ModelInferResponse)):
-            # ModelInfer is always given its wire bytes (http._parse): no serializer to call
-            serializer = None if name == "ModelInfer" else _bytes_or_message
-            self._rpc[name] = channel.unary_unary(PREFIX + name, request_serializer=serializer,
+                           ("RepositoryModelUnload", service_pb2.RepositoryModelUnloadResponse)):
+            self._rpc[name] = channel.unary_unary(PREFIX + name, request_serializer=_bytes_or_message,
                                                   response_deserializer=resp.FromString)
+        # (answer, its raw contents as views of gRPC's bytes, or None: the answer's own)
+        # ModelInfer is always given its wire bytes (http._parse): no serializer to call
+        self._rpc["ModelInfer"] = channel.unary_unary(PREFIX + "ModelInfer", request_serializer=None,
+                                                      response_deserializer=parse_response)
         self._stream = channel.stream_stream(PREFIX + "ModelStreamInfer", request_serializer=_bytes_or_message,
                                              response_deserializer=service_pb2.ModelStreamInferResponse.FromString)
 
@@ -105,7 +106,7 @@ def version(text: str | None) -> str:
 
 
 def answer(body: bytes, status: int = 200, content_type: str | None = JSON, headers: dict | None = None):
-    return response.raw(body, status=status, content_type=content_type, headers=headers)
+    return httpbody.raw(body, status=status, content_type=content_type, headers=headers)  # large: not joined
 
 
 def require(request: Request, method: str) -> None:

@@ -260,12 +260,13 @@ async def _infer(rest: Rest, request: Request, model: str, version: str):
         data, parsed = _parse(body, header, model, version)
     else:
         data, parsed = await offload.run(size, _parse, body, header, model, version)
-    resp = await rest.call("ModelInfer", data, model)
-    out_size = 4 * sum(map(len, resp.raw_output_contents))
+    resp, raws = await rest.call("ModelInfer", data, model)
+    raws = list(resp.raw_output_contents) if raws is None else raws  # each read once (a read copies)
+    out_size = 4 * sum(len(r) for r in raws)
     if offload.inline(out_size):
-        pieces, json_len = jsontensor.render(resp, parsed)
+        pieces, json_len = jsontensor.render(resp, parsed, raws)
     else:
-        pieces, json_len = await offload.run(out_size, jsontensor.render, resp, parsed)
+        pieces, json_len = await offload.run(out_size, jsontensor.render, resp, parsed, raws)
     payload = b"".join(pieces)
     headers = None
     if json_len is not None:
@@ -289,7 +290,7 @@ def attach(app: Sanic, edge: Edge, state: State) -> None:
         return await dispatch(rest, request)
 
     methods = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"]
-    edge.route(app, v2_rest, "/<path:path>", methods, "rest")
+    edge.route(app, v2_rest, "/<path:path>", methods, "rest", buffered=True)  # a large body: one copy
     edge.route(app, v2_rest, "/", methods, "rest_root")  # Triton's 404 "Not Found" there too
 
 

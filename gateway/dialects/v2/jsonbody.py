@@ -24,7 +24,7 @@ def loads(body: bytes):
         return orjson.loads(body)
     except orjson.JSONDecodeError:
         pass
-    text = body.decode("utf-8", "surrogateescape")
+    text = bytes(body).decode("utf-8", "surrogateescape")  # a large body is a memoryview (Edge.route buffered)
     try:
         return json.loads(_BARE_INF.sub(r"\1Infinity", text) if "Inf" in text else text)
     except json.JSONDecodeError as e:

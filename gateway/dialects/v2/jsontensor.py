@@ -360,8 +360,9 @@ def _head(cache: dict, key: tuple, write) -> bytes:
     return hit
 
 
-def render(resp: service_pb2.ModelInferResponse, parsed: Parsed) -> tuple[list, int | None]:
-    """``FinalizeResponse``: the body's pieces, and the JSON header's length when binary follows."""
+def render(resp: service_pb2.ModelInferResponse, parsed: Parsed, raws=None) -> tuple[list, int | None]:
+    """``FinalizeResponse``: the body's pieces, and the JSON header's length when binary follows
+    (``raws``: the raw contents, e.g. views from ``codec.parse_response``; None: the answer's)."""
     rid = resp.id
     head = [b'{"id":' + rjson.string(rid) + b"," if rid else b"{",
             _head(_model_heads, (resp.model_name, resp.model_version), _model_head)]
@@ -371,7 +372,8 @@ def render(resp: service_pb2.ModelInferResponse, parsed: Parsed) -> tuple[list, 
         head.append(b"}")
     head.append(b',"outputs":[')
     buffers: list = []
-    raws = resp.raw_output_contents
+    if raws is None:
+        raws = resp.raw_output_contents
     wanted, binary_default = parsed.outputs, parsed.binary_default
     for i, out in enumerate(resp.outputs):
         name, datatype, shape = out.name, out.datatype, tuple(out.shape)
