@@ -263,20 +263,19 @@ def _scoped(name: str, fn, scope: ModelScope):
 
 
 def _stream(upstream, drop: frozenset[str], scope: ModelScope | None = None, name: str = "ModelStreamInfer"):
+    """ModelStreamInfer: the two directions forwarded independently, message for message. The
+    client's messages go to Triton from a task of their own (``_forward``) while the handler hands
+    Triton's answers back, so neither waits for the other (a message is forwarded while an earlier
+    one's answers are still coming). Per stream, not per message: the metadata, the deadline, the
+    model label (read from the first message), the metrics and the access line."""
     if scope is not None:
         return _scoped_stream(upstream, drop, scope, name)
 
     async def stream(request_iterator, context) -> AsyncIterator[bytes]:
         edge_call = current()
-
-        async def requests():
-            async for item in request_iterator:
-                if not edge_call.model:
-                    edge_call.model = model_name(item)
-                yield item
-
         with tracing.upstream(name, "", forward_metadata(context.invocation_metadata(), drop)) as md:
-            call = upstream(requests(), timeout=edge_call.remaining(stream=True), metadata=md)
+            call = upstream(timeout=edge_call.remaining(stream=True), metadata=md)
+            pump = asyncio.ensure_future(_forward(request_iterator, call, edge_call))
             try:
                 async for item in call:
                     yield item
@@ -284,8 +283,29 @@ def _stream(upstream, drop: frozenset[str], scope: ModelScope | None = None, nam
                 raise UpstreamStatus(err) from None
             finally:
                 call.cancel()  # the caller went away or failed: stop Triton's work
+                pump.cancel()
 
     return stream
+
+
+async def _forward(request_iterator, call, edge_call) -> None:
+    """The client's messages to Triton as they come, then its half-close; the first names the
+    stream's model (metrics, access line). A write to a call that has ended (Triton answered with
+    an error, or the stream was cancelled) stops the forwarding: the handler reads that status. A
+    client stream that breaks cancels Triton's call, as grpc.aio does for a request iterator."""
+    try:
+        requests = aiter(request_iterator)
+        first = await anext(requests, None)
+        if first is not None:
+            edge_call.model = model_name(first)
+            await call.write(first)
+            async for item in requests:
+                await call.write(item)
+        await call.done_writing()
+    except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+        pass
+    except Exception:  # noqa: BLE001 - the handler sees the cancelled call
+        call.cancel()
 
 
 _END = object()
