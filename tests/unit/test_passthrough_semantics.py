@@ -11,12 +11,14 @@ import socket
 
 import grpc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 from tritonclient.grpc import service_pb2
 
 from gateway import metrics
 from gateway.app import Worker
-from gateway.dialects.v2.passthrough import forward_metadata, model_name
+from gateway.dialects.v2.passthrough import _scan, forward_metadata, model_name
 from tests.support import worker_settings
 
 SVC = "/inference.GRPCInferenceService/"
@@ -260,6 +262,20 @@ async def test_messages_over_100_mib_pass(proxy):
     payload = b"\xab" * (100 * 1024 * 1024 + 7)
     out = await channel.unary_unary(SVC + "ModelInfer")(payload, timeout=60)
     assert len(out) == len(payload) + 5 and out.endswith(b"\xab\xab")
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.text(max_size=300), version=st.text(max_size=5), rid=st.text(max_size=5))
+def test_the_quick_model_name_read_is_the_field_scans(name, version, rid):
+    raw = service_pb2.ModelInferRequest(model_name=name, model_version=version, id=rid).SerializeToString()
+    assert model_name(raw) == _scan(raw)
+    assert model_name(raw) == name.encode()[:256].decode("utf-8", "replace")
+
+
+@given(raw=st.binary(max_size=40))
+def test_the_quick_model_name_read_agrees_with_the_scan_on_any_bytes(raw):
+    assert model_name(raw) == _scan(raw)
+    assert model_name(raw, field=2) == _scan(raw, field=2)
 
 
 def test_hop_by_hop_metadata_is_not_forwarded():
