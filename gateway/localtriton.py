@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway import grpcruntime
 from gateway.settings import LocalTriton
 from gateway.startup import port_in_use, port_in_use_message
 
@@ -100,7 +101,7 @@ def prepare(cfg: LocalTriton, root: Path) -> tuple[list[str], dict[str, str]]:
     env.pop("PYTHONPATH", None)
     env.pop("VIRTUAL_ENV", None)
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    return cmd, env
+    return cmd, grpcruntime.for_child(env)  # the gateway's gRPC settings are not Triton's
 
 
 @dataclass

@@ -11,11 +11,14 @@ import socket
 
 import grpc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 from tritonclient.grpc import service_pb2
 
+from gateway import metrics
 from gateway.app import Worker
-from gateway.dialects.v2.passthrough import forward_metadata, model_name
+from gateway.dialects.v2.passthrough import _scan, forward_metadata, model_name
 from tests.support import worker_settings
 
 SVC = "/inference.GRPCInferenceService/"
@@ -31,6 +34,7 @@ class FakeTriton(grpc.GenericRpcHandler):
     def __init__(self):
         self.seen: dict[str, object] = {}
         self.cancelled = asyncio.Event()
+        self.stream_cancelled = asyncio.Event()
         self.methods: list[str] = []
 
     def service(self, details):
@@ -58,9 +62,26 @@ class FakeTriton(grpc.GenericRpcHandler):
         return await self._echo(request, context)
 
     async def _stream(self, request_iterator, context):
-        async for item in request_iterator:
-            for i in range(3):
-                yield item + b"#%d" % i
+        self.seen["stream_metadata"] = dict(context.invocation_metadata())
+        self.seen["stream_time_remaining"] = context.time_remaining()
+        try:
+            async for item in request_iterator:
+                if item == b"pair":  # answered only once the next message has come
+                    nxt = await anext(aiter(request_iterator))
+                    yield b"pair+" + nxt
+                elif item == b"hold":  # one answer, then work that runs on after a half-close (a generation)
+                    yield b"hold#0"
+                    await asyncio.sleep(30)
+                elif item == b"boom":  # Triton's status ends the stream midway
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "in-stream failure",
+                                        (("why", "boom"),))
+                else:
+                    for i in range(3):
+                        yield item + b"#%d" % i
+            self.seen["half_closed"] = True
+        except asyncio.CancelledError:
+            self.stream_cancelled.set()
+            raise
 
 
 @pytest.fixture
@@ -168,11 +189,93 @@ async def test_bidirectional_stream_passes_through(proxy):
     assert got == [b"a#0", b"a#1", b"a#2", b"b#0", b"b#1", b"b#2"]
 
 
+async def test_a_stream_forwards_each_message_without_waiting_for_answers(proxy):
+    """The two directions are independent: "pair" is answered only after the next message reached
+    Triton, so a gateway that waited for an answer before forwarding the next message would hang."""
+    fake, channel, _ = proxy
+    call = channel.stream_stream(SVC + "ModelStreamInfer")(metadata=(("x-tenant", "a"),), timeout=5)
+    await call.write(b"pair")
+    await call.write(b"x")
+    assert await call.read() == b"pair+x"
+    await call.write(b"y")
+    assert [await call.read() for _ in range(3)] == [b"y#0", b"y#1", b"y#2"]
+    await call.done_writing()
+    assert await call.read() == grpc.aio.EOF
+    assert await call.code() == grpc.StatusCode.OK
+    assert fake.seen["half_closed"]  # the client's half-close reached Triton
+    assert fake.seen["stream_metadata"]["x-tenant"] == "a"
+    assert 3 < fake.seen["stream_time_remaining"] <= 5.1
+
+
+async def test_tritons_status_midway_through_a_stream_is_kept(proxy):
+    _, channel, _ = proxy
+    call = channel.stream_stream(SVC + "ModelStreamInfer")(metadata=(("x-request-id", "s-1"),), timeout=5)
+    await call.write(b"a")
+    assert [await call.read() for _ in range(3)] == [b"a#0", b"a#1", b"a#2"]
+    await call.write(b"boom")
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await call.read()
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details() == "in-stream failure"
+    trailing = tuple(err.value.trailing_metadata())
+    assert ("why", "boom") in trailing and ("x-request-id", "s-1") in trailing
+
+
+async def test_a_client_leaving_a_stream_cancels_tritons(proxy):
+    fake, channel, _ = proxy
+    call = channel.stream_stream(SVC + "ModelStreamInfer")(timeout=20)
+    await call.write(b"hold")  # Triton still working on it
+    assert await call.read() == b"hold#0"
+    await asyncio.sleep(0.2)
+    assert not fake.stream_cancelled.is_set()
+    call.cancel()
+    await asyncio.wait_for(fake.stream_cancelled.wait(), 5)
+
+
+async def test_a_stream_is_labelled_with_the_model_of_its_first_message(proxy):
+    _, channel, _ = proxy
+    labels = {"dialect": "v2", "listener": "v2_grpc", "route": "ModelStreamInfer", "model": "resnet",
+              "outcome": "ok", "status": "OK"}
+    before = REGISTRY.get_sample_value("gateway_requests_total", labels) or 0
+    first = service_pb2.ModelInferRequest(model_name="resnet").SerializeToString()
+    second = service_pb2.ModelInferRequest(model_name="other").SerializeToString()
+    got = [m async for m in channel.stream_stream(SVC + "ModelStreamInfer")(_many(first, second), timeout=5)]
+    assert len(got) == 6 and got[0] == first + b"#0" and got[3] == second + b"#0"
+    metrics.flush()
+    assert REGISTRY.get_sample_value("gateway_requests_total", labels) == before + 1
+
+
+async def test_an_empty_stream_ends_ok(proxy):
+    _, channel, _ = proxy
+    call = channel.stream_stream(SVC + "ModelStreamInfer")(_many(), timeout=5)
+    assert [m async for m in call] == []
+    assert await call.code() == grpc.StatusCode.OK
+
+
+async def _many(*items: bytes):
+    for item in items:
+        yield item
+
+
 async def test_messages_over_100_mib_pass(proxy):
     _, channel, _ = proxy
     payload = b"\xab" * (100 * 1024 * 1024 + 7)
     out = await channel.unary_unary(SVC + "ModelInfer")(payload, timeout=60)
     assert len(out) == len(payload) + 5 and out.endswith(b"\xab\xab")
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.text(max_size=300), version=st.text(max_size=5), rid=st.text(max_size=5))
+def test_the_quick_model_name_read_is_the_field_scans(name, version, rid):
+    raw = service_pb2.ModelInferRequest(model_name=name, model_version=version, id=rid).SerializeToString()
+    assert model_name(raw) == _scan(raw)
+    assert model_name(raw) == name.encode()[:256].decode("utf-8", "replace")
+
+
+@given(raw=st.binary(max_size=40))
+def test_the_quick_model_name_read_agrees_with_the_scan_on_any_bytes(raw):
+    assert model_name(raw) == _scan(raw)
+    assert model_name(raw, field=2) == _scan(raw, field=2)
 
 
 def test_hop_by_hop_metadata_is_not_forwarded():

@@ -54,14 +54,18 @@ CONTROL = frozenset({"RepositoryModelLoad", "RepositoryModelUnload", "SystemShar
 PER_MODEL = frozenset({"ModelInfer", "ModelStreamInfer", "ModelMetadata", "ModelReady", "ModelConfig",
                        "ModelStatistics"})
 _HOP_KEYS = frozenset({"user-agent", "te", "content-type", "host", "connection"})
+_RESERVED = ("grpc-", ":")  # gRPC's own keys and HTTP/2 pseudo-headers
 MAX_NAME = 256
 
 
 def forward_metadata(md, drop: frozenset[str] = frozenset()) -> tuple[tuple[str, str | bytes], ...]:
     """``drop``: more keys kept from Triton (``authorization`` when it carried this gateway's API key)."""
-    return tuple(
-        (k, v) for k, v in (md or ()) if k not in _HOP_KEYS and k not in drop and not k.startswith(("grpc-", ":"))
-    )
+    return _forwarded(md, _HOP_KEYS | drop)
+
+
+def _forwarded(md, skip: frozenset[str]) -> tuple[tuple[str, str | bytes], ...]:
+    """``md`` less the keys in ``skip`` (hop-by-hop keys and ``drop``, merged once per RPC) and gRPC's own."""
+    return tuple((k, v) for k, v in md or () if k not in skip and not k.startswith(_RESERVED))
 
 
 def _varint(buf: bytes, i: int) -> tuple[int, int]:
@@ -80,8 +84,17 @@ def model_name(raw: bytes, max_fields: int = 16, field: int = 1) -> str:
     """Field 1 (a string; or ``field``) of a serialized request, read without decoding the rest.
 
     Serializers write fields in number order, so it is the first; the scan gives up after a few
-    fields or at anything malformed (Triton will say what is wrong with the request).
+    fields or at anything malformed (Triton will say what is wrong with the request). A request
+    that starts with field 1 and a one-byte length (a name under 128 bytes: nearly every one) is
+    read at once.
     """
+    if field == 1 and len(raw) > 1 and raw[0] == 0x0A and raw[1] < 0x80:
+        return raw[2:2 + raw[1]].decode("utf-8", "replace")
+    return _scan(raw, max_fields, field)
+
+
+def _scan(raw: bytes, max_fields: int = 16, field: int = 1) -> str:
+    """model_name's field by field scan."""
     i, n = 0, len(raw)
     try:
         for _ in range(max_fields):
@@ -214,17 +227,18 @@ def _denied(name: str):
 
 
 def _unary(upstream, drop: frozenset[str], name: str):
+    skip = _HOP_KEYS | drop
+
     async def unary(request: bytes, context):
         edge_call = current()
         # tracing on: the caller's traceparent replaced by the gateway's client span (gateway/tracing.py)
-        with tracing.upstream(name, edge_call.model, forward_metadata(context.invocation_metadata(), drop)) as md:
-            call = upstream(request, timeout=edge_call.remaining(), metadata=md)
+        with tracing.upstream(name, edge_call.model, _forwarded(context.invocation_metadata(), skip)) as md:
             try:
-                return await call
+                # the caller went away (this task cancelled): grpc.aio cancels Triton's call as the
+                # await is cancelled (tests/unit/test_passthrough_semantics.py)
+                return await upstream(request, timeout=edge_call.remaining(), metadata=md)
             except grpc.aio.AioRpcError as err:
                 raise UpstreamStatus(err) from None
-            finally:
-                call.cancel()  # no-op once done; cancels Triton's work if the caller went away
 
     return unary
 
@@ -263,20 +277,19 @@ def _scoped(name: str, fn, scope: ModelScope):
 
 
 def _stream(upstream, drop: frozenset[str], scope: ModelScope | None = None, name: str = "ModelStreamInfer"):
+    """ModelStreamInfer: the two directions forwarded independently, message for message. The
+    client's messages go to Triton from a task of their own (``_forward``) while the handler hands
+    Triton's answers back, so neither waits for the other (a message is forwarded while an earlier
+    one's answers are still coming). Per stream, not per message: the metadata, the deadline, the
+    model label (read from the first message), the metrics and the access line."""
     if scope is not None:
         return _scoped_stream(upstream, drop, scope, name)
 
     async def stream(request_iterator, context) -> AsyncIterator[bytes]:
         edge_call = current()
-
-        async def requests():
-            async for item in request_iterator:
-                if not edge_call.model:
-                    edge_call.model = model_name(item)
-                yield item
-
         with tracing.upstream(name, "", forward_metadata(context.invocation_metadata(), drop)) as md:
-            call = upstream(requests(), timeout=edge_call.remaining(stream=True), metadata=md)
+            call = upstream(timeout=edge_call.remaining(stream=True), metadata=md)
+            pump = asyncio.ensure_future(_forward(request_iterator, call, edge_call))
             try:
                 async for item in call:
                     yield item
@@ -284,8 +297,29 @@ def _stream(upstream, drop: frozenset[str], scope: ModelScope | None = None, nam
                 raise UpstreamStatus(err) from None
             finally:
                 call.cancel()  # the caller went away or failed: stop Triton's work
+                pump.cancel()
 
     return stream
+
+
+async def _forward(request_iterator, call, edge_call) -> None:
+    """The client's messages to Triton as they come, then its half-close; the first names the
+    stream's model (metrics, access line). A write to a call that has ended (Triton answered with
+    an error, or the stream was cancelled) stops the forwarding: the handler reads that status. A
+    client stream that breaks cancels Triton's call, as grpc.aio does for a request iterator."""
+    try:
+        requests = aiter(request_iterator)
+        first = await anext(requests, None)
+        if first is not None:
+            edge_call.model = model_name(first)
+            await call.write(first)
+            async for item in requests:
+                await call.write(item)
+        await call.done_writing()
+    except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+        pass
+    except Exception:  # noqa: BLE001 - the handler sees the cancelled call
+        call.cancel()
 
 
 _END = object()

@@ -1,0 +1,40 @@
+"""The gateway's processes run gRPC without the EventEngine socket threads (gateway/grpcruntime.py),
+unless the operator says otherwise; Triton started by the gateway keeps gRPC's defaults."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from gateway import grpcruntime
+from tests.support import ROOT
+
+
+def test_it_is_set_before_grpc_loads_and_an_operators_value_wins():
+    env: dict[str, str] = {}
+    assert grpcruntime.configure(env, grpc_loaded=False)
+    assert env == {"GRPC_EXPERIMENTS": grpcruntime.EXPERIMENTS}
+    own = {"GRPC_EXPERIMENTS": "-event_engine_client"}
+    assert not grpcruntime.configure(own, grpc_loaded=False)
+    assert own == {"GRPC_EXPERIMENTS": "-event_engine_client"}
+    late: dict[str, str] = {}
+    assert not grpcruntime.configure(late, grpc_loaded=True)  # too late for this process: left alone
+    assert late == {}
+
+
+def _env_of_a_gateway_process(extra: dict[str, str]) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_EXPERIMENTS"} | extra | {"PYTHONPATH": str(ROOT)}
+    code = "import gateway.cli, grpc, os; print(os.environ.get('GRPC_EXPERIMENTS'))"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                          cwd=ROOT, timeout=60).stdout.strip()
+
+
+def test_a_gateway_process_gets_it_first_thing():
+    assert _env_of_a_gateway_process({}) == grpcruntime.EXPERIMENTS
+    assert _env_of_a_gateway_process({"GRPC_EXPERIMENTS": "-x"}) == "-x"
+
+
+def test_triton_does_not_inherit_the_gateways_value():
+    assert grpcruntime.for_child({"GRPC_EXPERIMENTS": grpcruntime.EXPERIMENTS, "A": "1"}) == {"A": "1"}
+    assert grpcruntime.for_child({"GRPC_EXPERIMENTS": "-x"}) == {"GRPC_EXPERIMENTS": "-x"}  # the operator's
