@@ -29,7 +29,16 @@ _ID_PREFIX = os.urandom(4).hex()
 _current: ContextVar[Call | None] = ContextVar("gateway_call", default=None)
 current = _current.get  # () -> Call | None: the request being handled in this task
 enter = _current.set  # (call) -> token: make ``call`` current (the edge, and tests)
-leave = _current.reset  # (token) -> None
+
+
+def leave(token) -> None:
+    """Undo ``enter``. A handler's generator closed from another context (a gRPC stream the client
+    cancelled while an answer was being sent is finalized by grpc's own task) has nothing of its own
+    to undo there: the request still gets its metrics and access line."""
+    try:
+        _current.reset(token)
+    except ValueError:  # the token belongs to the context the generator ran in, not this one
+        pass
 
 
 def generated_request_id() -> str:

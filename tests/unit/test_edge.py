@@ -298,3 +298,51 @@ async def test_a_stream_that_fails_in_band_is_counted_as_failed(worker):
     assert [a.status.status for a in answers] == [grps_pb2.Status.FAILURE]
     assert _count("grps_grpc", "ok") == ok_before
     assert sum(_count("grps_grpc", kind.value) for kind in ErrorKind if kind.value != "ok") == failed_before + 1
+
+
+async def test_a_stream_closed_from_another_context_is_still_finished():
+    """grpc.aio finalizes a cancelled stream's handler from its own task: the edge's generator is
+    closed in a context that never entered the request. It must still count it (and not raise)."""
+    import asyncio
+    import contextvars
+    import gc
+
+    from gateway import metrics
+    from gateway.call import Admission
+    from gateway.dialect import DefaultRendering
+    from gateway.edge import Edge
+
+    class Ctx:
+        def invocation_metadata(self):
+            return ()
+
+        def time_remaining(self):
+            return None
+
+        def set_trailing_metadata(self, _md):
+            pass
+
+    async def answers(_request, _context):
+        while True:
+            yield b"x"
+
+    edge = Edge("v2", "edge_test", DefaultRendering(), Admission(8), 30.0, 600.0)
+    gen = edge.stream("Closed", answers)(b"", Ctx())
+    assert await contextvars.copy_context().run(asyncio.ensure_future, gen.__anext__()) == b"x"
+
+    def counted() -> float:
+        metrics.flush()
+        return REGISTRY.get_sample_value("gateway_requests_total", {
+            "dialect": "v2", "listener": "edge_test", "route": "Closed", "model": "", "outcome": "cancelled",
+            "status": "CANCELLED"}) or 0
+
+    before = counted()
+    await contextvars.copy_context().run(asyncio.ensure_future, gen.aclose())
+    del gen  # the edge's own generator inside is finalized by the loop's hook, from a task of its own
+    for _ in range(50):
+        gc.collect()
+        await asyncio.sleep(0.01)
+        if counted() == before + 1:
+            break
+    assert counted() == before + 1
+    assert edge.admission.inflight == 0
