@@ -15,6 +15,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import metrics
+from gateway.dialects import LISTENERS
 from tests.support import ROOT, free_port, gateway_config, start_gateway, stop_gateway, wait_http
 
 
@@ -38,7 +39,7 @@ def test_health_is_ready_and_metrics_are_exposed(gateway):
 def test_health_is_503_when_triton_is_unreachable(tmp_path):
     ports = {"admin_http": free_port(), "v2_grpc": free_port()}
     cfg = gateway_config(f"127.0.0.1:{free_port()}", ports)  # nothing listens there
-    for name in ("tfserving_grpc", "tfserving_rest", "grps_http", "grps_grpc", "mindie_http"):
+    for name in LISTENERS.keys() - ports.keys():  # the others off, on ports of their own
         cfg["listeners"][name] = {"enabled": False, "port": free_port()}
     path = tmp_path / "g.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -63,7 +64,7 @@ def test_gateway_restart_against_the_same_triton(triton, tmp_path):
     """A second gateway process can come and go while another serves: ports are per listener."""
     ports = {name: free_port() for name in ("v2_grpc", "admin_http")}
     cfg = gateway_config(triton.grpc_target, ports)
-    for name in ("tfserving_grpc", "tfserving_rest", "grps_http", "grps_grpc", "mindie_http"):
+    for name in LISTENERS.keys() - ports.keys():  # the others off, on ports of their own
         cfg["listeners"][name] = {"enabled": False, "port": free_port()}
     gw = start_gateway(cfg, tmp_path)
     stop_gateway(gw)
@@ -75,9 +76,7 @@ def test_local_announces_listeners_and_leaves_nothing_behind_on_sigterm(tmp_path
         "local_triton": {"http_port": free_port(), "grpc_port": free_port(), "metrics_port": free_port(),
                          "workdir": str(tmp_path / "triton"), "venv": str(ROOT / ".venv-triton"),
                          "model_repository": str(ROOT / "model_repository")},
-        "listeners": {n: {"host": "127.0.0.1", "port": free_port()} for n in
-                      ("v2_grpc", "tfserving_grpc", "tfserving_rest", "grps_http", "grps_grpc", "mindie_http",
-                       "admin_http")},
+        "listeners": {n: {"host": "127.0.0.1", "port": free_port()} for n in LISTENERS},  # every one, v2_http too
     }
     path = tmp_path / "local.yaml"
     path.write_text(yaml.safe_dump(ports))
@@ -111,7 +110,7 @@ def _two_workers(triton, tmp_path):
     ports = {name: free_port() for name in ("v2_grpc", "admin_http")}
     cfg = gateway_config(triton.grpc_target, ports)
     cfg["workers"] = 2
-    for name in ("tfserving_grpc", "tfserving_rest", "grps_http", "grps_grpc", "mindie_http"):
+    for name in LISTENERS.keys() - ports.keys():  # the others off, on ports of their own
         cfg["listeners"][name] = {"enabled": False, "port": free_port()}
     return start_gateway(cfg, tmp_path)
 
@@ -218,9 +217,7 @@ def _local_config(tmp_path) -> tuple[dict, object]:
         "local_triton": {"http_port": free_port(), "grpc_port": free_port(), "metrics_port": free_port(),
                          "workdir": str(tmp_path / "triton"), "venv": str(ROOT / ".venv-triton"),
                          "model_repository": str(ROOT / "model_repository")},
-        "listeners": {n: {"host": "127.0.0.1", "port": free_port()} for n in
-                      ("v2_grpc", "tfserving_grpc", "tfserving_rest", "grps_http", "grps_grpc", "mindie_http",
-                       "admin_http")},
+        "listeners": {n: {"host": "127.0.0.1", "port": free_port()} for n in LISTENERS},  # every one, v2_http too
     }
     path = tmp_path / "local.yaml"
     path.write_text(yaml.safe_dump(cfg))
