@@ -94,18 +94,25 @@ def _json_raw(datatype: str, data, shape: tuple) -> bytes | None:
         return None
 
 
+def _flag(obj: dict, allowed: frozenset, key: str) -> bool | None:
+    """The bool ``parameters[key]`` of a request object (False when it has no parameters); None when
+    its parameters hold anything but ``allowed`` keys or the value is not a bool: not plain."""
+    if "parameters" not in obj:
+        return False
+    params = obj["parameters"]
+    if type(params) is not dict or not allowed.issuperset(params):
+        return None
+    value = params.get(key, False)
+    return value if type(value) is bool else None
+
+
 def request(doc, model: str, version: str, binary: memoryview) -> tuple[bytes, Parsed] | None:
     """``(calls.serialize(parsed), parsed)`` for a plain request, else None."""
     if type(doc) is not dict or not _DOC_KEYS.issuperset(doc):
         return None
-    binary_default = False
-    if "parameters" in doc:
-        params = doc["parameters"]
-        if type(params) is not dict or not _BINARY_DEFAULT.issuperset(params):
-            return None
-        binary_default = params.get("binary_data_output", False)
-        if type(binary_default) is not bool:
-            return None
+    binary_default = _flag(doc, _BINARY_DEFAULT, "binary_data_output")
+    if binary_default is None:
+        return None
     rid = doc.get("id", "")
     if type(rid) is not str:
         return None
@@ -150,14 +157,9 @@ def request(doc, model: str, version: str, binary: memoryview) -> tuple[bytes, P
         for out in wanted:
             if type(out) is not dict or out.keys() not in _OUTPUT_KEYS or type(out["name"]) is not str:
                 return None
-            binary_out = False
-            if "parameters" in out:
-                params = out["parameters"]
-                if type(params) is not dict or not _BINARY_OUTPUT.issuperset(params):
-                    return None
-                binary_out = params.get("binary_data", False)
-                if type(binary_out) is not bool:
-                    return None
+            binary_out = _flag(out, _BINARY_OUTPUT, "binary_data")
+            if binary_out is None:
+                return None
             listed.append(out["name"])
             outputs[out["name"]] = Output(binary_out)
         names = tuple(listed)
