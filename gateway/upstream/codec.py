@@ -235,7 +235,8 @@ RAW_OUTPUT_TAG = service_pb2.ModelInferResponse.DESCRIPTOR.fields_by_name["raw_o
 SPLIT_MIN = 1 << 16  # smaller answers are parsed by protobuf as they are (faster than the scan below)
 
 
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """(a protobuf varint at ``data[pos]``, the offset after it); DecodeError when truncated or overlong."""
     value = shift = 0
     while True:
         if pos >= len(data) or shift > 63:
@@ -265,13 +266,13 @@ def parse_response(data: bytes) -> tuple[service_pb2.ModelInferResponse, list[me
     pos = start = 0
     end = len(data)
     while pos < end:
-        tag, p = _read_varint(data, pos)
+        tag, p = read_varint(data, pos)
         wire = tag & 7
         if wire == 2:
-            n, p = _read_varint(data, p)
+            n, p = read_varint(data, p)
             q = p + n
         elif wire == 0:
-            q = _read_varint(data, p)[1]
+            q = read_varint(data, p)[1]
         elif wire in (1, 5):
             q = p + (8 if wire == 1 else 4)
         else:

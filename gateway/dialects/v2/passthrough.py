@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import grpc
+from google.protobuf.message import DecodeError
 from sanic import response
 from tritonclient.grpc import service_pb2
 
@@ -39,6 +40,7 @@ from gateway.core.errors import (
 )
 from gateway.dialect import DefaultRendering, GrpcStatus
 from gateway.edge import Edge
+from gateway.upstream.codec import read_varint
 
 from . import rjson
 from .config import V2Config
@@ -68,18 +70,6 @@ def _forwarded(md, skip: frozenset[str]) -> tuple[tuple[str, str | bytes], ...]:
     return tuple((k, v) for k, v in md or () if k not in skip and not k.startswith(_RESERVED))
 
 
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
-    value = shift = 0
-    while shift < 64:
-        b = buf[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, i
-        shift += 7
-    raise ValueError("varint longer than 10 bytes")
-
-
 def model_name(raw: bytes, max_fields: int = 16, field: int = 1) -> str:
     """Field 1 (a string; or ``field``) of a serialized request, read without decoding the rest.
 
@@ -100,20 +90,20 @@ def _scan(raw: bytes, max_fields: int = 16, field: int = 1) -> str:
         for _ in range(max_fields):
             if i >= n:
                 break
-            key, i = _varint(raw, i)
+            key, i = read_varint(raw, i)
             wire = key & 7
             if wire == 2:
-                length, i = _varint(raw, i)
+                length, i = read_varint(raw, i)
                 if key >> 3 == field:
                     return raw[i:i + min(length, MAX_NAME)].decode("utf-8", "replace")
                 i += length
             elif wire == 0:
-                _, i = _varint(raw, i)
+                _, i = read_varint(raw, i)
             elif wire in (1, 5):
                 i += 8 if wire == 1 else 4
             else:
                 return ""
-    except (IndexError, ValueError):
+    except DecodeError:
         return ""
     return ""
 
