@@ -28,39 +28,10 @@ import re
 import numpy as np
 from google.protobuf.descriptor import FieldDescriptor as FD
 
-from gateway.core import floattext
+from gateway.core import floattext, protoescape
 
-# -- string escaping (util/internal/json_escaping.cc) ---------------------------------------------
-_NAMED = {0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0C: "\\f", 0x0D: "\\r", 0x22: '\\"', 0x5C: "\\\\"}
-_BMP_RANGES = ((0x00, 0x1F), (0x7F, 0x9F), (0x600, 0x603), (0x200B, 0x200F), (0x2028, 0x202E),
-               (0x2060, 0x2064), (0x206A, 0x206F), (0xFFF9, 0xFFFB))
-_BMP_SINGLES = (0x22, 0x3C, 0x3E, 0x5C, 0xAD, 0x6DD, 0x70F, 0x17B4, 0x17B5, 0xFEFF)
-_ASTRAL_RANGES = ((0x1D173, 0x1D17A), (0xE0001, 0xE0001), (0xE0020, 0xE007F))
-
-
-def _astral(cp: int) -> str:
-    cp -= 0x10000
-    return f"\\u{0xD800 + (cp >> 10):04x}\\u{0xDC00 + (cp & 0x3FF):04x}"
-
-
-def _escape_table() -> dict[int, str]:
-    table = {cp: f"\\u{cp:04x}" for lo, hi in _BMP_RANGES for cp in range(lo, hi + 1)}
-    table.update({cp: f"\\u{cp:04x}" for cp in _BMP_SINGLES})
-    table.update(_NAMED)
-    table.update({cp: _astral(cp) for lo, hi in _ASTRAL_RANGES for cp in range(lo, hi + 1)})
-    return table
-
-
-_ESCAPES = _escape_table()
-_NEEDS_ESCAPE = re.compile("[" + "".join(re.escape(chr(cp)) for cp in sorted(_ESCAPES)) + "]")
-
-
-def escape(text: str) -> str:
-    """protobuf's JsonEscaping: control characters, ``"``, ``\\``, ``<``, ``>``, DEL, C1 controls and
-    a few invisible/format characters as ``\\uXXXX`` (lower-case hex, surrogate pairs above the BMP);
-    everything else, non-ASCII included, as UTF-8."""
-    return text.translate(_ESCAPES) if _NEEDS_ESCAPE.search(text) else text
-
+# -- string escaping: protobuf's (gateway/core/protoescape.py) ------------------------------------
+escape = protoescape.escape
 
 # -- the printer ----------------------------------------------------------------------------------
 _INT64 = (FD.TYPE_INT64, FD.TYPE_UINT64, FD.TYPE_SINT64, FD.TYPE_FIXED64, FD.TYPE_SFIXED64)

@@ -28,31 +28,15 @@ from __future__ import annotations
 
 from google.protobuf.descriptor import FieldDescriptor as FD
 
+from gateway.core import protoescape
+
 _INT64 = (FD.TYPE_INT64, FD.TYPE_UINT64, FD.TYPE_SINT64, FD.TYPE_FIXED64, FD.TYPE_SFIXED64)
 _WRAPPERS = {"google.protobuf.Int64Value", "google.protobuf.UInt64Value", "google.protobuf.Int32Value",
              "google.protobuf.UInt32Value", "google.protobuf.BoolValue", "google.protobuf.StringValue"}
 
-# writer.cc MustEscape: JSON's own escapes, then \u%04x for the listed code points
-_NAMED = {0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x22: '\\"', 0x0C: "\\f", 0x08: "\\b", 0x5C: "\\\\"}
-_RANGES = ((0x00, 0x1F), (0x7F, 0x9F), (0x600, 0x603), (0x200B, 0x200F), (0x2028, 0x202E),
-           (0x2060, 0x2064), (0x206A, 0x206F), (0x1D173, 0x1D17A), (0xE0020, 0xE007F))
-_SINGLES = (0x3C, 0x3E, 0xFEFF, 0xFFF9, 0xFFFA, 0xFFFB, 0xAD, 0x6DD, 0x70F, 0x17B4, 0x17B5, 0xE0001)
-
-
-def _u(cp: int) -> str:
-    if cp < 0x10000:
-        return f"\\u{cp:04x}"
-    cp -= 0x10000
-    return f"\\u{0xD800 + (cp >> 10):04x}\\u{0xDC00 + (cp & 0x3FF):04x}"
-
-
-_ESCAPES = {cp: _u(cp) for lo, hi in _RANGES for cp in range(lo, hi + 1)}
-_ESCAPES.update({cp: _u(cp) for cp in _SINGLES})
-_ESCAPES.update(_NAMED)
-
 
 def quoted(text: str) -> str:
-    return '"' + text.translate(_ESCAPES) + '"'
+    return '"' + protoescape.escape(text) + '"'  # writer.cc MustEscape
 
 
 class _Printer:
