@@ -17,26 +17,42 @@ parses the body and gives the answer or Triton's words for the mistake. Same byt
 
 from __future__ import annotations
 
+import math
 from array import array
 
 from tritonclient.grpc import service_pb2
 
+from gateway.core import datatypes
 from gateway.core.bounded import LIMITS
 from gateway.upstream.codec import RAW_INPUT_TAG, varint
 
 from .jsontensor import INT64_MAX, UINT64_MAX, Output, Parsed
 
 _ID_TAG = b"\x1a"  # ModelInferRequest.id: field 3, length-delimited
-_FLOATS = frozenset((float, int))
-_INTS = frozenset((int,))
-_BOOLS = frozenset((bool,))
-# V2 datatype -> (array typecode, element size, the JSON value types Triton reads for it);
-# a value the C type cannot hold raises OverflowError and the general path answers (it wraps or refuses)
-_PACK = {"FP32": ("f", 4, _FLOATS), "FP64": ("d", 8, _FLOATS),
-         "INT8": ("b", 1, _INTS), "INT16": ("h", 2, _INTS), "INT32": ("i", 4, _INTS), "INT64": ("q", 8, _INTS),
-         "UINT8": ("B", 1, _INTS), "UINT16": ("H", 2, _INTS), "UINT32": ("I", 4, _INTS), "UINT64": ("Q", 8, _INTS),
-         "BOOL": ("", 1, _BOOLS)}
-assert all(not code or array(code).itemsize == size for code, size, _ in _PACK.values())
+_JSON_KINDS = {"f": frozenset((float, int)), "i": frozenset((int,)), "u": frozenset((int,)), "b": frozenset((bool,))}
+
+
+def _packing() -> dict[str, tuple[str, int, frozenset]]:
+    """V2 datatype -> (array typecode, element size, the JSON value types Triton reads for it), from
+    the dtype table: every numeric type ``array`` holds at its V2 size (FP16/BF16: the general path);
+    BOOL packs as bytes. A value the C type cannot hold raises OverflowError and the general path
+    answers (it wraps or refuses)."""
+    out = {}
+    for row in datatypes.TABLE:
+        kinds = _JSON_KINDS.get(row.numpy.kind)
+        if kinds is None:
+            continue
+        code = "" if row.numpy.kind == "b" else row.numpy.char
+        try:
+            if code and array(code).itemsize != row.size:
+                continue
+        except ValueError:  # a typecode array does not have (float16's 'e')
+            continue
+        out[row.v2] = (code, row.size, kinds)
+    return out
+
+
+_PACK = _packing()
 _DOC_KEYS = frozenset(("id", "inputs", "outputs", "parameters"))
 _OUTPUT_KEYS = (frozenset(("name",)), frozenset(("name", "parameters")))
 _BINARY_OUTPUT = frozenset(("binary_data",))
@@ -80,9 +96,7 @@ def _json_raw(datatype: str, data, shape: tuple) -> bytes | None:
     pack = _PACK.get(datatype)
     if pack is None or type(data) is not list:
         return None
-    count = 1
-    for d in shape:
-        count *= d
+    count = math.prod(shape)
     code, size, kinds = pack
     if count != len(data) or not count or count * size > LIMITS.max_tensor_bytes or not kinds.issuperset(map(type, data)):
         return None
