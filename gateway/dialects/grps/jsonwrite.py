@@ -28,10 +28,10 @@ import re
 import numpy as np
 from google.protobuf.descriptor import FieldDescriptor as FD
 
-from gateway.core import floattext, protoescape
+from gateway.core import floattext, jsonescape
 
-# -- string escaping: protobuf's (gateway/core/protoescape.py) ------------------------------------
-escape = protoescape.escape
+# -- string escaping: protobuf's (gateway/core/jsonescape.py) ------------------------------------
+escape = jsonescape.escape
 
 # -- the printer ----------------------------------------------------------------------------------
 _INT64 = (FD.TYPE_INT64, FD.TYPE_UINT64, FD.TYPE_SINT64, FD.TYPE_FIXED64, FD.TYPE_SFIXED64)
@@ -187,8 +187,7 @@ def _nested(p: _Printer, arr: np.ndarray, level: int, stop: bool = False) -> str
     return "[" + pad + body + p.pad(level) + "]"
 
 
-_RJ_ESCAPES = {cp: f"\\u{cp:04X}" for cp in range(0x20)} | {
-    0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0C: "\\f", 0x0D: "\\r", 0x22: '\\"', 0x5C: "\\\\"}
+_RJ_ESCAPES = jsonescape.RAPIDJSON
 
 
 def _rapidjson_escape(text: str) -> str:

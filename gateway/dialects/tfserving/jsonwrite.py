@@ -35,7 +35,7 @@ import math
 import numpy as np
 import orjson
 
-from gateway.core import datatypes
+from gateway.core import datatypes, jsonescape
 from gateway.core.errors import invalid
 
 from . import decimal
@@ -52,8 +52,7 @@ def _nl(depth: int) -> str:
 
 
 # -- strings (Writer::WriteString) ------------------------------------------------------------------
-_ESCAPE = {c: f"\\u{c:04X}" for c in range(0x20)} | {
-    0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0C: "\\f", 0x0D: "\\r", 0x22: '\\"', 0x5C: "\\\\"}
+_ESCAPE = jsonescape.RAPIDJSON
 
 
 def string(raw: bytes) -> str:

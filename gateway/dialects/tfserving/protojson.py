@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from google.protobuf.descriptor import FieldDescriptor as FD
 
-from gateway.core import protoescape
+from gateway.core import jsonescape
 
 _INT64 = (FD.TYPE_INT64, FD.TYPE_UINT64, FD.TYPE_SINT64, FD.TYPE_FIXED64, FD.TYPE_SFIXED64)
 _WRAPPERS = {"google.protobuf.Int64Value", "google.protobuf.UInt64Value", "google.protobuf.Int32Value",
@@ -36,7 +36,7 @@ _WRAPPERS = {"google.protobuf.Int64Value", "google.protobuf.UInt64Value", "googl
 
 
 def quoted(text: str) -> str:
-    return '"' + protoescape.escape(text) + '"'  # writer.cc MustEscape
+    return '"' + jsonescape.escape(text) + '"'  # writer.cc MustEscape
 
 
 class _Printer:

@@ -20,8 +20,9 @@ import re
 import numpy as np
 import orjson
 
-_ESC = {i: b"\\u%04X" % i for i in range(0x20)}
-_ESC.update({0x08: b"\\b", 0x09: b"\\t", 0x0A: b"\\n", 0x0C: b"\\f", 0x0D: b"\\r", 0x22: b'\\"', 0x5C: b"\\\\"})
+from gateway.core import jsonescape
+
+_ESC = {cp: text.encode() for cp, text in jsonescape.RAPIDJSON.items()}  # byte -> its escape
 _NEEDS = re.compile(rb'["\\\x00-\x1f]')
 
 
