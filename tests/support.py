@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -120,10 +122,34 @@ def start_gateway(config: dict, tmp: Path) -> GatewayProcess:
     gw = GatewayProcess(proc, ports, path, log_path)
     try:
         wait_http(f"http://127.0.0.1:{ports['admin_http']}/health", timeout=60, proc=proc)
+        if config.get("workers", 1) > 1:  # the first worker up answers /health; wait for every one
+            wait_workers_serving(gw, config["workers"], timeout=60)
     except Exception:
         proc.kill()
         raise RuntimeError(f"gateway did not start:\n{gw.log_tail()}") from None
     return gw
+
+
+_SERVING = re.compile(r"worker (\d+) serving")
+
+
+def serving_workers(gw: GatewayProcess) -> set[int]:
+    """The pids of the workers that have logged that they serve (every listener bound and started)."""
+    return {int(m.group(1)) for m in _SERVING.finditer(gw.log_path.read_text(errors="replace"))}
+
+
+def wait_workers_serving(gw: GatewayProcess, count: int, timeout: float = 60.0, pids: set[int] | None = None) -> None:
+    """Until ``count`` workers (or every pid of ``pids``) have logged that they serve."""
+    deadline = time.monotonic() + timeout
+    while True:
+        up = serving_workers(gw)
+        if (pids <= up) if pids is not None else len(up) >= count:
+            return
+        if gw.proc.poll() is not None:
+            raise RuntimeError(f"gateway exited with code {gw.proc.returncode}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(up)} of {count} workers serving after {timeout:.0f} s")
+        time.sleep(0.1)
 
 
 def stop_gateway(gw: GatewayProcess) -> None:

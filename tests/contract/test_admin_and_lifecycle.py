@@ -16,7 +16,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import metrics
 from gateway.dialects import LISTENERS
-from tests.support import ROOT, free_port, gateway_config, start_gateway, stop_gateway, wait_http
+from tests.support import (
+    ROOT,
+    free_port,
+    gateway_config,
+    start_gateway,
+    stop_gateway,
+    wait_http,
+    wait_workers_serving,
+)
 
 
 def _get(url: str) -> tuple[int, bytes]:
@@ -173,6 +181,8 @@ def test_a_worker_that_dies_is_replaced_and_logged(triton, tmp_path):
             now = workers()
         assert len(now) == 2 and before[0].pid not in {p.pid for p in now}, gw.log_tail()
         assert f"worker {before[0].pid} exited with code -9; started worker" in gw.log_path.read_text()
+        # the replacement binds every listener and then says it serves; from then on both workers answer
+        wait_workers_serving(gw, 2, timeout=60, pids={p.pid for p in now})
         for _ in range(20):  # every port still answers, whichever worker the kernel picks
             assert _get(gw.url("admin_http") + "/live")[0] == 200
     finally:
