@@ -263,6 +263,10 @@ class ModelScope:
         self._check(req.model)
         return await self.upstream.infer(req)
 
+    async def infer_wire(self, model: str, data: bytes):
+        self._check(model)
+        return await self.upstream.infer_wire(model, data)
+
     async def stream(self, req):
         self._check(req.model)
         async with aclosing(self.upstream.stream(req)) as items:  # closed at once with us

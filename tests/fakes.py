@@ -18,8 +18,10 @@ import asyncio
 from collections.abc import Callable
 
 import numpy as np
+from tritonclient.grpc import service_pb2
 
 from gateway.call import current
+from gateway.core import datatypes
 from gateway.core.errors import ErrorKind, GatewayError, not_found
 from gateway.core.tensors import (
     InferRequest,
@@ -63,6 +65,12 @@ def _deadline(stream: bool = False) -> float | None:
     call = current()
     return call.remaining(stream) if call is not None else None
 
+def _from_raw(raw: bytes, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
+    if datatype == "BYTES":
+        return datatypes.decode_bytes(raw, shape)
+    return np.frombuffer(raw, dtype=datatypes.by_v2(datatype).numpy).reshape(shape)
+
+
 class FakeUpstream:
     def __init__(self, script=None, metas=None, *, infer: Callable[[InferRequest], InferResponse] | None = None,
                  index: list[ModelIndexEntry] | None = None, ready: bool = True, hold: asyncio.Event | None = None):
@@ -89,6 +97,22 @@ class FakeUpstream:
         if self._infer is None:
             raise GatewayError(ErrorKind.UNAVAILABLE, "no infer scripted")
         return self._infer(req)
+
+    async def infer_wire(self, model: str, data: bytes):
+        """``infer`` of a request given as ModelInfer bytes: recorded and answered as ``infer``'s
+        (the bytes decoded), the answer as Triton's ModelInferResponse with raw contents."""
+        msg = service_pb2.ModelInferRequest.FromString(data)
+        assert msg.model_name == model
+        tensors = [Tensor(t.name, _from_raw(raw, t.datatype, tuple(t.shape)), t.datatype)
+                   for t, raw in zip(msg.inputs, msg.raw_input_contents, strict=True)]
+        req = InferRequest(msg.model_name, tensors, msg.model_version, [o.name for o in msg.outputs], id=msg.id)
+        resp = await self.infer(req)
+        out = service_pb2.ModelInferResponse(model_name=resp.model, model_version=resp.version, id=resp.id)
+        for t in resp.outputs:
+            out.outputs.add(name=t.name, datatype=t.datatype, shape=t.shape)
+            out.raw_output_contents.append(datatypes.encode_bytes(t.data) if t.datatype == "BYTES"
+                                           else np.ascontiguousarray(t.data).tobytes())
+        return out, None
 
     async def stream(self, req):
         self.requests.append((req, _deadline(stream=True)))

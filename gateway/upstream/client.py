@@ -61,6 +61,11 @@ class Upstream(Protocol):
 
     async def infer(self, req: InferRequest) -> InferResponse: ...
 
+    async def infer_wire(self, model: str, data: bytes) -> tuple[Any, list | None]:
+        """ModelInfer of a request already written as wire bytes: the ModelInferResponse and its raw
+        contents (None: the message's own)."""
+        ...
+
     def stream(self, req: InferRequest) -> AsyncIterator[InferResponse]: ...
 
     async def model_metadata(self, model: str, version: str = "") -> ModelMetadata: ...
@@ -230,10 +235,17 @@ class TritonUpstream:
         self._request_id(req)
         if self._channel is None:
             raise GatewayError(ErrorKind.INTERNAL, "upstream used before connect()")
-        data = codec.serialize_request(req)
-        with _translate("ModelInfer", req.model), tracing.upstream("ModelInfer", req.model) as md:
-            resp, raws = await self._model_infer(data, timeout=self._timeout(), metadata=md)
+        resp, raws = await self.infer_wire(req.model, codec.serialize_request(req))
         return codec.decode_response(resp, raws)
+
+    async def infer_wire(self, model: str, data: bytes) -> tuple[service_pb2.ModelInferResponse, list | None]:
+        """ModelInfer of a request already in wire bytes (``codec.wire_request``): Triton's answer
+        and its raw contents (``codec.parse_response``), with ``infer``'s deadline, errors, metrics
+        and tracing."""
+        if self._channel is None:
+            raise GatewayError(ErrorKind.INTERNAL, "upstream used before connect()")
+        with _translate("ModelInfer", model), tracing.upstream("ModelInfer", model) as md:
+            return await self._model_infer(data, timeout=self._timeout(), metadata=md)
 
     async def stream(self, req: InferRequest) -> AsyncIterator[InferResponse]:
         """ModelStreamInfer for one request: yields each response, ends on triton_final_response.

@@ -97,19 +97,32 @@ def _delimited(field: int, payload: bytes) -> bytes:
 
 
 def _header(req: InferRequest) -> bytes:
-    """The request's fields but ``id`` and the raw contents, written as protobuf writes them
-    (model_name 1, model_version 2, inputs 5 {name 1, datatype 2, shape 3 packed}, outputs 6 {name 1});
+    """The request's fields but ``id`` and the raw contents, written as protobuf writes them;
     only for requests without parameters (``serialize_request`` checks)."""
-    out = [_delimited(1, req.model.encode())] if req.model else []
-    if req.version:
-        out.append(_delimited(2, req.version.encode()))
-    for t in req.inputs:
-        dims = b"".join(varint(int(d) & 0xFFFFFFFFFFFFFFFF) for d in t.shape)  # int64: negatives as 10 bytes
-        body = _delimited(1, t.name.encode()) + _delimited(2, t.datatype.encode()) + (_delimited(3, dims) if dims else b"")
+    return header(req.model, req.version, [(t.name, t.datatype, t.shape) for t in req.inputs], req.outputs or ())
+
+
+def header(model: str, version: str, inputs, outputs=()) -> bytes:
+    """A ModelInferRequest without parameters, ``id`` and raw contents, as protobuf writes it
+    (model_name 1, model_version 2, inputs 5 {name 1, datatype 2, shape 3 packed}, outputs 6 {name 1}):
+    ``inputs`` as (name, datatype, shape), ``outputs`` as names. ``wire_request`` completes it."""
+    out = [_delimited(1, model.encode())] if model else []
+    if version:
+        out.append(_delimited(2, version.encode()))
+    for name, datatype, shape in inputs:
+        dims = b"".join(varint(int(d) & 0xFFFFFFFFFFFFFFFF) for d in shape)  # int64: negatives as 10 bytes
+        body = _delimited(1, name.encode()) + _delimited(2, datatype.encode()) + (_delimited(3, dims) if dims else b"")
         out.append(_delimited(5, body))
-    for name in req.outputs or ():
+    for name in outputs:
         out.append(_delimited(6, _delimited(1, name.encode())))
     return b"".join(out)
+
+
+def wire_request(head: bytes, request_id: str, raw: bytes) -> bytes:
+    """The ModelInferRequest of ``header(...)`` with one input, ``id`` and its raw contents: what
+    ``serialize_request`` writes for the same request."""
+    rid = _delimited(3, request_id.encode()) if request_id else b""
+    return b"".join((head, rid, RAW_INPUT_TAG, varint(len(raw)), raw))
 
 
 _headers: dict[tuple, bytes] = {}  # per model, version, inputs' names, dtypes and shapes, outputs
@@ -192,14 +205,14 @@ _TYPED_FIELD = {
 }
 
 
-_RAW_NUMPY = {row.v2: row.numpy for row in datatypes.TABLE if not row.is_bytes}  # V2 name -> numpy, fixed size
+RAW_NUMPY = {row.v2: row.numpy for row in datatypes.TABLE if not row.is_bytes}  # V2 name -> numpy, fixed size
 
 
 def _decode_output(out, raw: bytes | None) -> Tensor:
     datatype = out.datatype
     params = get_params(out.parameters) if out.parameters else {}
     if raw is not None:
-        numeric = _RAW_NUMPY.get(datatype)
+        numeric = RAW_NUMPY.get(datatype)
         if numeric is not None:  # the common case: a view over the answer's bytes
             return Tensor(out.name, np.frombuffer(raw, dtype=numeric).reshape(tuple(out.shape)), datatype, params)
     shape = tuple(out.shape)
@@ -215,6 +228,27 @@ def _decode_output(out, raw: bytes | None) -> Tensor:
             datatypes.to_bytes_array(list(values)) if row.is_bytes else np.array(values, dtype=row.numpy)
         ).reshape(shape)
     return Tensor(out.name, data, datatype, params)
+
+
+def numeric_outputs(msg: service_pb2.ModelInferResponse, raws, wanted) -> list[np.ndarray] | None:
+    """The answer's outputs as arrays over its raw contents when they are exactly ``wanted``
+    ((name, V2 datatype, numpy dtype) of fixed-size types, in order, each with its raw contents);
+    else None, and ``decode_response`` decodes it (or says what is wrong with it). Each array is
+    ``decode_response``'s for that output."""
+    outs = msg.outputs
+    if raws is None:
+        raws = msg.raw_output_contents
+    if len(outs) != len(wanted) or len(raws) < len(outs):
+        return None
+    arrays = []
+    try:
+        for out, raw, (name, datatype, dtype) in zip(outs, raws, wanted, strict=False):  # raws may be more
+            if out.name != name or out.datatype != datatype:
+                return None
+            arrays.append(np.frombuffer(raw, dtype=dtype).reshape(tuple(out.shape)))
+    except ValueError:  # contents and shape disagree: decode_response raises it
+        return None
+    return arrays
 
 
 def decode_response(msg: service_pb2.ModelInferResponse, raws=None) -> InferResponse:

@@ -87,8 +87,10 @@ async def dispatch(service: Service, request: Request) -> bytes:
 async def _infer(service: Service, name: str, version: int | None, label: str | None, verb: str,
                  body: bytes) -> bytes:
     """Parsing and writing run in the worker's thread pool when the body or the answer is larger
-    than limits.offload_bytes (``offload.run``), so a large one never holds up the event loop."""
+    than limits.offload_bytes (``offload.run``), so a large one never holds up the event loop; a
+    small body or answer (the common request) is read or written inline, without a coroutine."""
     size = len(body)
+    small = offload.inline(size)
     if verb == "predict" and size >= codec.DENSE_MIN:  # an image as JSON lists: read without a float object each
         dense = await offload.run(size, codec.dense_body, body, bounded.LIMITS.max_json_depth)
         if dense is not None:
@@ -96,13 +98,20 @@ async def _infer(service: Service, name: str, version: int | None, label: str | 
             inputs = codec.dense_inputs(dense[0], target.signature)
             if inputs is not None:
                 return await _predict(service, target, inputs, dense[1])
-    doc = await offload.run(size, jsonio.loads, body, bounded.LIMITS.max_json_depth)
+    if small:
+        doc = jsonio.loads(body, bounded.LIMITS.max_json_depth)
+    else:
+        doc = await offload.run(size, jsonio.loads, body, bounded.LIMITS.max_json_depth)
     if not isinstance(doc, dict):
         raise invalid(f"JSON Value: {jsonio.debug_string(doc)} Is not object")
     spec = ServableRef(name, version, label, codec.signature_name(doc))  # the signature is named in the body
     if verb == "predict":
         target = await service.resolve(spec, method="predict")
-        inputs, row = await offload.run(size, codec.parse_predict, doc, target.signature, codec.may_hold_bools(body))
+        bools = codec.may_hold_bools(body)
+        if small:
+            inputs, row = codec.parse_predict(doc, target.signature, bools)
+        else:
+            inputs, row = await offload.run(size, codec.parse_predict, doc, target.signature, bools)
         return await _predict(service, target, inputs, row)
     # classify/regress: the whole body is read into Examples before the model is looked up
     exs, context = await offload.run(size, codec.parse_examples, doc, verb)
@@ -114,6 +123,8 @@ async def _infer(service: Service, name: str, version: int | None, label: str | 
 async def _predict(service: Service, target, inputs, row: bool) -> bytes:
     _, outs = await service.predict(target, inputs)
     text = 4 * sum(a.nbytes for a, _ in outs.values())  # float text: ~10 bytes per 4-byte float
+    if offload.inline(text):
+        return codec.write_predict(outs, row)
     return await offload.run(text, codec.write_predict, outs, row)
 
 

@@ -11,11 +11,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gateway.call import current
 from gateway.context import GatewayContext
 from gateway.core import datatypes
 from gateway.core.bounded import DIMS, clip
 from gateway.core.errors import invalid
 from gateway.core.tensors import InferRequest, InferResponse, Tensor
+from gateway.upstream import codec
 
 from . import errors, examples, shapes
 from .config import TFServingConfig
@@ -42,6 +44,8 @@ class Service:
         self.conf = conf
         self.servables = Servables(conf, ctx.upstream)
         self.errors = errors.Rendering()
+        self._plans: dict[tuple, _Plan] = {}  # predict: per target, output filter, inputs' names, shapes, dtypes
+        self._wire = hasattr(ctx.upstream, "infer_wire")  # the upstream takes ModelInfer bytes (Upstream.infer_wire)
 
     async def resolve(self, spec: ServableRef, *, grpc: bool = False, method: str | None = None) -> Target:
         return await self.servables.resolve(spec, grpc=grpc, method=method)
@@ -50,33 +54,42 @@ class Service:
         return await self.ctx.upstream.infer(req)
 
     async def predict(self, target: Target, inputs: dict[str, np.ndarray], output_filter=()) -> tuple[str, Outputs]:
-        sig = target.signature
-        if sig.method != "predict":
-            raise invalid(f"Expected prediction signature method_name to be tensorflow/serving/predict. "
-                          f"Was: {sig.method_name}")
-        _check_inputs(sig, inputs)
-        outs = _filter(sig, output_filter)
-        specs = dict(sig.inputs)
-        tensors, added = [], []
-        for alias, arr in inputs.items():
-            spec = specs[alias]
-            if sig.half_as_float and spec.datatype in HALF_TYPES:
-                arr = arr.astype(datatypes.by_v2(spec.datatype).numpy)
-            fitted, add = shapes.bridge(arr.reshape(-1) if sig.elementwise else arr, spec, sig.max_batch_size)
-            tensors.append(Tensor(spec.name, fitted, spec.datatype))
-            added.append(add)
-        req = InferRequest(sig.triton, tensors, target.triton_version, [s.name for _, s in outs])
-        resp = await self._infer(req)
-        unbatch = bool(added) and all(added)
-        like = next(iter(inputs.values())).shape if sig.elementwise and inputs else None
-        result = {}
-        for alias, spec in outs:
-            t = resp.output(spec.name)
-            data = shapes.unbatch(t.data) if unbatch else t.data
-            data, v2 = (data.astype(np.float32), "FP32") if sig.half_as_float and t.datatype in HALF_TYPES \
-                else (data, t.datatype)
-            result[alias] = (shapes.restore(data, like) if like is not None else data, v2)
-        return resp.version, result
+        """Triton's answer to ``inputs`` under ``target``'s signature, as {alias: (array, V2 type)}.
+
+        What depends only on the target, the output filter and the inputs' names, shapes and dtypes
+        (the checks, the shape bridge, the outputs asked for) is worked out once and kept
+        (``_Plan``); a request then only casts and reshapes its arrays and calls Triton."""
+        key = (id(target), tuple(output_filter), *[(alias, arr.shape, arr.dtype) for alias, arr in inputs.items()])
+        plan = self._plans.get(key)
+        if plan is None or plan.target is not target:  # the plan holds its target: an id is not reused under it
+            plan = _plan(target, inputs, output_filter, self._wire)  # refusals raise here, every time (never kept)
+            if len(self._plans) >= MAX_PLANS:  # bounded: the shapes clients send
+                self._plans.clear()
+            self._plans[key] = plan
+        if plan.wire is not None:  # one numeric input, numeric outputs: straight to wire bytes and back
+            return await self._predict_wire(plan, next(iter(inputs.values())))
+        tensors = []
+        for arr, (name, datatype, cast, shape) in zip(inputs.values(), plan.inputs, strict=True):
+            if cast is not None:
+                arr = arr.astype(cast)
+            tensors.append(Tensor(name, arr.reshape(shape) if shape is not None else arr, datatype))
+        resp = await self._infer(InferRequest(plan.triton, tensors, plan.version, plan.output_names))
+        return resp.version, _outputs(plan, resp)
+
+    async def _predict_wire(self, plan: _Plan, arr: np.ndarray) -> tuple[str, Outputs]:
+        """``predict`` of a plan with ``wire``: the request written from the plan's header (what
+        ``codec.serialize_request`` writes for it), the answer's arrays taken from its raw contents
+        (``codec.decode_response``'s arrays; an answer of any other form is decoded by it)."""
+        call = current()
+        raw = np.ascontiguousarray(arr, dtype=plan.wire.dtype).tobytes()
+        msg, raws = await self.ctx.upstream.infer_wire(
+            plan.triton, codec.wire_request(plan.wire.header, call.request_id if call is not None else "", raw))
+        arrays = codec.numeric_outputs(msg, raws, plan.wire.outputs)
+        if arrays is None:  # not the answer the metadata promised: as any other answer
+            return msg.model_version, _outputs(plan, codec.decode_response(msg, raws))
+        if plan.unbatch:
+            arrays = [shapes.unbatch(a) for a in arrays]
+        return msg.model_version, {alias: (a, v2) for (alias, v2), a in zip(plan.wire.aliases, arrays, strict=True)}
 
     async def run_examples(self, target: Target, method: str, exs: list[Features], context: Features):
         """regress -> (version, float32 [N]); classify -> (version, (labels, scores [N, C]))."""
@@ -117,6 +130,84 @@ class Service:
             if not rows:
                 raise errors.no_version(spec.name, spec.version)
         return sorted(rows, key=lambda r: r.version)
+
+
+MAX_PLANS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """One predict's request-independent part: per input its Triton name, V2 type, the numpy type
+    it is cast to (None: none) and the shape it is sent in (None: its own); the outputs asked for
+    (alias, Triton name); whether a batch dim added to every input is removed from every output;
+    the shape element-wise outputs take back (None: not element-wise)."""
+
+    target: Target
+    triton: str
+    version: str
+    inputs: tuple[tuple[str, str, np.dtype | None, tuple[int, ...] | None], ...]
+    outputs: tuple[tuple[str, str], ...]
+    output_names: list[str]
+    unbatch: bool
+    like: tuple[int, ...] | None
+    half_as_float: bool
+    wire: _Wire | None  # the request's bytes and the answer's arrays without neutral tensors (None: through them)
+
+
+@dataclass(frozen=True, slots=True)
+class _Wire:
+    """A predict of one input and outputs of fixed-size numeric types, none converted (no
+    half_as_float, not element-wise): the request header (``codec.header``), the input's numpy
+    type, and the outputs expected as (Triton name, V2 type, numpy type), with their (alias, V2 type)."""
+
+    header: bytes
+    dtype: np.dtype
+    outputs: tuple[tuple[str, str, np.dtype], ...]
+    aliases: tuple[tuple[str, str], ...]
+
+
+def _outputs(plan: _Plan, resp: InferResponse) -> Outputs:
+    """The answer's outputs the plan asked for, by alias, in the shapes and types clients see."""
+    half = plan.half_as_float
+    result = {}
+    for alias, name in plan.outputs:
+        t = resp.output(name)
+        data = shapes.unbatch(t.data) if plan.unbatch else t.data
+        data, v2 = (data.astype(np.float32), "FP32") if half and t.datatype in HALF_TYPES else (data, t.datatype)
+        result[alias] = (shapes.restore(data, plan.like) if plan.like is not None else data, v2)
+    return result
+
+
+def _plan(target: Target, inputs: dict[str, np.ndarray], output_filter, wire_capable: bool = False) -> _Plan:
+    """The checks (in TF Serving's words) and the shape rule of a predict, for these inputs' names,
+    shapes and dtypes."""
+    sig = target.signature
+    if sig.method != "predict":
+        raise invalid(f"Expected prediction signature method_name to be tensorflow/serving/predict. "
+                      f"Was: {sig.method_name}")
+    _check_inputs(sig, inputs)
+    outs = _filter(sig, output_filter)
+    specs = dict(sig.inputs)
+    planned, added = [], []
+    for alias, arr in inputs.items():
+        spec = specs[alias]
+        cast = datatypes.by_v2(spec.datatype).numpy if sig.half_as_float and spec.datatype in HALF_TYPES else None
+        shape, add = shapes.fit((arr.size,) if sig.elementwise else arr.shape, spec, sig.max_batch_size)
+        planned.append((spec.name, spec.datatype, cast, shape if shape != arr.shape else None))
+        added.append(add)
+    like = next(iter(inputs.values())).shape if sig.elementwise and inputs else None
+    names = [s.name for _, s in outs]
+    wire = None
+    if wire_capable and len(planned) == 1 and like is None and not sig.half_as_float \
+            and planned[0][1] in codec.RAW_NUMPY and all(s.datatype in codec.RAW_NUMPY for _, s in outs):
+        (name, datatype, _, sent), arr = planned[0], next(iter(inputs.values()))
+        head = codec.header(sig.triton, target.triton_version, [(name, datatype, arr.shape if sent is None else sent)], names)
+        wire = _Wire(head, np.dtype(codec.RAW_NUMPY[datatype]),
+                     tuple((s.name, s.datatype, np.dtype(codec.RAW_NUMPY[s.datatype])) for _, s in outs),
+                     tuple((alias, s.datatype) for alias, s in outs))
+    return _Plan(target, sig.triton, target.triton_version, tuple(planned),
+                 tuple((alias, spec.name) for alias, spec in outs), names,
+                 bool(added) and all(added), like, sig.half_as_float, wire)
 
 
 def open(ctx: GatewayContext, conf: TFServingConfig) -> Service:

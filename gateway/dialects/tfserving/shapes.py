@@ -26,22 +26,28 @@ import numpy as np
 from gateway.core.tensors import TensorSpec
 
 
+def fit(shape: tuple[int, ...], spec: TensorSpec, max_batch_size: int) -> tuple[tuple[int, ...], bool]:
+    """(the shape an input of ``shape`` is sent in by the rule above, whether a leading batch dim was added)."""
+    want = len(spec.shape)
+    dims = list(shape)
+    if len(dims) == want or want == 0 and not dims:
+        return tuple(shape), False
+    if len(dims) > want:
+        while len(dims) > want and dims[-1] == 1:
+            dims.pop()
+        return tuple(dims), False
+    trailing = spec.shape[len(dims):]
+    if all(d == 1 for d in trailing):
+        return (*dims, *[1] * len(trailing)), False
+    if max_batch_size > 0 and len(dims) == want - 1:
+        return (1, *dims), True
+    return tuple(shape), False
+
+
 def bridge(arr: np.ndarray, spec: TensorSpec, max_batch_size: int) -> tuple[np.ndarray, bool]:
     """(array reshaped by the rule above, whether a leading batch dim was added)."""
-    want = len(spec.shape)
-    shape = list(arr.shape)
-    if len(shape) == want or want == 0 and not shape:
-        return arr, False
-    if len(shape) > want:
-        while len(shape) > want and shape[-1] == 1:
-            shape.pop()
-        return arr.reshape(shape), False
-    trailing = spec.shape[len(shape):]
-    if all(d == 1 for d in trailing):
-        return arr.reshape(shape + [1] * len(trailing)), False
-    if max_batch_size > 0 and len(shape) == want - 1:
-        return arr.reshape([1] + shape), True
-    return arr, False
+    shape, added = fit(arr.shape, spec, max_batch_size)
+    return (arr if shape == arr.shape else arr.reshape(shape)), added
 
 
 def unbatch(arr: np.ndarray) -> np.ndarray:
