@@ -45,7 +45,10 @@ def resolve(name: str, cfg: GrpsSettings) -> Target:
         return Target(name, rule.triton_model, rule.triton_version, rule)
     base, sep, version = name.rpartition("-")
     model, version = (base, version) if sep and base and version.isdigit() else (name, "")
-    return Target(name, model, version, rule or cfg.models.get(model) or ModelRule())
+    return Target(name, model, version, rule or cfg.models.get(model) or _NO_RULE)
+
+
+_NO_RULE = ModelRule()  # frozen (settings.Strict): one instance serves every model without a rule
 
 
 def describe(specs) -> str:
