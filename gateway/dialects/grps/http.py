@@ -18,7 +18,7 @@ from gateway.call import stream_headers
 from gateway.core.errors import invalid
 from gateway.edge import Edge
 
-from . import codec, monitor_page
+from . import codec, monitor_page, plain
 from .service import GrpsService
 
 METHODS = ["GET", "POST", "PUT"]
@@ -77,8 +77,15 @@ async def _model_metadata(request: Request):
 
 async def _predict(request: Request):
     svc = _svc(request)
-    msg, ndarray, streaming = await _decode_predict(request, svc)
     return_ndarray = request.args.get("return-ndarray", "").lower() == "true"
+    doc = _plain_doc(request) if not return_ndarray else None
+    if doc is not None:  # the common JSON gtensors predict (plain.py), else the general path below
+        found = plain.tensors(doc)
+        if found is not None and not _streaming(request, svc, doc):
+            model, inputs = found
+            body = await svc.predict_plain(model or request.args.get("model", ""), inputs)
+            return response.raw(body, content_type=JSON)
+    msg, ndarray, streaming = await _decode_predict(request, svc, doc)
     if streaming and return_ndarray:
         raise invalid("Streaming and ret ndarray are not supported at the same time.")
     payload = request.body if msg.WhichOneof("data_oneof") == "bin_data" and not msg.bin_data else None
@@ -91,8 +98,20 @@ async def _predict(request: Request):
     return await offload.run(size, _answer, request, out, arr)  # a large answer is written in a thread
 
 
-async def _decode_predict(request: Request, svc: GrpsService):
-    """The request → (GrpsMessage with its model set, ndarray or None, streaming flag)."""
+def _plain_doc(request: Request) -> dict | None:
+    """A small JSON body's object (parsed inline), else None (for the general path to read)."""
+    body = request.body
+    if not offload.inline(len(body)):
+        return None
+    ctype = request.headers.get("content-type")
+    if not ctype or ctype.split(";", 1)[0].strip().lower() != JSON:
+        return None
+    return codec.load_json(body)
+
+
+async def _decode_predict(request: Request, svc: GrpsService, doc: dict | None = None):
+    """The request → (GrpsMessage with its model set, ndarray or None, streaming flag); ``doc``: the
+    JSON body already parsed (``_plain_doc``)."""
     ctype = request.headers.get("content-type")
     if not ctype:
         raise invalid("No content type in headers.")
@@ -100,6 +119,8 @@ async def _decode_predict(request: Request, svc: GrpsService):
     if media == OCTET:
         # the body stays out of the message (oneof set, empty): predict takes it as the payload
         msg, ndarray, doc = codec.GrpsMessage(bin_data=b""), None, {}
+    elif doc is not None:
+        msg, ndarray = codec.message_from_json(doc)
     elif media == JSON:  # a large body is parsed in a thread (limits.offload_bytes)
         doc, msg, ndarray = await offload.run(len(request.body), codec.decode_predict, request.body)
     else:

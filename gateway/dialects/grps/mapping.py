@@ -45,7 +45,10 @@ def resolve(name: str, cfg: GrpsSettings) -> Target:
         return Target(name, rule.triton_model, rule.triton_version, rule)
     base, sep, version = name.rpartition("-")
     model, version = (base, version) if sep and base and version.isdigit() else (name, "")
-    return Target(name, model, version, rule or cfg.models.get(model) or ModelRule())
+    return Target(name, model, version, rule or cfg.models.get(model) or _NO_RULE)
+
+
+_NO_RULE = ModelRule()  # frozen (settings.Strict): one instance serves every model without a rule
 
 
 def describe(specs) -> str:
@@ -137,7 +140,19 @@ def _ndarray_input(meta: ModelMetadata, configured: str, arr: np.ndarray) -> Ten
 
 
 def _gtensor_inputs(meta: ModelMetadata, generic) -> list[Tensor]:
-    tensors = [codec.tensor_from_generic(g) for g in generic]
+    return _gtensors_checked(meta, [codec.tensor_from_generic(g) for g in generic])
+
+
+def gtensors_request(tensors: list[Tensor], meta: ModelMetadata, target: Target, cfg: GrpsSettings) -> InferRequest:
+    """``to_request`` of a unary gtensors request whose tensors are already decoded (plain.tensors):
+    the same checks, defaults and errors."""
+    inputs = _gtensors_checked(meta, tensors)
+    _add_defaults(inputs, meta, target.rule, cfg, False)
+    _check_required(inputs, meta)
+    return InferRequest(model=target.model, version=target.version, inputs=inputs)
+
+
+def _gtensors_checked(meta: ModelMetadata, tensors: list[Tensor]) -> list[Tensor]:
     if not tensors:
         raise invalid("gtensors holds no tensors")
     named = [bool(t.name) for t in tensors]
@@ -179,7 +194,7 @@ def from_response(
     """InferResponse → (GrpsMessage with status OK, the ndarray to answer or None); with ``raw``, a
     bin_data answer's bytes are the second element and the message carries none. ``bytes_map``: the
     gmap a gmap request carried its strings in (``codec.request_bytes_map``), where BYTES outputs go."""
-    outputs = _ordered(resp.outputs, meta)
+    outputs = ordered(resp.outputs, meta)
     msg = codec.ok()
     if return_ndarray:
         return msg, _ndarray_output(outputs, rule.ndarray_output)
@@ -202,7 +217,8 @@ def from_response(
     return msg, None
 
 
-def _ordered(outputs: list[Tensor], meta: ModelMetadata) -> list[Tensor]:
+def ordered(outputs: list[Tensor], meta: ModelMetadata) -> list[Tensor]:
+    """The model's metadata order, unknown names last (stable)."""
     rank = {s.name: i for i, s in enumerate(meta.outputs)}
     return sorted(outputs, key=lambda t: rank.get(t.name, len(rank)))
 

@@ -21,9 +21,9 @@ from gateway import offload, shared
 from gateway.call import current
 from gateway.context import GatewayContext
 from gateway.core.errors import ErrorKind, GatewayError, invalid, not_found
-from gateway.core.tensors import InferResponse, ModelMetadata
+from gateway.core.tensors import InferResponse, ModelMetadata, Tensor
 
-from . import codec, config, errors, mapping
+from . import codec, config, errors, mapping, plain
 from .monitor import Monitor
 
 VERSION = "v1.1.0"  # the GRPS version this dialect imitates
@@ -75,6 +75,29 @@ class GrpsService:
             resp = await self._infer(req, meta)
             return mapping.from_response(resp, kind, meta, target.rule, return_ndarray, raw=payload is not None,
                                          bytes_map=codec.request_bytes_map(msg))
+
+    async def predict_plain(self, model: str, inputs: list[Tensor]) -> bytes:
+        """``predict`` of a plain gtensors body (``plain.tensors``: the model it names, its decoded
+        inputs), answered as the JSON text the HTTP listener sends: ``plain.answer``, else the general
+        writer. The same lookups, checks, errors and monitoring as ``predict``."""
+        target = mapping.resolve(model, self.cfg)
+        _name_model(target.name)
+        start, ok, known = time.perf_counter(), False, ""
+        try:
+            meta = await self._metadata(target)
+            known = target.name
+            req = mapping.gtensors_request(inputs, meta, target, self.cfg)
+            resp = await self._infer(req, meta)
+            pretty, size = self.cfg.pretty_json, sum(t.data.nbytes for t in resp.outputs)
+            body = (plain.answer(resp, meta, pretty) if offload.inline(size)  # a large answer: in a thread
+                    else await offload.run(size, plain.answer, resp, meta, pretty))
+            if body is None:
+                msg, _ = mapping.from_response(resp, "gtensors", meta, target.rule)
+                body = await offload.run(msg.ByteSize(), codec.message_to_json, msg, pretty)
+            ok = True
+            return body
+        finally:
+            self.monitor.record(known, time.perf_counter() - start, ok)
 
     async def predict_stream(
         self, msg: codec.GrpsMessage, ndarray: np.ndarray | None = None

@@ -1,0 +1,259 @@
+"""The common GRPS gtensors predict, read and written without a GrpsMessage in between.
+
+Most JSON predicts are plain: ``{"model"?: str, "gtensors": {"tensors": [...]}}`` whose tensors
+each have a ``name``, a ``dtype`` name of a numeric GRPS type, maybe a ``shape`` and the one numeric
+``flat_*`` list of that dtype, and the answer is the model's numeric outputs. For those:
+
+* ``tensors(doc)`` builds the core Tensors ``mapping.to_request`` would build from
+  ``codec.message_from_json(doc)`` (values converted as protobuf stores them: a ``float`` field
+  rounds each double to float32), without the protobuf message and its per-value conversions;
+* ``answer(resp, meta, pretty)`` writes the text ``codec.message_to_json`` would write for
+  ``mapping.from_response(resp, "gtensors", ...)``: the layout around each tensor's values is
+  written once per output name, dtype and shape (and kept), the values by the same float writer
+  (``gateway.core.floattext.PROTOBUF``) or as integers.
+
+Anything else, or anything the general path would refuse or word an error for, answers None and the
+general path runs from the start: same bytes, same errors (tests/unit/grps/test_plain.py compares
+both over generated requests and answers). Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gateway.core import datatypes, floattext
+from gateway.core.bounded import LIMITS
+from gateway.core.tensors import MAX_ELEMENTS, InferResponse, ModelMetadata, Tensor, too_large
+
+from . import codec, jsonwrite, mapping
+
+# -- request --------------------------------------------------------------------------------------
+_FLT_MAX = float(np.finfo(np.float32).max)
+_DBL_MAX = float(np.finfo(np.float64).max)
+_UINT32 = 1 << 32
+_SHORT = 32  # longer lists are checked with numpy
+
+
+def _request_rows() -> dict[str, tuple[datatypes.DType, str]]:
+    """GRPS dtype name -> (its row, the JSON key of its flat list), numeric GRPS types only."""
+    out = {}
+    for row in datatypes.TABLE:
+        if row.grps_name is None or row.is_bytes:
+            continue
+        out[row.grps_name] = (row, codec.flat_field(row))
+    return out
+
+
+_ROWS = _request_rows()
+_INT_RANGE = {row.v2: (int(np.iinfo(row.numpy).min), int(np.iinfo(row.numpy).max))
+              for row, _ in _ROWS.values() if row.numpy.kind in "iu"}
+_DOC_KEYS = frozenset(("model", "gtensors"))
+
+
+def tensors(doc: dict) -> tuple[str, list[Tensor]] | None:
+    """(the model named in the body, the inputs) of a plain gtensors body, else None.
+
+    ``doc`` is not changed (the general path may still need it as it came)."""
+    if not doc.keys() <= _DOC_KEYS:
+        return None
+    model = doc.get("model", "")
+    gt = doc.get("gtensors")
+    if type(model) is not str or type(gt) is not dict or gt.keys() != {"tensors"}:
+        return None
+    items = gt["tensors"]
+    if type(items) is not list or not items:
+        return None
+    out = []
+    for t in items:
+        tensor = _tensor(t)
+        if tensor is None:
+            return None
+        out.append(tensor)
+    return model, out
+
+
+def _tensor(t) -> Tensor | None:
+    if type(t) is not dict or not 3 <= len(t) <= 4:
+        return None
+    name, dtype = t.get("name"), t.get("dtype")
+    if type(name) is not str or not name or len(name) > LIMITS.max_name_chars or type(dtype) is not str:
+        return None
+    found = _ROWS.get(dtype)
+    if found is None:
+        return None
+    row, field = found
+    values = t.get(field)
+    if values is None and field == "flat_float64":
+        values = t.get("flat_double")  # GRPS's alias (codec._alias_flat_double)
+        field = "flat_double"
+    shape = t.get("shape")
+    if type(values) is not list or len(t) != (3 if shape is None else 4):
+        return None
+    count = len(values)
+    if shape is None or shape == []:
+        dims = [count]
+    elif type(shape) is list and all(type(d) is int and 0 <= d < _UINT32 for d in shape):
+        dims = shape
+        expected = 1
+        for d in dims:
+            expected *= d
+        if expected != count:
+            return None
+    else:
+        return None
+    if count > MAX_ELEMENTS or too_large(count, row, dims) is not None:
+        return None
+    data = _ints(values, row) if row.numpy.kind in "iu" else _floats(values, row)
+    if data is None:
+        return None
+    return Tensor(name, data.reshape(dims), row.v2, {})
+
+
+def _ints(values: list, row: datatypes.DType) -> np.ndarray | None:
+    lo, hi = _INT_RANGE[row.v2]
+    if len(values) <= _SHORT:
+        for v in values:
+            if type(v) is not int or not lo <= v <= hi:
+                return None
+        return np.array(values, dtype=row.numpy)
+    if not set(map(type, values)) <= {int}:
+        return None
+    try:
+        wide = np.array(values, dtype=np.int64 if lo < 0 else np.uint64)
+    except OverflowError:
+        return None
+    if int(wide.min()) < lo or int(wide.max()) > hi:
+        return None
+    return wide.astype(row.numpy)
+
+
+def _floats(values: list, row: datatypes.DType) -> np.ndarray | None:
+    """As protobuf stores them: each value as a double (ints correctly rounded), then a ``float``
+    field's cast to float32 (flat_float32, flat_float16); FP16 then from that float32."""
+    top = _DBL_MAX if row.v2 == "FP64" else _FLT_MAX
+    if len(values) <= _SHORT:
+        for v in values:
+            t = type(v)
+            if t is float:
+                if not -top <= v <= top:  # NaN, infinities, past the field's range
+                    return None
+            elif t is int:
+                try:
+                    if not -top <= float(v) <= top:
+                        return None
+                except OverflowError:
+                    return None
+            else:
+                return None
+        wide = np.array(values, dtype=np.float64)  # an int as float(v): correctly rounded
+    else:
+        if not set(map(type, values)) <= {int, float}:
+            return None
+        try:
+            wide = np.array(values, dtype=np.float64)
+        except OverflowError:  # an int past double's range
+            return None
+        if wide.size and not (np.isfinite(wide).all() and float(np.abs(wide).max()) <= top):
+            return None
+    if row.v2 == "FP64":
+        return wide
+    narrow = wide.astype(np.float32)
+    if row.v2 == "FP32":
+        return narrow
+    with np.errstate(over="ignore"):  # past FP16's range: inf, as the general path's cast gives
+        return narrow.astype(row.numpy)
+
+
+# -- answer ---------------------------------------------------------------------------------------
+def _answer_rows() -> dict[str, tuple[str, str, str]]:
+    """V2 datatype -> (GRPS dtype name, flat field, how its values are written), the numeric
+    outputs GRPS can express."""
+    out = {}
+    for row in datatypes.TABLE:
+        if row.grps_name is None or row.is_bytes:
+            continue
+        how = "float" if row.numpy.kind == "f" else "int64" if row.v2 == "INT64" else "int"
+        out[row.v2] = (row.grps_name, codec.flat_field(row), how)
+    return out
+
+
+_ANSWER = _answer_rows()
+_MAX_HEADS = 4096
+_heads: dict[tuple, tuple[str, str, str]] = {}  # (pretty, name, datatype, shape) -> (head, sep, tail)
+
+
+def _frame(pretty: bool) -> tuple[str, str, str]:
+    """The text before the first tensor, between two tensors and after the last."""
+    p = jsonwrite._Printer(pretty)
+    status: list[str] = []
+    p.message(codec.ok().status, 1, status)
+    before = ("{" + p.pad(1) + '"status"' + p.colon + "".join(status) + "," + p.pad(1) + '"gtensors"' + p.colon
+              + "{" + p.pad(2) + '"tensors"' + p.colon + "[" + p.pad(3))
+    return before, "," + p.pad(3), p.pad(2) + "]" + p.pad(1) + "}" + p.pad(0) + "}" + p.nl
+
+
+_FRAMES = {pretty: _frame(pretty) for pretty in (True, False)}
+
+
+def _head(pretty: bool, name: str, datatype: str, shape: tuple[int, ...], empty: bool) -> tuple[str, str, str]:
+    """One GenericTensor at level 3 as ``jsonwrite._Printer.message`` writes it: (the text before its
+    values, between two values, after them); fields in number order, only those present."""
+    key = (pretty, name, datatype, shape, empty)
+    hit = _heads.get(key)
+    if hit is not None:
+        return hit
+    p = jsonwrite._Printer(pretty)
+    grps_name, field, _ = _ANSWER[datatype]
+    fields = []
+    if name:
+        fields.append(f'"name"{p.colon}"{jsonwrite.escape(name)}"')
+    fields.append(f'"dtype"{p.colon}"{grps_name}"')
+    if shape:
+        fields.append(f'"shape"{p.colon}[' + p.pad(5) + ("," + p.pad(5)).join(map(str, shape)) + p.pad(4) + "]")
+    if not empty:
+        fields.append(f'"{field}"{p.colon}[' + p.pad(5))
+    head = "{" + p.pad(4) + ("," + p.pad(4)).join(fields)
+    tail = (p.pad(4) + "]" if not empty else "") + p.pad(3) + "}"
+    if len(_heads) >= _MAX_HEADS:  # bounded: the shapes models answer
+        _heads.clear()
+    hit = _heads[key] = (head, "," + p.pad(5), tail)
+    return hit
+
+
+def answer(resp: InferResponse, meta: ModelMetadata, pretty: bool) -> bytes | None:
+    """``message_to_json(from_response(resp, "gtensors", ...)[0], pretty)`` when every output is a
+    numeric type GRPS expresses, else None."""
+    outputs = resp.outputs
+    if not outputs:
+        return None
+    for t in outputs:
+        if t.datatype not in _ANSWER or not t.name or type(t.data) is not np.ndarray:
+            return None
+    if len(outputs) > 1:
+        outputs = mapping.ordered(outputs, meta)
+    before, between, after = _FRAMES[pretty]
+    parts = [before]
+    for i, t in enumerate(outputs):
+        if i:
+            parts.append(between)
+        data = t.data
+        shape = data.shape
+        if shape and max(shape) >= _UINT32:  # GenericTensor.shape is uint32: the general path refuses it
+            return None
+        head, sep, tail = _head(pretty, t.name, t.datatype, shape, data.size == 0)
+        parts.append(head)
+        if data.size:
+            how = _ANSWER[t.datatype][2]
+            flat = data.reshape(-1)
+            if how == "float":
+                if flat.dtype == np.float16:
+                    flat = flat.astype(np.float32)
+                parts.append(floattext.join(flat, floattext.PROTOBUF, sep))
+            elif how == "int":
+                parts.append(sep.join(map(str, flat.tolist())))
+            else:
+                parts.append('"' + ('"' + sep + '"').join(map(str, flat.tolist())) + '"')
+        parts.append(tail)
+    parts.append(after)
+    return "".join(parts).encode("utf-8")
+
