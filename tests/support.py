@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import os
-import re
 import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import yaml
 
 from gateway import launch
@@ -45,6 +45,7 @@ class GatewayProcess:
     ports: dict[str, int]
     config_path: Path
     log_path: Path
+    listening: set[int] = field(default_factory=set)  # the enabled listeners' ports
 
     def port(self, listener: str) -> int:
         return self.ports[listener]
@@ -119,7 +120,8 @@ def start_gateway(config: dict, tmp: Path) -> GatewayProcess:
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )
     ports = {name: lst["port"] for name, lst in config["listeners"].items() if "port" in lst}
-    gw = GatewayProcess(proc, ports, path, log_path)
+    listening = {lst["port"] for lst in config["listeners"].values() if "port" in lst and lst.get("enabled", True)}
+    gw = GatewayProcess(proc, ports, path, log_path, listening)
     try:
         wait_http(f"http://127.0.0.1:{ports['admin_http']}/health", timeout=60, proc=proc)
         if config.get("workers", 1) > 1:  # the first worker up answers /health; wait for every one
@@ -130,16 +132,23 @@ def start_gateway(config: dict, tmp: Path) -> GatewayProcess:
     return gw
 
 
-_SERVING = re.compile(r"worker (\d+) serving")
-
-
 def serving_workers(gw: GatewayProcess) -> set[int]:
-    """The pids of the workers that have logged that they serve (every listener bound and started)."""
-    return {int(m.group(1)) for m in _SERVING.finditer(gw.log_path.read_text(errors="replace"))}
+    """The pids of the gateway's worker processes that listen on every enabled listener's port
+    (a worker binds them all, then serves; at any log level)."""
+    want = gw.listening
+    out = set()
+    for child in psutil.Process(gw.proc.pid).children():
+        try:
+            ports = {c.laddr.port for c in child.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+        except psutil.Error:  # exited between the listing and the look
+            continue
+        if want <= ports:
+            out.add(child.pid)
+    return out
 
 
 def wait_workers_serving(gw: GatewayProcess, count: int, timeout: float = 60.0, pids: set[int] | None = None) -> None:
-    """Until ``count`` workers (or every pid of ``pids``) have logged that they serve."""
+    """Until ``count`` workers (or every pid of ``pids``) listen on every enabled listener's port."""
     deadline = time.monotonic() + timeout
     while True:
         up = serving_workers(gw)
