@@ -130,7 +130,7 @@ MAX_HEADERS = 4096
 
 
 def _cached_header(req: InferRequest) -> bytes:
-    key = (req.model, req.version, tuple((t.name, t.datatype, t.shape) for t in req.inputs),
+    key = (req.model, req.version, tuple([(t.name, t.datatype, t.data.shape) for t in req.inputs]),
            tuple(req.outputs) if req.outputs else ())
     hit = _headers.get(key)
     if hit is None:
@@ -138,6 +138,9 @@ def _cached_header(req: InferRequest) -> bytes:
             _headers.clear()
         hit = _headers[key] = _header(req)
     return hit
+
+
+SMALL_RAW = 1 << 16  # raw contents up to this size are copied once into bytes (cheaper than a view's steps)
 
 
 def serialize_request(req: InferRequest) -> bytes:
@@ -151,8 +154,16 @@ def serialize_request(req: InferRequest) -> bytes:
     again. Parsed, it is ``encode_request(req)`` (tests/unit/test_upstream_codec.py).
     """
     pieces: list = [b""]
-    plain = not req.parameters and not any(t.parameters for t in req.inputs)
+    plain = not req.parameters
     for t in req.inputs:
+        if t.parameters:
+            plain = False
+        data = t.data
+        numeric = RAW_NUMPY.get(t.datatype)
+        if numeric is not None and data.nbytes <= SMALL_RAW:  # the common small tensor: one copy, two pieces
+            raw = (data if data.dtype == numeric else data.astype(numeric)).tobytes()
+            pieces += (RAW_INPUT_TAG, varint(len(raw)), raw)
+            continue
         parts = _raw_parts(t)
         pieces += (RAW_INPUT_TAG, varint(sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)))
         pieces += parts
@@ -211,11 +222,11 @@ RAW_NUMPY = {row.v2: row.numpy for row in datatypes.TABLE if not row.is_bytes}  
 def _decode_output(out, raw: bytes | None) -> Tensor:
     datatype = out.datatype
     params = get_params(out.parameters) if out.parameters else {}
+    shape = tuple(out.shape[:])  # a repeated field sliced to a list: a third of iterating it (upb)
     if raw is not None:
         numeric = RAW_NUMPY.get(datatype)
         if numeric is not None:  # the common case: a view over the answer's bytes
-            return Tensor(out.name, np.frombuffer(raw, dtype=numeric).reshape(tuple(out.shape)), datatype, params)
-    shape = tuple(out.shape)
+            return Tensor(out.name, np.frombuffer(raw, dtype=numeric).reshape(shape), datatype, params)
     row = datatypes.by_v2(datatype)
     if raw is not None:
         data = datatypes.decode_bytes(raw, shape)  # (a fixed-size type took the branch above)
@@ -242,10 +253,11 @@ def numeric_outputs(msg: service_pb2.ModelInferResponse, raws, wanted) -> list[n
         return None
     arrays = []
     try:
-        for out, raw, (name, datatype, dtype) in zip(outs, raws, wanted, strict=False):  # raws may be more
+        for i, (name, datatype, dtype) in enumerate(wanted):  # indexed: see decode_response
+            out = outs[i]
             if out.name != name or out.datatype != datatype:
                 return None
-            arrays.append(np.frombuffer(raw, dtype=dtype).reshape(tuple(out.shape)))
+            arrays.append(np.frombuffer(raws[i], dtype=dtype).reshape(out.shape[:]))
     except ValueError:  # contents and shape disagree: decode_response raises it
         return None
     return arrays
@@ -256,7 +268,8 @@ def decode_response(msg: service_pb2.ModelInferResponse, raws=None) -> InferResp
     if raws is None:
         raws = msg.raw_output_contents
     n = len(raws)
-    outputs = [_decode_output(o, raws[i] if i < n else None) for i, o in enumerate(msg.outputs)]
+    outs = msg.outputs  # indexed, not iterated: iterating a repeated message field costs ~0.7 µs (upb)
+    outputs = [_decode_output(outs[i], raws[i] if i < n else None) for i in range(len(outs))]
     if msg.parameters:
         params = get_params(msg.parameters)
         final = bool(params.pop(FINAL_PARAM, True))

@@ -127,6 +127,8 @@ def test_absurd_shapes_are_refused_before_anything_is_allocated():
     ("FP16", np.array([1.5], dtype=np.float32)),  # converted to the declared dtype
     ("BOOL", np.array([True, False])),
     ("BF16", np.array([1.5, -2.0], dtype=ml_dtypes.bfloat16)),
+    ("FP32", np.arange(6, dtype=np.float64).reshape(2, 3).T),  # not contiguous, converted
+    ("INT32", np.broadcast_to(np.int32(4), (3, 2))),  # a broadcast view
 ])
 def test_serialize_request_is_the_encoded_message_on_the_wire(datatype, data):
     req = InferRequest("m", [Tensor("x", data, datatype, {"p": 1}), Tensor("y", np.array([7], np.int32), "INT32")],

@@ -56,7 +56,11 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         specs = dict(target.signature.inputs)
         inputs = {}
         for i, (alias, tp) in enumerate(sorted(request.inputs.items())):
-            arr, v2 = await offload.run(tp.ByteSize(), protocodec.tensor_from_proto, tp, alias)  # large: a thread
+            size = tp.ByteSize()
+            if offload.inline(size):
+                arr, v2 = protocodec.tensor_from_proto(tp, alias)
+            else:  # large: a thread
+                arr, v2 = await offload.run(size, protocodec.tensor_from_proto, tp, alias)
             want = specs.get(alias)
             if want is not None and target.signature.client_dtype(want) != v2:
                 raise invalid(f"Expects arg[{i}] to be {tf_type(target.signature.client_dtype(want))} but "
@@ -65,8 +69,11 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         version, outs = await self.service.predict(target, inputs, list(request.output_filter))
         resp = predict_pb2.PredictResponse(model_spec=self._resolved_spec(target, version))
         for alias, (arr, v2) in outs.items():
-            tp = await offload.run(arr.nbytes, protocodec.tensor_to_proto, arr, v2, self.content)
-            resp.outputs[alias].CopyFrom(tp)
+            if offload.inline(arr.nbytes):  # written into the answer's own entry: no copy of a finished proto
+                protocodec.tensor_to_proto(arr, v2, self.content, into=resp.outputs[alias])
+            else:  # large: built in a thread, copied in
+                tp = await offload.run(arr.nbytes, protocodec.tensor_to_proto, arr, v2, self.content)
+                resp.outputs[alias].CopyFrom(tp)
         return resp
 
     async def _examples(self, request, method: str, context):

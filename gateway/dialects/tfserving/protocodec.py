@@ -59,7 +59,8 @@ def tensor_from_proto(tp: tensor_pb2.TensorProto, name: str) -> tuple[np.ndarray
         row = datatypes.by_tf(tp.dtype)
     except KeyError:
         raise invalid(f"Input '{shown}': unsupported tensor dtype {tp.dtype}") from None
-    shape = tuple(int(d.size) for d in tp.tensor_shape.dim)
+    dims = tp.tensor_shape.dim  # indexed, not iterated: iterating a repeated message field is slow in upb
+    shape = tuple(int(dims[i].size) for i in range(len(dims)))
     if any(d < 0 for d in shape):
         raise invalid(f"Input '{shown}': shape {dims_text(shape)} has a negative dimension")
     size = element_count(shape, name)
@@ -98,9 +99,17 @@ def _typed(tp, row, shape, size: int, name: str) -> np.ndarray:
     return flat.reshape(shape)
 
 
-def tensor_to_proto(arr: np.ndarray, v2: str, content: bool = False) -> tensor_pb2.TensorProto:
+def tensor_to_proto(arr: np.ndarray, v2: str, content: bool = False,
+                    into: tensor_pb2.TensorProto | None = None) -> tensor_pb2.TensorProto:
+    """``arr`` as a TensorProto: typed ``*_val`` values, or ``tensor_content`` when ``content``;
+    written into ``into`` (an empty TensorProto, e.g. a response map's entry) when given."""
     row = datatypes.by_v2(v2)
-    tp = tensor_pb2.TensorProto(dtype=row.tf, tensor_shape=shape_proto(arr.shape))
+    tp = into if into is not None else tensor_pb2.TensorProto()
+    tp.dtype = row.tf
+    tp.tensor_shape.SetInParent()  # present even for a scalar (no dims), as the shape message was set before
+    dims = tp.tensor_shape.dim
+    for d in arr.shape:
+        dims.add(size=int(d))
     if content and not row.is_bytes:
         tp.tensor_content = np.ascontiguousarray(arr, dtype=row.numpy).tobytes()
         return tp

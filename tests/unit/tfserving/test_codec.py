@@ -127,6 +127,25 @@ def test_tensor_proto_round_trip_and_broadcast():
     assert protocodec.tensor_from_proto(half, "x")[0].tolist() == [1.5]
 
 
+@pytest.mark.parametrize("v2", ["FP32", "INT64", "BOOL", "FP16", "BYTES"])
+@pytest.mark.parametrize("shape", [(), (0,), (2, 2)])
+@pytest.mark.parametrize("content", [False, True])
+def test_tensor_proto_written_into_an_answer_entry_is_the_one_copied_in(v2, shape, content):
+    """Predict writes each output into the answer's map entry (``into``): the same bytes as a
+    TensorProto built alone and copied in; a scalar keeps a present, empty tensor_shape."""
+    from gateway._proto.tensorflow_serving.apis import predict_pb2
+
+    size = int(np.prod(shape))
+    arr = np.array([b"a"] * size, dtype=object).reshape(shape) if v2 == "BYTES" else \
+        np.arange(size).astype({"FP32": np.float32, "INT64": np.int64, "BOOL": np.bool_, "FP16": np.float16}[v2]).reshape(shape)
+    alone = protocodec.tensor_to_proto(arr, v2, content)
+    copied, written = predict_pb2.PredictResponse(), predict_pb2.PredictResponse()
+    copied.outputs["y"].CopyFrom(alone)
+    protocodec.tensor_to_proto(arr, v2, content, into=written.outputs["y"])
+    assert written.SerializeToString() == copied.SerializeToString()
+    assert alone.HasField("tensor_shape") and len(alone.tensor_shape.dim) == len(shape)
+
+
 def test_loads_keeps_whole_surrogate_pairs_and_escaped_backslashes():
     assert jsonio.loads(b'{"a": ["\\ud83d\\ude00", "x\\\\ud800"], "b": NaN}')["a"] == ["\U0001f600", "x\\ud800"]
 
