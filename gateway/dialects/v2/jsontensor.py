@@ -375,8 +375,10 @@ def render(resp: service_pb2.ModelInferResponse, parsed: Parsed, raws=None) -> t
     if raws is None:
         raws = resp.raw_output_contents
     wanted, binary_default = parsed.outputs, parsed.binary_default
-    for i, out in enumerate(resp.outputs):
-        name, datatype, shape = out.name, out.datatype, tuple(out.shape)
+    outs = resp.outputs  # indexed, and shapes sliced: iterating protobuf repeated fields is slower (upb)
+    for i in range(len(outs)):
+        out = outs[i]
+        name, datatype, shape = out.name, out.datatype, tuple(out.shape[:])
         want = wanted.get(name) if wanted else None
         raw = raws[i] if i < len(raws) else b""
         if i:
