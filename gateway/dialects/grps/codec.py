@@ -174,7 +174,7 @@ def _plain_numbers(values: list, dtype: np.dtype) -> bool:
     """Whether json_format would take every value as it is: ints (integer fields, in range) or
     ints and finite floats (float fields, float32's range for float32). Short lists are checked
     value by value (numpy's fixed cost is larger there), long ones with numpy."""
-    return _plain_short(values, dtype) if len(values) <= _SHORT else _plain_long(values, dtype)
+    return short_values_fit(values, dtype) if len(values) <= _SHORT else _plain_long(values, dtype)
 
 
 def _plain_long(values: list, dtype: np.dtype) -> bool:
@@ -200,7 +200,9 @@ _SHORT = 32
 _LIMITS = {np.dtype(t): (int(np.iinfo(t).min), int(np.iinfo(t).max)) for t in (np.int32, np.int64, np.uint32)}
 
 
-def _plain_short(values: list, dtype: np.dtype) -> bool:
+def short_values_fit(values: list, dtype: np.dtype) -> bool:
+    """Whether every value of a short list is a JSON number the ``dtype`` field takes as it is
+    (floats: a finite double within the field's range; integers: within the type's range)."""
     if dtype.kind == "f":
         top = _FLT_MAX if dtype == np.float32 else sys.float_info.max
         for v in values:

@@ -132,19 +132,8 @@ def _floats(values: list, row: datatypes.DType) -> np.ndarray | None:
     field's cast to float32 (flat_float32, flat_float16); FP16 then from that float32."""
     top = _DBL_MAX if row.v2 == "FP64" else _FLT_MAX
     if len(values) <= _SHORT:
-        for v in values:
-            t = type(v)
-            if t is float:
-                if not -top <= v <= top:  # NaN, infinities, past the field's range
-                    return None
-            elif t is int:
-                try:
-                    if not -top <= float(v) <= top:
-                        return None
-                except OverflowError:
-                    return None
-            else:
-                return None
+        if not codec.short_values_fit(values, np.dtype(np.float64 if row.v2 == "FP64" else np.float32)):
+            return None
         wide = np.array(values, dtype=np.float64)  # an int as float(v): correctly rounded
     else:
         if not set(map(type, values)) <= {int, float}:

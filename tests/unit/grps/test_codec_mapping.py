@@ -238,4 +238,4 @@ _VALUES = st.lists(st.one_of(st.integers(min_value=-(2**70), max_value=2**70), s
 @given(values=_VALUES, dtype=st.sampled_from([np.float32, np.float64, np.int32, np.int64, np.uint32]))
 def test_short_numeric_lists_are_judged_as_the_numpy_check_judges_them(values, dtype):
     """Short flat lists are checked value by value: the same verdict as the numpy check of long ones."""
-    assert codec._plain_short(values, np.dtype(dtype)) == codec._plain_long(values, np.dtype(dtype))
+    assert codec.short_values_fit(values, np.dtype(dtype)) == codec._plain_long(values, np.dtype(dtype))
