@@ -130,9 +130,6 @@ def _stream_error(message: str) -> GatewayError:
     return GatewayError(ErrorKind.UPSTREAM_FAILED, message)
 
 
-_INDEX = ("index",)
-
-
 class _TTLCache:
     def __init__(self, ttl: float):
         self.ttl = ttl
@@ -306,10 +303,6 @@ class TritonUpstream:
         return self._cache.put(key, value)
 
     async def model_metadata(self, model: str, version: str = "") -> ModelMetadata:
-        hit = self._cache.get(("meta", model, version))  # the common case, before any closure or coroutine
-        if hit is not None:
-            return hit
-
         async def fetch() -> ModelMetadata:
             req = {"name": model, "version": version}
             meta = await self._idempotent("ModelMetadata", service_pb2.ModelMetadataRequest(**req))
@@ -350,11 +343,7 @@ class TritonUpstream:
         return await self._cached(("server_meta",), fetch)
 
     async def repository_index(self) -> list[ModelIndexEntry]:
-        hit = self._cache.get(_INDEX)
-        if hit is not None:
-            return hit
-
         async def fetch() -> list[ModelIndexEntry]:
             return codec.decode_index(await self._idempotent("RepositoryIndex", service_pb2.RepositoryIndexRequest()))
 
-        return await self._cached(_INDEX, fetch)
+        return await self._cached(("index",), fetch)
