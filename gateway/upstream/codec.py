@@ -55,12 +55,20 @@ def get_params(source) -> Params:
     return out
 
 
+RAW_NUMPY = {row.v2: row.numpy for row in datatypes.TABLE if not row.is_bytes}  # V2 name -> numpy, fixed size
+SMALL_RAW = 1 << 16  # raw contents up to this size are copied once into bytes (cheaper than a view's steps)
+
+
+def _numeric(t: Tensor) -> np.ndarray:
+    """A fixed-size tensor's data in its V2 datatype's numpy type (KeyError: not a V2 type)."""
+    want = RAW_NUMPY[t.datatype]
+    return t.data if t.data.dtype == want else t.data.astype(want)
+
+
 def _raw(t: Tensor) -> bytes:
     if t.datatype == "BYTES":
         return datatypes.encode_bytes(t.data)
-    want = datatypes.by_v2(t.datatype).numpy
-    arr = t.data if t.data.dtype == want else t.data.astype(want)
-    return np.ascontiguousarray(arr).tobytes()
+    return _numeric(t).tobytes()  # C order, whatever the array's strides
 
 
 RAW_INPUT_TAG = bytes([service_pb2.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number << 3 | 2])
@@ -82,11 +90,13 @@ def varint(n: int) -> bytes:
 
 
 def _raw_parts(t: Tensor) -> list:
-    """The tensor's raw contents as bytes-like pieces (numeric tensors as a view, not a copy)."""
+    """The tensor's raw contents as bytes-like pieces: a small numeric tensor as one copy, a large
+    one as a view (not a copy), BYTES as its length-prefixed elements."""
     if t.datatype == "BYTES":
         return datatypes.bytes_parts(t.data)
-    want = datatypes.by_v2(t.datatype).numpy
-    arr = t.data if t.data.dtype == want else t.data.astype(want)
+    arr = _numeric(t)
+    if arr.nbytes <= SMALL_RAW:
+        return [arr.tobytes()]
     # as bytes of a uint8 view: extension dtypes (ml_dtypes' bfloat16) export no buffer of their own
     return [memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))]
 
@@ -140,9 +150,6 @@ def _cached_header(req: InferRequest) -> bytes:
     return hit
 
 
-SMALL_RAW = 1 << 16  # raw contents up to this size are copied once into bytes (cheaper than a view's steps)
-
-
 def serialize_request(req: InferRequest) -> bytes:
     """``encode_request(req)`` as wire bytes, with every tensor's data copied exactly once.
 
@@ -158,15 +165,10 @@ def serialize_request(req: InferRequest) -> bytes:
     for t in req.inputs:
         if t.parameters:
             plain = False
-        data = t.data
-        numeric = RAW_NUMPY.get(t.datatype)
-        if numeric is not None and data.nbytes <= SMALL_RAW:  # the common small tensor: one copy, two pieces
-            raw = (data if data.dtype == numeric else data.astype(numeric)).tobytes()
-            pieces += (RAW_INPUT_TAG, varint(len(raw)), raw)
-            continue
         parts = _raw_parts(t)
-        pieces += (RAW_INPUT_TAG, varint(sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)))
-        pieces += parts
+        size = len(parts[0]) if len(parts) == 1 and type(parts[0]) is bytes else \
+            sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
+        pieces += (RAW_INPUT_TAG, varint(size), *parts)
     if plain:
         head = _cached_header(req)
         pieces[0] = head + _delimited(3, req.id.encode()) if req.id else head
@@ -214,9 +216,6 @@ _TYPED_FIELD = {
     "FP64": "fp64_contents",
     "BYTES": "bytes_contents",
 }
-
-
-RAW_NUMPY = {row.v2: row.numpy for row in datatypes.TABLE if not row.is_bytes}  # V2 name -> numpy, fixed size
 
 
 def _decode_output(out, raw: bytes | None) -> Tensor:
