@@ -142,6 +142,8 @@ def _same(a, b) -> None:
     assert va == vb and list(oa) == list(ob)
     for alias in oa:
         (xa, ta), (xb, tb) = oa[alias], ob[alias]
+        assert type(xa) is type(xb)  # an unbatched [1] BYTES output is one bytes object, on both paths
+        xa, xb = np.asarray(xa), np.asarray(xb)
         assert ta == tb and xa.dtype == xb.dtype and xa.shape == xb.shape
         assert xa.tobytes() == xb.tobytes() if xa.dtype != object else xa.tolist() == xb.tolist()
 
