@@ -106,10 +106,7 @@ def tensor_to_proto(arr: np.ndarray, v2: str, content: bool = False,
     row = datatypes.by_v2(v2)
     tp = into if into is not None else tensor_pb2.TensorProto()
     tp.dtype = row.tf
-    tp.tensor_shape.SetInParent()  # present even for a scalar (no dims), as the shape message was set before
-    dims = tp.tensor_shape.dim
-    for d in arr.shape:
-        dims.add(size=int(d))
+    shape_proto(arr.shape, into=tp.tensor_shape)
     if content and not row.is_bytes:
         tp.tensor_content = np.ascontiguousarray(arr, dtype=row.numpy).tobytes()
         return tp
@@ -124,10 +121,15 @@ def tensor_to_proto(arr: np.ndarray, v2: str, content: bool = False,
     return tp
 
 
-def shape_proto(shape, unknown_rank: bool = False) -> tensor_shape_pb2.TensorShapeProto:
-    sp = tensor_shape_pb2.TensorShapeProto(unknown_rank=unknown_rank)
+def shape_proto(shape, unknown_rank: bool = False,
+                into: tensor_shape_pb2.TensorShapeProto | None = None) -> tensor_shape_pb2.TensorShapeProto:
+    """``shape`` as a TensorShapeProto, written into ``into`` (an empty one, e.g. a TensorProto's
+    ``tensor_shape``, then present even for a scalar) when given."""
+    sp = into if into is not None else tensor_shape_pb2.TensorShapeProto()
+    sp.unknown_rank = unknown_rank  # sets the field, so the message is present in its parent
+    dims = sp.dim
     for d in shape:
-        sp.dim.add(size=int(d))
+        dims.add(size=int(d))
     return sp
 
 
