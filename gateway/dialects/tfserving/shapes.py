@@ -51,7 +51,9 @@ def bridge(arr: np.ndarray, spec: TensorSpec, max_batch_size: int) -> tuple[np.n
 
 
 def unbatch(arr: np.ndarray) -> np.ndarray:
-    return arr[0] if arr.ndim and arr.shape[0] == 1 else arr
+    """Without the leading batch dim of 1; always an array (``[1]`` -> a 0-d array, not a scalar:
+    a BYTES element would otherwise come out as a bare ``bytes`` the writers cannot take)."""
+    return arr[0, ...] if arr.ndim and arr.shape[0] == 1 else arr
 
 
 def restore(arr: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

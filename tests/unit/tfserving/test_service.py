@@ -148,3 +148,24 @@ async def test_signatures_are_reused_while_the_metadata_is_the_same_object():
                                     (TensorSpec("y", "FP32", (-1,)),))  # Triton reloaded the model
     again = (await svc.resolve(ServableRef("hp3"))).signature
     assert again is not first and again.inputs[0][1].shape == (-1, 2)
+
+
+async def test_a_batch_of_one_bytes_element_is_unbatched_to_an_array_and_answered():
+    """A batching model's BYTES output of shape [1] for an input given without its batch dim: the
+    output loses the batch dim the gateway added and stays an array (a bare bytes object crashed the
+    writers: 500); the answer is TF Serving's, a scalar in columnar form, refused in row form."""
+    from gateway.dialects.tfserving import codec
+
+    meta = ModelMetadata("tok", ("1",), "python", (TensorSpec("x", "FP32", (-1, 4)),),
+                         (TensorSpec("s", "BYTES", (-1,)),), max_batch_size=8)
+    up = FakeUpstream(metas=[meta], infer=lambda req: InferResponse(
+        "tok", "1", [Tensor("s", np.array([b"ab"], dtype=object), "BYTES")]))
+    svc = Service(GatewayContext(Settings(), up), config.TFServingConfig())
+    target = await svc.resolve(ServableRef("tok"))
+    _, outs = await svc.predict(target, {"x": np.ones(4, np.float32)})
+    arr, v2 = outs["s"]
+    assert up.requests[0][0].inputs[0].shape == (1, 4)
+    assert isinstance(arr, np.ndarray) and arr.shape == () and arr.item() == b"ab" and v2 == "BYTES"
+    assert codec.write_predict(outs, row=False) == b'{\n    "outputs": "ab"\n}'
+    with pytest.raises(GatewayError, match="has no shape information"):
+        codec.write_predict(outs, row=True)
