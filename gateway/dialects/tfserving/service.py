@@ -73,7 +73,8 @@ class Service:
             if cast is not None:
                 arr = arr.astype(cast)
             tensors.append(Tensor(name, arr.reshape(shape) if shape is not None else arr, datatype))
-        resp = await self._infer(InferRequest(plan.triton, tensors, plan.version, plan.output_names))
+        target = plan.target
+        resp = await self._infer(InferRequest(target.signature.triton, tensors, target.triton_version, plan.output_names))
         return resp.version, _outputs(plan, resp)
 
     async def _predict_wire(self, plan: _Plan, arr: np.ndarray) -> tuple[str, Outputs]:
@@ -83,13 +84,15 @@ class Service:
         call = current()
         raw = np.ascontiguousarray(arr, dtype=plan.wire.dtype).tobytes()
         msg, raws = await self.ctx.upstream.infer_wire(
-            plan.triton, codec.wire_request(plan.wire.header, call.request_id if call is not None else "", raw))
+            plan.target.signature.triton,
+            codec.wire_request(plan.wire.header, call.request_id if call is not None else "", raw))
         arrays = codec.numeric_outputs(msg, raws, plan.wire.outputs)
         if arrays is None:  # not the answer the metadata promised: as any other answer
             return msg.model_version, _outputs(plan, codec.decode_response(msg, raws))
         if plan.unbatch:
             arrays = [shapes.unbatch(a) for a in arrays]
-        return msg.model_version, {alias: (a, v2) for (alias, v2), a in zip(plan.wire.aliases, arrays, strict=True)}
+        return msg.model_version, {alias: (a, datatype) for (alias, _), (_, datatype, _), a
+                                   in zip(plan.outputs, plan.wire.outputs, arrays, strict=True)}
 
     async def run_examples(self, target: Target, method: str, exs: list[Features], context: Features):
         """regress -> (version, float32 [N]); classify -> (version, (labels, scores [N, C]))."""
@@ -143,14 +146,11 @@ class _Plan:
     the shape element-wise outputs take back (None: not element-wise)."""
 
     target: Target
-    triton: str
-    version: str
     inputs: tuple[tuple[str, str, np.dtype | None, tuple[int, ...] | None], ...]
     outputs: tuple[tuple[str, str], ...]
     output_names: list[str]
     unbatch: bool
     like: tuple[int, ...] | None
-    half_as_float: bool
     wire: _Wire | None  # the request's bytes and the answer's arrays without neutral tensors (None: through them)
 
 
@@ -158,17 +158,16 @@ class _Plan:
 class _Wire:
     """A predict of one input and outputs of fixed-size numeric types, none converted (no
     half_as_float, not element-wise): the request header (``codec.header``), the input's numpy
-    type, and the outputs expected as (Triton name, V2 type, numpy type), with their (alias, V2 type)."""
+    type, and the outputs expected as (Triton name, V2 type, numpy type), in the plan's output order."""
 
     header: bytes
     dtype: np.dtype
     outputs: tuple[tuple[str, str, np.dtype], ...]
-    aliases: tuple[tuple[str, str], ...]
 
 
 def _outputs(plan: _Plan, resp: InferResponse) -> Outputs:
     """The answer's outputs the plan asked for, by alias, in the shapes and types clients see."""
-    half = plan.half_as_float
+    half = plan.target.signature.half_as_float
     result = {}
     for alias, name in plan.outputs:
         t = resp.output(name)
@@ -203,11 +202,9 @@ def _plan(target: Target, inputs: dict[str, np.ndarray], output_filter, wire_cap
         (name, datatype, _, sent), arr = planned[0], next(iter(inputs.values()))
         head = codec.header(sig.triton, target.triton_version, [(name, datatype, arr.shape if sent is None else sent)], names)
         wire = _Wire(head, np.dtype(codec.RAW_NUMPY[datatype]),
-                     tuple((s.name, s.datatype, np.dtype(codec.RAW_NUMPY[s.datatype])) for _, s in outs),
-                     tuple((alias, s.datatype) for alias, s in outs))
-    return _Plan(target, sig.triton, target.triton_version, tuple(planned),
-                 tuple((alias, spec.name) for alias, spec in outs), names,
-                 bool(added) and all(added), like, sig.half_as_float, wire)
+                     tuple((s.name, s.datatype, np.dtype(codec.RAW_NUMPY[s.datatype])) for _, s in outs))
+    return _Plan(target, tuple(planned), tuple((alias, spec.name) for alias, spec in outs), names,
+                 bool(added) and all(added), like, wire)
 
 
 def open(ctx: GatewayContext, conf: TFServingConfig) -> Service:
