@@ -233,9 +233,7 @@ class TritonUpstream:
     # -- inference -------------------------------------------------------------------------
     async def infer(self, req: InferRequest) -> InferResponse:
         self._request_id(req)
-        if self._channel is None:
-            raise GatewayError(ErrorKind.INTERNAL, "upstream used before connect()")
-        resp, raws = await self.infer_wire(req.model, codec.serialize_request(req))
+        resp, raws = await self.infer_wire(req.model, codec.serialize_request(req))  # (infer_wire checks connect())
         return codec.decode_response(resp, raws)
 
     async def infer_wire(self, model: str, data: bytes) -> tuple[service_pb2.ModelInferResponse, list | None]:
