@@ -94,11 +94,16 @@ def _raw_parts(t: Tensor) -> list:
     one as a view (not a copy), BYTES as its length-prefixed elements."""
     if t.datatype == "BYTES":
         return datatypes.bytes_parts(t.data)
-    arr = _numeric(t)
+    return [contents(_numeric(t))]
+
+
+def contents(arr: np.ndarray) -> bytes | memoryview:
+    """A numeric array's raw contents in C order: a small one copied once into bytes, a large one
+    as a view of its (contiguous) data, not a copy."""
     if arr.nbytes <= SMALL_RAW:
-        return [arr.tobytes()]
+        return arr.tobytes()
     # as bytes of a uint8 view: extension dtypes (ml_dtypes' bfloat16) export no buffer of their own
-    return [memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))]
+    return memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
 
 
 def _delimited(field: int, payload: bytes) -> bytes:
@@ -128,11 +133,13 @@ def header(model: str, version: str, inputs, outputs=()) -> bytes:
     return b"".join(out)
 
 
-def wire_request(head: bytes, request_id: str, raw: bytes) -> bytes:
-    """The ModelInferRequest of ``header(...)`` with one input, ``id`` and its raw contents: what
-    ``serialize_request`` writes for the same request."""
+def wire_request(head: bytes, request_id: str, arr: np.ndarray) -> bytes:
+    """The ModelInferRequest of ``header(...)`` with one input, ``id`` and ``arr`` (already of the
+    input's numpy type) as its raw contents: what ``serialize_request`` writes for the same request,
+    the contents copied once."""
     rid = _delimited(3, request_id.encode()) if request_id else b""
-    return b"".join((head, rid, RAW_INPUT_TAG, varint(len(raw)), raw))
+    raw = contents(arr)
+    return b"".join((head, rid, RAW_INPUT_TAG, varint(raw.nbytes if type(raw) is memoryview else len(raw)), raw))
 
 
 _headers: dict[tuple, bytes] = {}  # per model, version, inputs' names, dtypes and shapes, outputs

@@ -82,10 +82,11 @@ class Service:
         ``codec.serialize_request`` writes for it), the answer's arrays taken from its raw contents
         (``codec.decode_response``'s arrays; an answer of any other form is decoded by it)."""
         call = current()
-        raw = np.ascontiguousarray(arr, dtype=plan.wire.dtype).tobytes()
+        want = plan.wire.dtype
         msg, raws = await self.ctx.upstream.infer_wire(
             plan.target.signature.triton,
-            codec.wire_request(plan.wire.header, call.request_id if call is not None else "", raw))
+            codec.wire_request(plan.wire.header, call.request_id if call is not None else "",
+                               arr if arr.dtype == want else arr.astype(want)))
         arrays = codec.numeric_outputs(msg, raws, plan.wire.outputs)
         if arrays is None:  # not the answer the metadata promised: as any other answer
             return msg.model_version, _outputs(plan, codec.decode_response(msg, raws))
