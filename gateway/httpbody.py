@@ -2,25 +2,35 @@
 written after its header, not joined to it.
 
 Sanic's ``request.receive_body()`` copies each received chunk three times (out of the connection's
-buffer into a slice, into ``bytes``, then all chunks joined): a 16 MiB body is copied 48 MiB more
-than it needs. ``read_into_buffer`` copies each chunk once, out of the connection's receive buffer
-into one buffer allocated up front and not zero-filled (its size bounded by
-``limits.max_request_bytes``, checked first), and leaves the stream as sanic's own reader does at
-the end of the body. Routes that take a large binary body (GRPS ``bin_data``) opt in
-(``Edge.route(..., buffered=True)``); their handlers get ``request.body`` as a ``memoryview``
-(bytes-like: ``len``, slices, ``bytes()``, orjson, ``b"".join`` take it). Chunked bodies,
-HTTP/2+ and small bodies take sanic's reader.
+buffer into a slice, into ``bytes``, then all chunks joined), and its protocol two more before that
+(uvloop's read buffer into ``bytes``, appended to the connection's buffer): a 16 MiB body is copied
+about five times. ``read_into_buffer`` allocates one buffer up front, sized by the Content-Length
+(bounded by ``limits.max_request_bytes``, checked first; not zero-filled), takes what sanic has
+already received of the body, and has the socket read the rest straight into it: the connection's
+protocol is swapped for a ``BufferedProtocol`` (``_Into``) that hands out the buffer's free part
+and never more, so a pipelined request's bytes stay in the socket, and sanic's protocol is put back
+at the end of the body (its idle clock kept, a lost connection passed on to it); over TLS the
+decrypted chunks are copied once out of sanic's buffer instead. The stream is
+left as sanic's own reader leaves it at the end of the body. Routes that take a large binary body
+(GRPS ``bin_data``, V2 REST) opt in (``Edge.route(..., buffered=True)``); their handlers get
+``request.body`` as a ``memoryview`` (bytes-like: ``len``, slices, ``bytes()``, orjson,
+``b"".join`` take it). Chunked bodies, HTTP/2+ and small bodies take sanic's reader.
 
 ``raw(body, ...)`` is ``sanic.response.raw`` but for a body of 64 KiB or more: ``Unjoined`` writes
 the header, then the body as it is (sanic writes ``header + body``: a copy of the whole body); the
 bytes on the wire are the same. The body is counted (the edge's access line, metrics) before
 sanic calls ``send``.
 
-It reads sanic 25.12's ``Http`` state (``recv_buffer``, ``request_bytes_left``, ...), which is
-pinned; tests/unit/test_httpbody.py checks the bytes against sanic's reader through a real server.
+It reads sanic 25.12's ``Http`` state (``recv_buffer``, ``request_bytes_left``, ...) and its
+protocol's (``transport``, ``_time``, ``connection_lost``), which are pinned;
+tests/unit/loops/test_httpbody.py checks the bytes against sanic's reader through a real server, on
+asyncio's loop and on uvloop (the workers').
 """
 
 from __future__ import annotations
+
+import asyncio
+import time
 
 import numpy as np
 from sanic import HTTPResponse
@@ -48,19 +58,77 @@ async def read_into_buffer(stream: Http) -> memoryview:
         await stream._send(HTTP_CONTINUE)
     out = memoryview(np.empty(size, dtype=np.uint8))  # as bytearray(size) without zero-filling it first
     buf = stream.recv_buffer
-    pos = 0
-    while pos < size:
-        if not buf:
-            await stream._receive_more()
-            continue
-        n = min(len(buf), size - pos)
+    pos = min(len(buf), size)  # what sanic has already received of the body
+    if pos:
         with memoryview(buf) as received:
-            out[pos : pos + n] = received[:n]
-        del buf[:n]
-        pos += n
-        stream.request_bytes_left = size - pos
+            out[:pos] = received[:pos]
+        del buf[:pos]
+    if pos < size and stream.protocol.transport.get_extra_info("sslcontext") is None:
+        await _read_direct(stream.protocol, out, pos)
+    else:  # TLS: the decrypted bytes come through sanic's buffer, each chunk copied once out of it
+        while pos < size:
+            if not buf:
+                await stream._receive_more()
+                continue
+            n = min(len(buf), size - pos)
+            with memoryview(buf) as received:
+                out[pos : pos + n] = received[:n]
+            del buf[:n]
+            pos += n
+    stream.request_bytes_left = 0
     stream.request_body = None  # the body is consumed, as at the end of sanic's reader
     return out
+
+
+async def _read_direct(protocol, out: memoryview, pos: int) -> None:
+    """The rest of the body read by the socket straight into ``out`` (``_Into``), then the
+    connection handed back to sanic's protocol for whatever follows (a pipelined request)."""
+    transport = protocol.transport
+    into = _Into(protocol, out, pos, asyncio.get_running_loop().create_future())
+    transport.pause_reading()  # reading restarts with the buffered protocol's callbacks (uvloop)
+    transport.set_protocol(into)
+    transport.resume_reading()
+    try:
+        await into.done
+    finally:
+        transport.pause_reading()
+        transport.set_protocol(protocol)
+        if not transport.is_closing():
+            transport.resume_reading()
+
+
+class _Into(asyncio.BufferedProtocol):
+    """Receives into ``out[pos:]``, never past its end (the next request's bytes stay in the
+    socket for sanic); the connection's other events go to sanic's protocol."""
+
+    __slots__ = ("protocol", "out", "pos", "done")
+
+    def __init__(self, protocol, out: memoryview, pos: int, done: asyncio.Future):
+        self.protocol, self.out, self.pos, self.done = protocol, out, pos, done
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.out[self.pos :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.pos += nbytes
+        self.protocol._time = time.monotonic()  # sanic's idle clock (request_timeout), as its data_received
+        if self.pos >= len(self.out):  # the whole body: no more reads (an empty buffer is an error)
+            self.protocol.transport.pause_reading()
+            if not self.done.done():
+                self.done.set_result(None)
+
+    def eof_received(self):
+        return None  # the transport closes; connection_lost follows
+
+    def connection_lost(self, exc) -> None:
+        self.protocol.connection_lost(exc)  # sanic's: cancels the handler (as in its own reader)
+        self.done.cancel()
+
+    def pause_writing(self) -> None:
+        self.protocol.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.protocol.resume_writing()
 
 
 class Unjoined(HTTPResponse):

@@ -4,12 +4,15 @@ byte, through a real sanic server (Content-Length, Expect: 100-continue, chunked
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import io
+import ssl
 
 import aiohttp
 import numpy as np
 import pytest
+import trustme
 from sanic import response
 
 from gateway import httpbody
@@ -19,11 +22,9 @@ from tests.support import free_port, worker_settings
 
 LIMIT = 8 << 20
 
-
-@pytest.fixture
-async def server():
+def _make_server(tls: ssl.SSLContext | None = None):
     settings: Settings = worker_settings({}, "127.0.0.1:1", LIMITS__MAX_REQUEST_BYTES=str(LIMIT))
-    app = make_app("httpbody_test", settings)
+    app = make_app(f"httpbody_test{'_tls' if tls else ''}", settings)
 
     async def echo(request):
         stream = request.stream
@@ -38,15 +39,28 @@ async def server():
                               "sha": hashlib.sha256(body).hexdigest()})
 
     app.add_route(echo, "/echo", methods=["POST"], stream=True)
+    return app
+
+
+@contextlib.asynccontextmanager
+async def _serving(tls: ssl.SSLContext | None = None, client_ssl: ssl.SSLContext | None = None):
+    app = _make_server(tls)
     port = free_port()
-    srv = await app.create_server(host="127.0.0.1", port=port, return_asyncio_server=True, access_log=False)
+    srv = await app.create_server(host="127.0.0.1", port=port, ssl=tls, return_asyncio_server=True, access_log=False)
     await srv.startup()
     await srv.before_start()
     await srv.after_start()
-    async with aiohttp.ClientSession() as http:
-        yield f"http://127.0.0.1:{port}/echo", http
+    scheme = "https" if tls else "http"
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ssl or False)) as http:
+        yield f"{scheme}://127.0.0.1:{port}/echo", http
     srv.close()
     await srv.wait_closed()
+
+
+@pytest.fixture
+async def server():
+    async with _serving() as served:
+        yield served
 
 
 def _body(size: int, seed: int) -> bytes:
@@ -135,3 +149,18 @@ async def test_a_client_gone_mid_body_leaves_the_server_serving(server):
     body = _body(size, 5)
     async with http.post(url, data=io.BytesIO(body), headers={"Content-Length": str(size)}) as r:
         assert (await r.json())["sha"] == hashlib.sha256(body).hexdigest()
+
+
+async def test_over_tls_a_large_body_is_read_into_the_buffer_too():
+    """A TLS listener's transport decrypts into sanic's buffer: the body is taken from there."""
+    ca = trustme.CA()
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+    client_ctx = ssl.create_default_context()
+    ca.configure_trust(client_ctx)
+    async with _serving(server_ctx, client_ctx) as (url, http):
+        for size in (httpbody.MIN_BYTES, 3 * 2**20 + 7):
+            body = _body(size, 6)
+            async with http.post(url, data=io.BytesIO(body), headers={"Content-Length": str(size)}) as r:
+                assert await r.json() == {"buffered": True, "type": "memoryview", "size": size,
+                                          "sha": hashlib.sha256(body).hexdigest()}
