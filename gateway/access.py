@@ -259,9 +259,9 @@ class ModelScope:
         if model not in self.models:
             raise unknown_model(model)
 
-    async def infer(self, req):
+    async def infer(self, req, views: bool = False):
         self._check(req.model)
-        return await self.upstream.infer(req)
+        return await self.upstream.infer(req, views)
 
     async def infer_wire(self, model: str, data: bytes):
         self._check(model)

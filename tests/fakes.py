@@ -90,7 +90,7 @@ class FakeUpstream:
     async def close(self) -> None:
         pass
 
-    async def infer(self, req):
+    async def infer(self, req, views: bool = False):
         self.requests.append((req, _deadline()))
         if self.hold is not None:
             await self.hold.wait()

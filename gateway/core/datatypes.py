@@ -148,10 +148,11 @@ def encode_bytes(arr: np.ndarray) -> bytes:
     return b"".join(bytes_parts(arr))
 
 
-def decode_bytes(buf: bytes | memoryview, shape: tuple[int, ...] | None = None) -> np.ndarray:
-    """KServe wire form → numpy object array of ``bytes``; ValueError if the buffer is malformed."""
+def decode_bytes(buf: bytes | memoryview, shape: tuple[int, ...] | None = None, views: bool = False) -> np.ndarray:
+    """KServe wire form → numpy object array of ``bytes`` (``views``: of memoryviews of ``buf``, not
+    copies); ValueError if the buffer is malformed."""
     view = memoryview(buf)
-    items: list[bytes] = []
+    items: list = []
     pos, end = 0, len(view)
     while pos < end:
         if pos + 4 > end:
@@ -160,10 +161,14 @@ def decode_bytes(buf: bytes | memoryview, shape: tuple[int, ...] | None = None) 
         pos += 4
         if pos + n > end:
             raise ValueError("BYTES element runs past the end of its buffer")
-        items.append(bytes(view[pos : pos + n]))
+        items.append(view[pos : pos + n] if views else bytes(view[pos : pos + n]))
         pos += n
     out = np.empty(len(items), dtype=object)
-    out[:] = items
+    if views:  # one by one: numpy would read a list of buffers as arrays
+        for i, item in enumerate(items):
+            out[i] = item
+    else:
+        out[:] = items
     if shape is not None:
         if int(np.prod(shape, dtype=np.int64)) != len(items):
             raise ValueError(f"{len(items)} BYTES elements do not fill shape {list(shape)}")

@@ -59,7 +59,10 @@ def channel_options(lb_policy: str = "pick_first") -> tuple[tuple[str, Any], ...
 class Upstream(Protocol):
     """What the dialects need from Triton, in neutral terms (fakes implement this in unit tests)."""
 
-    async def infer(self, req: InferRequest) -> InferResponse: ...
+    async def infer(self, req: InferRequest, views: bool = False) -> InferResponse:
+        """ModelInfer; ``views``: BYTES elements of a large answer as memoryviews of the bytes gRPC
+        received (``codec.decode_response``), for a caller that writes them out as they are."""
+        ...
 
     async def infer_wire(self, model: str, data: bytes) -> tuple[Any, list | None]:
         """ModelInfer of a request already written as wire bytes: the ModelInferResponse and its raw
@@ -231,10 +234,10 @@ class TritonUpstream:
         raise AssertionError("unreachable")
 
     # -- inference -------------------------------------------------------------------------
-    async def infer(self, req: InferRequest) -> InferResponse:
+    async def infer(self, req: InferRequest, views: bool = False) -> InferResponse:
         self._request_id(req)
         resp, raws = await self.infer_wire(req.model, codec.serialize_request(req))  # (infer_wire checks connect())
-        return codec.decode_response(resp, raws)
+        return codec.decode_response(resp, raws, views)
 
     async def infer_wire(self, model: str, data: bytes) -> tuple[service_pb2.ModelInferResponse, list | None]:
         """ModelInfer of a request already in wire bytes (``codec.wire_request``): Triton's answer

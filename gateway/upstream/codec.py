@@ -225,7 +225,7 @@ _TYPED_FIELD = {
 }
 
 
-def _decode_output(out, raw: bytes | None) -> Tensor:
+def _decode_output(out, raw: bytes | None, views: bool = False) -> Tensor:
     datatype = out.datatype
     params = get_params(out.parameters) if out.parameters else {}
     shape = tuple(out.shape[:])  # a repeated field sliced to a list: a third of iterating it (upb)
@@ -235,7 +235,7 @@ def _decode_output(out, raw: bytes | None) -> Tensor:
             return Tensor(out.name, np.frombuffer(raw, dtype=numeric).reshape(shape), datatype, params)
     row = datatypes.by_v2(datatype)
     if raw is not None:
-        data = datatypes.decode_bytes(raw, shape)  # (a fixed-size type took the branch above)
+        data = datatypes.decode_bytes(raw, shape, views)  # (a fixed-size type took the branch above)
     else:
         field = _TYPED_FIELD.get(datatype)
         if field is None:
@@ -269,13 +269,16 @@ def numeric_outputs(msg: service_pb2.ModelInferResponse, raws, wanted) -> list[n
     return arrays
 
 
-def decode_response(msg: service_pb2.ModelInferResponse, raws=None) -> InferResponse:
-    """``raws``: the raw contents as ``parse_response`` cut them out of the wire (else the message's)."""
+def decode_response(msg: service_pb2.ModelInferResponse, raws=None, views: bool = False) -> InferResponse:
+    """``raws``: the raw contents as ``parse_response`` cut them out of the wire (else the message's).
+    ``views`` (with ``raws``): BYTES elements as memoryviews of those raw contents, not copied into
+    ``bytes``, for a caller that writes them out as they are (GRPS's octet-stream answer)."""
+    views = views and raws is not None
     if raws is None:
         raws = msg.raw_output_contents
     n = len(raws)
     outs = msg.outputs  # indexed, not iterated: iterating a repeated message field costs ~0.7 µs (upb)
-    outputs = [_decode_output(outs[i], raws[i] if i < n else None) for i in range(len(outs))]
+    outputs = [_decode_output(outs[i], raws[i] if i < n else None, views) for i in range(len(outs))]
     if msg.parameters:
         params = get_params(msg.parameters)
         final = bool(params.pop(FINAL_PARAM, True))

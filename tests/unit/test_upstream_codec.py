@@ -216,6 +216,17 @@ def test_parse_response_is_protobufs_parse_with_the_raw_contents_as_views(wire):
         del full.raw_output_contents[:]
         assert msg == full
     _same_response(codec.decode_response(msg, raws), codec.decode_response(service_pb2.ModelInferResponse.FromString(wire)))
+    # views: the same outputs, BYTES elements as views of gRPC's bytes (of the message's own, unsplit)
+    viewed = codec.decode_response(msg, raws, views=True)
+    plain = codec.decode_response(msg, raws)
+    for v, p in zip(viewed.outputs, plain.outputs, strict=True):
+        assert (v.name, v.datatype, v.data.shape) == (p.name, p.datatype, p.data.shape)
+        if v.datatype == "BYTES":
+            assert [bytes(x) for x in v.data.reshape(-1)] == list(p.data.reshape(-1))
+            assert all(type(x) is (bytes if raws is None else memoryview) for x in v.data.reshape(-1))
+            assert raws is None or all(x.obj is wire for x in v.data.reshape(-1))
+        else:
+            assert np.array_equal(v.data, p.data)
 
 
 def test_parse_response_keeps_unknown_fields_and_refuses_a_malformed_answer():

@@ -325,9 +325,9 @@ def tensor_to_generic(t: Tensor, out: grps_pb2.GenericTensor) -> grps_pb2.Generi
     return out
 
 
-def _utf8(value: bytes, name: str) -> str:
+def _utf8(value: bytes | memoryview, name: str) -> str:
     try:
-        return value.decode("utf-8")
+        return str(value, "utf-8")  # bytes, or a view of an answer decoded with views
     except UnicodeDecodeError:
         raise GatewayError(
             ErrorKind.UNIMPLEMENTED, f"output '{name}' holds bytes that are not UTF-8 (flat_string is UTF-8)"

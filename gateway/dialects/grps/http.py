@@ -41,8 +41,8 @@ def _svc(request: Request) -> GrpsService:
     return request.app.ctx.grps
 
 
-def _answer(request: Request, msg: codec.GrpsMessage, ndarray: np.ndarray | bytes | None = None):
-    if isinstance(ndarray, bytes):  # a bin_data answer kept out of the message
+def _answer(request: Request, msg: codec.GrpsMessage, ndarray: np.ndarray | bytes | memoryview | None = None):
+    if isinstance(ndarray, bytes | memoryview):  # a bin_data answer kept out of the message (a view: not copied)
         return httpbody.raw(ndarray, content_type=OCTET)  # a large one: not joined to its header
     pretty = _svc(request).cfg.pretty_json
     if ndarray is not None:
@@ -94,7 +94,7 @@ async def _predict(request: Request):
             msg.bin_data = bytes(payload)  # a large body is a memoryview (Edge.route buffered)
         return await _stream(request, svc, msg, ndarray)
     out, arr = await svc.predict(msg, ndarray, return_ndarray, payload=payload)
-    size = arr.nbytes if isinstance(arr, np.ndarray) else 0 if isinstance(arr, bytes) else out.ByteSize()
+    size = arr.nbytes if isinstance(arr, np.ndarray) else 0 if isinstance(arr, bytes | memoryview) else out.ByteSize()
     return await offload.run(size, _answer, request, out, arr)  # a large answer is written in a thread
 
 

@@ -190,9 +190,9 @@ def _check_required(inputs: list[Tensor], meta: ModelMetadata) -> None:
 def from_response(
     resp: InferResponse, kind: str, meta: ModelMetadata, rule: ModelRule, return_ndarray: bool = False,
     raw: bool = False, bytes_map: str | None = None,
-) -> tuple[codec.GrpsMessage, np.ndarray | bytes | None]:
+) -> tuple[codec.GrpsMessage, np.ndarray | bytes | memoryview | None]:
     """InferResponse → (GrpsMessage with status OK, the ndarray to answer or None); with ``raw``, a
-    bin_data answer's bytes are the second element and the message carries none. ``bytes_map``: the
+    bin_data answer's bytes (or memoryview) are the second element and the message carries none. ``bytes_map``: the
     gmap a gmap request carried its strings in (``codec.request_bytes_map``), where BYTES outputs go."""
     outputs = ordered(resp.outputs, meta)
     msg = codec.ok()
@@ -223,12 +223,15 @@ def ordered(outputs: list[Tensor], meta: ModelMetadata) -> list[Tensor]:
     return sorted(outputs, key=lambda t: rank.get(t.name, len(rank)))
 
 
-def _bytes_output(outputs: list[Tensor], configured: str) -> bytes | None:
+def _bytes_output(outputs: list[Tensor], configured: str) -> bytes | memoryview | None:
+    """The BYTES output's elements, joined; one element as it is (bytes, or a memoryview when the
+    answer was decoded with ``views``)."""
     for t in outputs:
         if (t.name == configured) if configured else t.datatype == "BYTES":
             if t.datatype != "BYTES":
                 break
-            return b"".join(t.data.reshape(-1))
+            flat = t.data.reshape(-1)
+            return flat[0] if len(flat) == 1 else b"".join(flat)
     return None
 
 

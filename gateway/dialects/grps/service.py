@@ -61,10 +61,11 @@ class GrpsService:
     async def predict(
         self, msg: codec.GrpsMessage, ndarray: np.ndarray | None = None, return_ndarray: bool = False,
         payload: bytes | None = None,
-    ) -> tuple[codec.GrpsMessage, np.ndarray | bytes | None]:
+    ) -> tuple[codec.GrpsMessage, np.ndarray | bytes | memoryview | None]:
         """``payload``: an octet-stream body, kept out of the message (``bin_data`` left empty) so a
         large binary is not copied into the protobuf and out again; the answer's bytes then come
-        back as the second element, outside the message, too."""
+        back as the second element, outside the message, too (a large one as a view of the bytes
+        gRPC received, not copied)."""
         target = mapping.resolve(msg.model, self.cfg)
         async with self._measured(target) as known:
             meta = await self._metadata(target)
@@ -72,8 +73,9 @@ class GrpsService:
             kind = "ndarray" if ndarray is not None else msg.WhichOneof("data_oneof")
             size = len(payload) if payload is not None else (ndarray.nbytes if ndarray is not None else msg.ByteSize())
             req = await offload.run(size, mapping.to_request, msg, ndarray, meta, target, self.cfg, False, payload)
-            resp = await self._infer(req, meta)
-            return mapping.from_response(resp, kind, meta, target.rule, return_ndarray, raw=payload is not None,
+            raw = payload is not None and kind == "bin_data"  # the answer's bytes written as received
+            resp = await self._infer(req, meta, views=raw)
+            return mapping.from_response(resp, kind, meta, target.rule, return_ndarray, raw=raw,
                                          bytes_map=codec.request_bytes_map(msg))
 
     async def predict_plain(self, model: str, inputs: list[Tensor]) -> bytes:
@@ -124,9 +126,9 @@ class GrpsService:
         finally:
             self.monitor.record(known, time.perf_counter() - start, ok)
 
-    async def _infer(self, req, meta: ModelMetadata) -> InferResponse:
+    async def _infer(self, req, meta: ModelMetadata, views: bool = False) -> InferResponse:
         if not meta.decoupled:
-            return await self.ctx.upstream.infer(req)
+            return await self.ctx.upstream.infer(req, views)
         # a decoupled model answers over the stream; a unary call merges what it sends
         parts = [r async for r in self.ctx.upstream.stream(req) if r.outputs]
         if not parts:

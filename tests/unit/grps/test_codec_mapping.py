@@ -117,6 +117,27 @@ def test_responses_map_back_by_request_kind():
         mapping.from_response(resp, "ndarray", ECHO, mapping.ModelRule(), return_ndarray=True)
 
 
+def test_an_octet_stream_answer_decoded_as_views_is_written_as_it_came():
+    """GRPS's octet-stream predict decodes Triton's answer with views (the BYTES element not copied):
+    the one element is the answer as it is; two are joined; an answer that falls to gtensors (the
+    configured output is not BYTES) writes a viewed BYTES output as text like a copied one."""
+    wire = memoryview(b"\x00" + b"abc" * 30_000)
+    element = np.empty(1, dtype=object)
+    element[0] = wire[1:]
+    one = Tensor("text_out", element, "BYTES")
+    _, raw = mapping.from_response(InferResponse("grps_echo", "1", [one]), "bin_data", ECHO, mapping.ModelRule(), raw=True)
+    assert type(raw) is memoryview and raw.obj is wire.obj and bytes(raw) == b"abc" * 30_000
+    two = np.empty(2, dtype=object)
+    two[0], two[1] = wire[1:4], wire[4:7]
+    _, raw = mapping.from_response(InferResponse("grps_echo", "1", [Tensor("text_out", two, "BYTES")]), "bin_data",
+                                   ECHO, mapping.ModelRule(), raw=True)
+    assert raw == b"abcabc"
+    fp = Tensor("score", np.zeros(1, np.float32), "FP32")
+    msg, raw = mapping.from_response(InferResponse("grps_echo", "1", [one, fp]), "bin_data", ECHO,
+                                     mapping.ModelRule(str_output="score"), raw=True)
+    assert raw is None and msg.gtensors.tensors[0].flat_string == ["abc" * 30_000]
+
+
 def test_settings_are_validated():
     with pytest.raises(ValidationError, match="nope"):
         config.GrpsSettings.model_validate({"nope": 1})
