@@ -20,7 +20,7 @@ image-sized vector as is), grps_echo and tiny_llm from model_repository/.
 
 The floor (``Case.floor``, added by ``with_floors``): the gateway side's request and answer check,
 sent to bench/floor.py, which does the same path the least possible way on the same stack (Sanic,
-grpc.aio, one ModelInfer). The LLM streams have no floor.
+grpc.aio, one ModelInfer; for the LLM streams one ModelStreamInfer, its pieces written as SSE events).
 """
 
 from __future__ import annotations
@@ -327,6 +327,8 @@ FLOOR_HOW = {
     "v2_rest_binary": "floor: Sanic route, body sliced → ModelInfer → orjson header + raw outputs",
     "grps_gtensors": "floor: Sanic route, orjson gtensors → ModelInfer → orjson gtensors",
     "grps_bin": "floor: Sanic route, the body as one BYTES element → ModelInfer → its bytes",
+    "llm_mindie": "floor: Sanic route, orjson → ModelStreamInfer → one SSE event per text_output",
+    "llm_openai": "floor: Sanic route, orjson → ModelStreamInfer → one chat.completion.chunk per text_output",
 }
 
 
@@ -336,7 +338,7 @@ def floor_side(case: Case, floor_http: str, floor_grpc: str) -> Side | None:
     if how is None:
         return None
     gw = case.gateway
-    if gw.kind == "http":
+    if gw.kind in ("http", "llm"):
         url = urlsplit(gw.address)
         address = floor_http + url.path + (f"?{url.query}" if url.query else "")
     elif gw.kind in ("grpc_unary", "grpc_stream"):

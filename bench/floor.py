@@ -17,6 +17,11 @@ grpc.aio cost by themselves, not a product. Each handler does only what its answ
                                             raw outputs after the JSON header)
           POST /grps/v1/infer/predict       JSON gtensors → one ModelInfer of grps_echo → gtensors;
                                             application/octet-stream → BYTES input "text" → the bytes
+          POST /infer                       MindIE native stream: {"inputs", "parameters": {"max_new_tokens"}}
+                                            → one ModelStreamInfer of tiny_llm → each text_output as
+                                            an SSE event {"token": {"id": [n], "text": ...}}
+          POST /v1/chat/completions         OpenAI stream: the last message's content → the same stream →
+                                            each text_output as a chat.completion.chunk delta, then [DONE]
           GET  /ready                       200 once both servers listen
 
     python -m bench.floor TRITON_GRPC HTTP_PORT GRPC_PORT     (bench/stack.py starts and stops it)
@@ -47,6 +52,8 @@ OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_leng
 JSON = "application/json"
 OCTET = "application/octet-stream"
 GRPS_MODEL = "grps_echo"
+LLM_MODEL = "tiny_llm"
+SSE = "text/event-stream"
 # GRPS dtype ↔ V2 datatype and numpy type, for the gtensors floor
 GRPS_TYPES = {"DT_INT32": ("INT32", np.int32), "DT_INT64": ("INT64", np.int64), "DT_FLOAT32": ("FP32", np.float32),
               "DT_FLOAT64": ("FP64", np.float64)}
@@ -59,6 +66,10 @@ class Floor:
         self.channel = grpc.aio.insecure_channel(triton, options=OPTIONS)
         self.forward = self.channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
         self.forward_stream = self.channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+        self.generate = self.channel.stream_stream(
+            "/inference.GRPCInferenceService/ModelStreamInfer",
+            request_serializer=service_pb2.ModelInferRequest.SerializeToString,
+            response_deserializer=service_pb2.ModelStreamInferResponse.FromString)
         self.infer = self.channel.unary_unary(
             "/inference.GRPCInferenceService/ModelInfer",
             request_serializer=service_pb2.ModelInferRequest.SerializeToString,
@@ -165,12 +176,52 @@ class Floor:
         resp = await self.infer(req)
         return raw(resp.raw_output_contents[0][4:], content_type=OCTET)
 
+    async def llm_texts(self, prompt: str, max_tokens: int):
+        """tiny_llm's streamed text_output pieces for ``prompt`` (one ModelStreamInfer)."""
+        req = service_pb2.ModelInferRequest(model_name=LLM_MODEL)
+        text = prompt.encode()
+        for name, datatype, data in (("text_input", "BYTES", struct.pack("<I", len(text)) + text),
+                                     ("max_tokens", "INT32", struct.pack("<i", max_tokens)),
+                                     ("stream", "BOOL", b"\x01")):
+            req.inputs.add(name=name, datatype=datatype, shape=[1, 1])
+            req.raw_input_contents.append(data)
+        req.parameters["triton_enable_empty_final_response"].bool_param = True
+        call = self.generate()
+        await call.write(req)
+        await call.done_writing()
+        while True:
+            answer = (await call.read()).infer_response
+            if answer.raw_output_contents:
+                yield answer.raw_output_contents[0][4:].decode()
+            if answer.parameters["triton_final_response"].bool_param:
+                return
+
+    async def mindie_infer(self, request):
+        doc = orjson.loads(request.body)
+        resp = await request.respond(content_type=SSE)
+        n = 0
+        async for text in self.llm_texts(doc["inputs"], doc["parameters"]["max_new_tokens"]):
+            n += 1
+            await resp.send(b"data: " + orjson.dumps({"token": {"id": [n], "text": text}}) + b"\n\n")
+        await resp.eof()
+
+    async def openai_chat(self, request):
+        doc = orjson.loads(request.body)
+        resp = await request.respond(content_type=SSE)
+        async for text in self.llm_texts(doc["messages"][-1]["content"], doc["max_tokens"]):
+            chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": text}}]}
+            await resp.send(b"data: " + orjson.dumps(chunk) + b"\n\n")
+        await resp.send(b"data: [DONE]\n\n")
+        await resp.eof()
+
     def http_app(self) -> Sanic:
         app = Sanic("bench_floor", configure_logging=False)
         app.config.update({"ACCESS_LOG": False, "MOTD": False, "REQUEST_BUFFER_SIZE": 1 << 20})
         app.add_route(self.tf_predict, "/v1/models/<name>", methods=["POST"])
         app.add_route(self.v2_infer, "/v2/models/<name>/infer", methods=["POST"])
         app.add_route(self.grps_predict, "/grps/v1/infer/predict", methods=["POST"])
+        app.add_route(self.mindie_infer, "/infer", methods=["POST"])
+        app.add_route(self.openai_chat, "/v1/chat/completions", methods=["POST"])
         app.add_route(self.ready, "/ready", methods=["GET"])
         return app
 

@@ -181,12 +181,13 @@ def markdown(res: dict) -> str:
             floor = f" · {c['floor']['how']}" if "floor" in c else ""
             lines.append(f"- {c['title']}: {c['payload']} — {c['gateway']['how']} · {c['direct']['how']}{floor}")
 
-    floors = [c for c in res["cases"] if "floor" in c and not c.get("skipped")]
+    floors = [c for c in res["cases"] if "floor" in c and not c.get("skipped") and c["kind"] != "llm"]
     if floors:
         lines += ["", "## Against the floor", "",
                   "The same requests, answer checks, concurrency and run length as the gateway's, interleaved with "
                   "them; the floor serves every path from one process. ÷: gateway ÷ floor (CPU per request and "
-                  "latency: above 1 is the gateway's own work; req/s: below 1). The LLM streams have no floor.", ""]
+                  "latency: above 1 is the gateway's own work; req/s: below 1). The LLM streams' floor is in their own "
+                  "table below.", ""]
         rows = []
         for c in floors:
             f, gw, r = c["floor"], c["gateway"], c.get("floor_ratio", {})
@@ -205,16 +206,26 @@ def markdown(res: dict) -> str:
         lines += ["", "## LLM streaming", "",
                   f"{llms[0]['payload']}, directly: {llms[0]['direct']['how']}. TTFT = request sent → first token "
                   "event; ITL = gap between consecutive token events. p99 is taken over one repeat's samples "
-                  "(requests for TTFT, gaps for ITL), so with few requests it is close to the maximum.", ""]
+                  "(requests for TTFT, gaps for ITL), so with few requests it is close to the maximum."
+                  + (f" The floor ({llms[0]['floor']['how'].removeprefix('floor: ')}) is the same stream done the least "
+                     "possible way on the gateway's stack: no plan, tokenizer, stop strings, timings or metrics."
+                     if "floor" in llms[0] else ""), ""]
         rows = []
         keys = ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "tokens_per_s")
         for c in llms:
             rows.append([f"{c['title']}: direct", str(c["samples"]["direct"])]
                         + [cell(_get(c["direct"], k)) for k in keys] + ["", ""])
+            if "floor" in c:
+                rows.append([f"{c['title']}: floor", str(c["samples"]["floor"])]
+                            + [cell(_get(c["floor"], k)) for k in keys]
+                            + [cell(_get(c["floor"], "floor_cpu_us")), cell(_get(c["floor"], "floor_cpu_us_token"))])
             rows.append([f"{c['title']}: gateway", str(c["samples"]["gateway"])]
                         + [cell(_get(c["gateway"], k)) for k in keys]
                         + [cell(_get(c["gateway"], "gateway_cpu_us")), cell(_get(c["gateway"], "gateway_cpu_us_token"))])
-            rows.append(["×", ""] + [times(c["ratio"].get(k)) for k in keys] + ["", ""])
+            rows.append(["× direct", ""] + [times(c["ratio"].get(k)) for k in keys] + ["", ""])
+            if "floor" in c:
+                fr = c.get("floor_ratio", {})
+                rows.append(["÷ floor", ""] + [times(fr.get(k)) for k in keys] + [times(fr.get("cpu_us")), ""])
         lines += _table(["path", "requests/repeat", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms",
                          "tokens/s", "gateway CPU µs/req", "gateway CPU µs/token"], rows)
 

@@ -24,7 +24,7 @@ import urllib.request
 from pathlib import Path
 
 from bench import procstat
-from gateway import localtriton
+from gateway import grpcruntime, localtriton
 from gateway.dialects import LISTENERS
 from gateway.settings import LocalTriton
 from tests.support import (
@@ -52,6 +52,15 @@ def http(method: str, url: str, body: bytes | None = None, headers: dict | None 
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers), e.read()
 
+
+
+def floor_env() -> dict[str, str]:
+    """The floor's environment: gRPC's runtime choices as a gateway worker makes them
+    (gateway/grpcruntime.py: ``GRPC_EXPERIMENTS``, unless the operator set it), so the floor runs
+    the same gRPC, not grpc's defaults (this process has loaded grpc before it could choose)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    grpcruntime.configure(env, grpc_loaded=False)
+    return env
 
 class Stack:
     """Triton once; the gateway (re)started with a given number of workers."""
@@ -165,7 +174,7 @@ class Stack:
         with open(log_path, "wb") as log:
             self.floor = subprocess.Popen(
                 [sys.executable, "-m", "bench.floor", self.triton.grpc_target, str(http_port), str(grpc_port)],
-                cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log, stderr=subprocess.STDOUT)
+                cwd=ROOT, env=floor_env(), stdout=log, stderr=subprocess.STDOUT)
         self.floor_http, self.floor_grpc = f"http://127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}"
         try:
             wait_http(f"{self.floor_http}/ready", timeout=60, proc=self.floor)

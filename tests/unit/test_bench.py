@@ -185,19 +185,16 @@ def _cases():
                        lambda name: "127.0.0.1:4", 8, 2)
 
 
-def test_every_path_but_the_llm_streams_gets_a_floor_with_the_gateways_request_and_check():
+def test_every_path_gets_a_floor_with_the_gateways_request_and_check():
     built = cases.with_floors(_cases(), "http://127.0.0.1:5", "127.0.0.1:6")
     keys = {c.key for c in built}
     assert set(cases.FLOOR_HOW) <= keys  # no floor for a path that does not exist
     for c in built:
-        if c.direct.kind == "llm":
-            assert c.floor is None
-            continue
         assert c.floor is not None, c.key
         f, gw = c.floor, c.gateway
         assert (f.kind, f.body, f.check, f.method, f.headers) == (gw.kind, gw.body, gw.check, gw.method, gw.headers)
-        assert f.how.startswith("floor: ")
-        if f.kind == "http":
+        assert (f.is_token, f.how.startswith("floor: ")) == (gw.is_token, True)
+        if f.kind in ("http", "llm"):
             assert f.address == "http://127.0.0.1:5" + gw.address.removeprefix("http://127.0.0.1:3")
         else:
             assert f.address == "127.0.0.1:6"
@@ -206,6 +203,8 @@ def test_every_path_but_the_llm_streams_gets_a_floor_with_the_gateways_request_a
     v2 = next(c for c in built if c.key == "v2_rest_binary")
     assert v2.floor.address == "http://127.0.0.1:5/v2/models/saved_model_half_plus_three/infer"
     assert v2.floor.headers == v2.gateway.headers and "Inference-Header-Content-Length" in v2.floor.headers
+    llm = next(c for c in built if c.key == "llm_openai")
+    assert llm.floor.address == "http://127.0.0.1:5/v1/chat/completions" and llm.floor.kind == "llm"
     grps = next(c for c in built if c.key == "grps_bin")
     assert grps.floor.address == "http://127.0.0.1:5/grps/v1/infer/predict"
     assert grps.floor.headers == {"Content-Type": "application/octet-stream"}
@@ -333,11 +332,14 @@ def _results():
     }
     llm_case = {
         "key": "llm_mindie", "kind": "llm", "title": "LLM native", "payload": "tiny_llm", "concurrency": 1,
-        "samples": {"direct": "13", "gateway": "12–13"},
+        "samples": {"direct": "13", "gateway": "12–13", "floor": "13"},
         "direct": {"how": "Triton generate_stream", "summary": {"ttft_p50_ms": _sp(17.0), "itl_p50_ms": _sp(15.8)}},
         "gateway": {"how": "gateway /infer", "summary": {"ttft_p50_ms": _sp(19.0), "itl_p50_ms": _sp(16.0),
                                                          "gateway_cpu_us": _sp(10000)}},
-        "ratio": {"ttft_p50_ms": 19 / 17}, "errors": ["gateway repeat 2: 1 errors (HTTP 503)"],
+        "floor": {"how": "floor: Sanic route, SSE", "summary": {"ttft_p50_ms": _sp(17.5), "itl_p50_ms": _sp(15.9),
+                                                                "floor_cpu_us": _sp(5000), "floor_cpu_us_token": _sp(500)}},
+        "ratio": {"ttft_p50_ms": 19 / 17}, "floor_ratio": {"ttft_p50_ms": 19 / 17.5, "cpu_us": 2.0},
+        "errors": ["gateway repeat 2: 1 errors (HTTP 503)"],
     }
     skipped = {"key": "grps_bin", "kind": "http", "title": "GRPS bin", "payload": "16 MiB", "concurrency": 2,
                "direct": {"how": "x"}, "gateway": {"how": "y"}, "ratio": {}, "errors": [], "skipped": "no time left"}
@@ -377,6 +379,10 @@ def test_markdown_has_every_section_and_the_numbers():
     assert "direct and gateway interleaved" in report.markdown(res) and "BENCH_FLOOR=0" in report.markdown(res)
     assert "Test CPU, 2 cores" in md and "triton 2.51.0" in md and "`0123456789ab`" in md
     assert "| LLM native: gateway | 12–13 | 19.0 |" in md
+    assert "| LLM native: floor | 13 | 17.5 | – | 15.9 | – | – | 5000 | 500 |" in md
+    assert "| ÷ floor |  | 1.09× | – | – | – | – | 2.00× |  |" in md
+    assert "The floor (Sanic route, SSE) is the same stream" in md
+    assert "LLM native" not in md[md.index("## Against the floor"):md.index("## LLM streaming")]
     assert "## Scaling" in md and "| 2 | 1300 (1200–1400) |" in md
     assert "| 1 | worker | 74.2 | 305 | 464 | 1.00 |" in md
     assert "- skipped GRPS bin (conc 2): no time left" in md
@@ -403,3 +409,15 @@ async def test_the_handler_floor_bench_runs_both_handlers_on_the_canned_answer()
 
     assert await handler_floor.gateway_loop(3) > 0
     assert await handler_floor.floor_loop(3) > 0
+
+
+def test_the_floor_runs_the_gateways_grpc_runtime(monkeypatch):
+    """The floor's process gets GRPC_EXPERIMENTS as a gateway worker sets it (the bench's own process
+    loaded grpc before it could), and an operator's own value is kept."""
+    from bench.stack import floor_env
+    from gateway import grpcruntime
+
+    monkeypatch.delenv(grpcruntime.ENV, raising=False)
+    assert floor_env()[grpcruntime.ENV] == grpcruntime.EXPERIMENTS
+    monkeypatch.setenv(grpcruntime.ENV, "-some_experiment")
+    assert floor_env()[grpcruntime.ENV] == "-some_experiment"
