@@ -56,7 +56,8 @@ def request_id(given: str | None) -> str:
 class Call:
     """One request as the edge sees it."""
 
-    __slots__ = ("request_id", "route", "model", "start", "deadline", "stream_deadline", "failed", "trace")
+    __slots__ = ("request_id", "route", "model", "start", "deadline", "stream_deadline", "failed", "trace",
+                 "metadata")
 
     def __init__(self, request_id: str, route: str, timeout: float, stream_timeout: float,
                  client_timeout: float | None = None):
@@ -65,6 +66,7 @@ class Call:
         self.model = ""
         self.failed = ""  # an error kind a handler answered in-band (a stream that failed midway)
         self.trace = None  # the request's server span, a gateway.tracing.Traced (tracing on)
+        self.metadata = ()  # a gRPC call's invocation metadata, read once by the edge (grpc builds it anew per read)
         self.start = now = time.monotonic()
         if client_timeout is not None:
             timeout, stream_timeout = min(timeout, client_timeout), min(stream_timeout, client_timeout)

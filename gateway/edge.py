@@ -192,33 +192,50 @@ class Edge:
 
     # -- gRPC ----------------------------------------------------------------------------------
     def _grpc_begin(self, route: str, request, context, model_of):
-        """The request's Call (id and deadline from the metadata), made current; its trailing metadata."""
-        call = self.begin(route, _metadata_value(context.invocation_metadata(), REQUEST_ID), _grpc_timeout(context))
+        """The request's Call (id and deadline from the metadata, kept as ``call.metadata``), made
+        current; its trailing metadata."""
+        md = context.invocation_metadata()
+        call = self.begin(route, _metadata_value(md, REQUEST_ID), _grpc_timeout(context))
+        call.metadata = md
         if model_of is not None:
             call.model = model_of(request)
         if self.tracer is not None:
             call.trace = self.tracer.grpc(call, context)
         return call, enter(call), ((REQUEST_ID, call.request_id),)
 
-    def _grpc_admit(self, context) -> None:
+    def _grpc_admit(self, call: Call) -> None:
         """The API key (listeners with ``api_keys``), then admission: refused requests raise."""
         if self.keys is not None:
-            self.keys.check_metadata(context.invocation_metadata())
+            self.keys.check_metadata(call.metadata)
         self._admit()
 
     def unary(self, route: str, fn: Callable[[Any, Any], Awaitable[Any]],
               model_of: Callable[[Any], str] | None = None):
-        """A unary gRPC behaviour ``fn(request, context)`` behind the edge: the stream path, one answer."""
-
-        async def once(request, context):
-            yield await fn(request, context)
-
-        drive = self._drive
+        """A unary gRPC behaviour ``fn(request, context)`` behind the edge: ``_drive``'s steps for one
+        answer, awaited, not driven through async generators."""
+        admission = self.admission
 
         async def handler(request, context):
-            answer = None
-            async for item in drive(route, once, request, context, model_of):
-                answer = item
+            call, token, trailing = self._grpc_begin(route, request, context, model_of)
+            outcome, failure, answer = "internal", None, None
+            try:
+                self._grpc_admit(call)
+                try:
+                    answer = await fn(request, context)
+                finally:
+                    admission.release()
+                outcome = call.failed or "ok"
+            except BaseException as exc:  # noqa: BLE001 - the edge: every failure takes Edge.failure
+                outcome, failure = self._grpc_failure(exc)
+                if failure is None:
+                    raise
+                answer = None if isinstance(failure, GrpcStatus) else failure
+            finally:
+                leave(token)
+                self.finish(call, outcome, _grpc_code(failure, outcome), _size(request), _size(answer))
+            if isinstance(failure, GrpcStatus):
+                await context.abort(failure.code, failure.message, failure.trailing + trailing)
+            context.set_trailing_metadata(trailing)
             return answer
 
         return handler
@@ -234,6 +251,13 @@ class Edge:
 
         return handler
 
+    def _grpc_failure(self, exc: BaseException):
+        """(outcome, the dialect's answer for it: a GrpcStatus to abort with, or an in-band message
+        (GRPS)); the answer is None when the request is gone or the process is stopping: the caller
+        re-raises."""
+        outcome, err = self._failed(exc)
+        return outcome, (None if err is None else self.errors.grpc(err))
+
     async def _drive(self, route: str, fn, request, context, model_of) -> AsyncIterator[Any]:
         """The one gRPC path: key, admission, the handler's answers, then a failure either aborts the
         call with its status or, for a dialect that answers errors in-band (GRPS), is the last answer."""
@@ -241,7 +265,7 @@ class Edge:
         admission = self.admission
         outcome, failure, sent = "internal", None, 0
         try:
-            self._grpc_admit(context)
+            self._grpc_admit(call)
             try:
                 async for item in fn(request, context):
                     sent += _size(item)
@@ -250,10 +274,9 @@ class Edge:
                 admission.release()
             outcome = call.failed or "ok"
         except BaseException as exc:  # noqa: BLE001 - the edge: every failure takes Edge.failure
-            outcome, err = self._failed(exc)
-            if err is None:
+            outcome, failure = self._grpc_failure(exc)
+            if failure is None:
                 raise
-            failure = self.errors.grpc(err)
             if not isinstance(failure, GrpcStatus):
                 sent += _size(failure)
         finally:

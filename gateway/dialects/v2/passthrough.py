@@ -222,7 +222,7 @@ def _unary(upstream, drop: frozenset[str], name: str):
     async def unary(request: bytes, context):
         edge_call = current()
         # tracing on: the caller's traceparent replaced by the gateway's client span (gateway/tracing.py)
-        with tracing.upstream(name, edge_call.model, _forwarded(context.invocation_metadata(), skip)) as md:
+        with tracing.upstream(name, edge_call.model, _forwarded(edge_call.metadata, skip)) as md:
             try:
                 # the caller went away (this task cancelled): grpc.aio cancels Triton's call as the
                 # await is cancelled (tests/unit/test_passthrough_semantics.py)
@@ -277,7 +277,7 @@ def _stream(upstream, drop: frozenset[str], scope: ModelScope | None = None, nam
 
     async def stream(request_iterator, context) -> AsyncIterator[bytes]:
         edge_call = current()
-        with tracing.upstream(name, "", forward_metadata(context.invocation_metadata(), drop)) as md:
+        with tracing.upstream(name, "", forward_metadata(edge_call.metadata, drop)) as md:
             call = upstream(timeout=edge_call.remaining(stream=True), metadata=md)
             pump = asyncio.ensure_future(_forward(request_iterator, call, edge_call))
             try:
@@ -349,7 +349,7 @@ def _scoped_stream(upstream, drop: frozenset[str], scope: ModelScope, name: str 
                 else:
                     await out.put(_stream_error(item, name))
 
-        span = tracing.upstream(name, "", forward_metadata(context.invocation_metadata(), drop))
+        span = tracing.upstream(name, "", forward_metadata(edge_call.metadata, drop))
         call = upstream(requests(), timeout=edge_call.remaining(stream=True), metadata=span.__enter__())
 
         async def pump():
