@@ -225,7 +225,8 @@ def markdown(res: dict) -> str:
             rows.append(["× direct", ""] + [times(c["ratio"].get(k)) for k in keys] + ["", ""])
             if "floor" in c:
                 fr = c.get("floor_ratio", {})
-                rows.append(["÷ floor", ""] + [times(fr.get(k)) for k in keys] + [times(fr.get("cpu_us")), ""])
+                rows.append(["÷ floor", ""] + [times(fr.get(k)) for k in keys]
+                            + [times(fr.get("cpu_us")), times(fr.get("cpu_us_token"))])
         lines += _table(["path", "requests/repeat", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms",
                          "tokens/s", "gateway CPU µs/req", "gateway CPU µs/token"], rows)
 
@@ -312,6 +313,9 @@ def write(res: dict, out_dir: Path) -> list[Path]:
     paths = [out_dir / "results.json", out_dir / "results.md", out_dir / "results.png"]
     paths[0].write_text(json.dumps(res, indent=1, sort_keys=False) + "\n")
     paths[1].write_text(markdown(res))
+    if not any(not c.get("skipped") and c["kind"] != "llm" for c in res["cases"]):
+        paths.pop()  # nothing the chart shows (a run of the LLM streams or scaling alone)
+        return paths
     try:
         chart(res, paths[2])
     except ImportError as e:  # matplotlib comes with `make bench` (requirements/bench.txt)

@@ -187,8 +187,10 @@ class Runner:
 
 
 METRICS = ("req_per_s", "p50_ms", "p99_ms", "gateway_cpu_us", "gateway_cpu_us_token", "floor_cpu_us",
-           "triton_cpu_us", "tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")
-HOP_CPU = ("gateway_cpu_us", "gateway_cpu_us_token", "floor_cpu_us")  # one side's own process: no ratio by metric
+           "floor_cpu_us_token", "triton_cpu_us", "tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms",
+           "itl_p99_ms")
+# one side's own process: no ratio by metric
+HOP_CPU = ("gateway_cpu_us", "gateway_cpu_us_token", "floor_cpu_us", "floor_cpu_us_token")
 
 
 def summarise(runs: list[dict]) -> dict:
@@ -222,6 +224,9 @@ def floor_ratios(gateway: dict, floor: dict) -> dict:
     r = _ratio(gateway.get("gateway_cpu_us"), floor.get("floor_cpu_us"))
     if r is not None:
         out["cpu_us"] = r
+    r = _ratio(gateway.get("gateway_cpu_us_token"), floor.get("floor_cpu_us_token"))
+    if r is not None:  # the LLM streams: per token (a chat template can change how many a request yields)
+        out["cpu_us_token"] = r
     return out
 
 

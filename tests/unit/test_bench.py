@@ -176,6 +176,9 @@ def test_floor_ratio_is_gateway_cpu_over_floor_cpu():
     assert r["triton_cpu_us"] == pytest.approx(1.0)
     assert not {"gateway_cpu_us", "floor_cpu_us"} & set(r)  # each is one side's own: only cpu_us divides them
     assert "cpu_us" not in floor_ratios(gateway, summarise([{"req_per_s": 1.0}]))  # no floor CPU: no ratio
+    llm_gw = summarise([{"gateway_cpu_us": 8000.0, "gateway_cpu_us_token": 800.0}])
+    llm_floor = summarise([{"floor_cpu_us": 5000.0, "floor_cpu_us_token": 500.0}])
+    assert floor_ratios(llm_gw, llm_floor) == {"cpu_us": pytest.approx(1.6), "cpu_us_token": pytest.approx(1.6)}
     assert "floor_cpu_us" not in ratios(floor, gateway)
 
 
@@ -338,7 +341,7 @@ def _results():
                                                          "gateway_cpu_us": _sp(10000)}},
         "floor": {"how": "floor: Sanic route, SSE", "summary": {"ttft_p50_ms": _sp(17.5), "itl_p50_ms": _sp(15.9),
                                                                 "floor_cpu_us": _sp(5000), "floor_cpu_us_token": _sp(500)}},
-        "ratio": {"ttft_p50_ms": 19 / 17}, "floor_ratio": {"ttft_p50_ms": 19 / 17.5, "cpu_us": 2.0},
+        "ratio": {"ttft_p50_ms": 19 / 17}, "floor_ratio": {"ttft_p50_ms": 19 / 17.5, "cpu_us": 2.0, "cpu_us_token": 1.5},
         "errors": ["gateway repeat 2: 1 errors (HTTP 503)"],
     }
     skipped = {"key": "grps_bin", "kind": "http", "title": "GRPS bin", "payload": "16 MiB", "concurrency": 2,
@@ -380,7 +383,7 @@ def test_markdown_has_every_section_and_the_numbers():
     assert "Test CPU, 2 cores" in md and "triton 2.51.0" in md and "`0123456789ab`" in md
     assert "| LLM native: gateway | 12–13 | 19.0 |" in md
     assert "| LLM native: floor | 13 | 17.5 | – | 15.9 | – | – | 5000 | 500 |" in md
-    assert "| ÷ floor |  | 1.09× | – | – | – | – | 2.00× |  |" in md
+    assert "| ÷ floor |  | 1.09× | – | – | – | – | 2.00× | 1.50× |" in md
     assert "The floor (Sanic route, SSE) is the same stream" in md
     assert "LLM native" not in md[md.index("## Against the floor"):md.index("## LLM streaming")]
     assert "## Scaling" in md and "| 2 | 1300 (1200–1400) |" in md
@@ -401,6 +404,15 @@ def test_results_are_written(tmp_path):
     paths = report.write(_results(), tmp_path)
     assert [p.name for p in paths] == ["results.json", "results.md", "results.png"]
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_run_of_the_llm_streams_alone_writes_no_chart(tmp_path):
+    """The chart shows the non-LLM paths: a run without any (BENCH_ONLY=llm_mindie,scaling) has no chart,
+    not a failed run."""
+    res = _results()
+    res["cases"] = [c for c in res["cases"] if c["kind"] == "llm"]
+    paths = report.write(res, tmp_path)
+    assert [p.name for p in paths] == ["results.json", "results.md"] and not (tmp_path / "results.png").exists()
 
 
 async def test_the_handler_floor_bench_runs_both_handlers_on_the_canned_answer():
