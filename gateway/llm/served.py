@@ -7,6 +7,7 @@ extra names (``llama2_7b -> tiny_llm``). ``expose: listed`` hides undeclared mod
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -97,22 +98,31 @@ class ServedModels:
         self.settings = settings
         self._specs = {n: ServedModel(name=n, **o.model_dump()) for n, o in settings.models.items()}
         self._templates: dict[str, ChatTemplate] = {}
+        self._listed: tuple[object, list[str]] | None = None  # (the repository index it was worked out from, served)
 
     async def served(self) -> list[str]:
-        """Triton names of the exposed LLMs, sorted."""
+        """Triton names of the exposed LLMs, sorted. Worked out once per repository index the
+        upstream hands out (it keeps one for ``upstream.cache_ttl_s``), so a request on a route
+        without a model name does not look up every model's metadata; when the index is fetched
+        anew, the models' metadata are fetched together, not one after the other (the request that
+        comes then waits for one round trip, not one per model)."""
         if self.settings.expose == "listed":
             return sorted(self.settings.models)
-        out = []
-        for entry in await self.upstream.repository_index():
-            if entry.state != "READY" or entry.name in out:
-                continue
-            try:
-                meta = await self.upstream.model_metadata(entry.name)
-            except GatewayError:
-                continue
-            if profiles.is_text_llm(meta):
-                out.append(entry.name)
-        return sorted(out)
+        index = await self.upstream.repository_index()
+        listed = self._listed
+        if listed is not None and listed[0] is index:
+            return listed[1]
+        names = list(dict.fromkeys(e.name for e in index if e.state == "READY"))
+        metas = await asyncio.gather(*(self._metadata_or_none(n) for n in names))
+        out = sorted(n for n, meta in zip(names, metas, strict=True) if meta is not None and profiles.is_text_llm(meta))
+        self._listed = (index, out)
+        return out
+
+    async def _metadata_or_none(self, name: str) -> ModelMetadata | None:
+        try:
+            return await self.upstream.model_metadata(name)
+        except GatewayError:
+            return None
 
     async def aliases(self) -> dict[str, str]:
         served = set(await self.served())
