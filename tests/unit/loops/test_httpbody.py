@@ -164,3 +164,25 @@ async def test_over_tls_a_large_body_is_read_into_the_buffer_too():
             async with http.post(url, data=io.BytesIO(body), headers={"Content-Length": str(size)}) as r:
                 assert await r.json() == {"buffered": True, "type": "memoryview", "size": size,
                                           "sha": hashlib.sha256(body).hexdigest()}
+
+
+async def test_a_body_sent_slowly_in_pieces_is_read_whole(server):
+    """The direct read takes what arrives, as it arrives: a body trickled in four pieces, with pauses
+    longer than one read, is the body sent (and the connection serves the next request)."""
+    url, _http = server
+    port = int(url.split(":")[2].split("/")[0])
+    body = _body(httpbody.MIN_BYTES + 3, 7)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode())
+    quarter = len(body) // 4
+    for i in range(4):
+        writer.write(body[i * quarter : None if i == 3 else (i + 1) * quarter])
+        await writer.drain()
+        await asyncio.sleep(0.05)
+    for expected in (body, body[:17]):
+        head_out = await reader.readuntil(b"\r\n\r\n")
+        length = int(head_out.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        doc = await reader.readexactly(length)
+        assert head_out.startswith(b"HTTP/1.1 200") and hashlib.sha256(expected).hexdigest().encode() in doc
+        writer.write(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\n\r\n" + body[:17])
+    writer.close()
