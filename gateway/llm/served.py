@@ -8,6 +8,7 @@ extra names (``llama2_7b -> tiny_llm``). ``expose: listed`` hides undeclared mod
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -79,6 +80,10 @@ def _settings_check(build, value: str) -> None:
         raise ValueError(e.message) from None
 
 
+
+log = logging.getLogger("gateway.llm")
+
+
 class ServedModelsSettings(Strict):
     models: dict[str, ModelOptions] = {}
     aliases: dict[str, str] = {"llama2_7b": "tiny_llm"}
@@ -99,19 +104,35 @@ class ServedModels:
         self._specs = {n: ServedModel(name=n, **o.model_dump()) for n, o in settings.models.items()}
         self._templates: dict[str, ChatTemplate] = {}
         self._listed: tuple[object, list[str]] | None = None  # (the repository index it was worked out from, served)
+        self._relisting: asyncio.Future | None = None  # the background relist of a newer index
 
     async def served(self) -> list[str]:
         """Triton names of the exposed LLMs, sorted. Worked out once per repository index the
         upstream hands out (it keeps one for ``upstream.cache_ttl_s``), so a request on a route
-        without a model name does not look up every model's metadata; when the index is fetched
-        anew, the models' metadata are fetched together, not one after the other (the request that
-        comes then waits for one round trip, not one per model)."""
+        without a model name does not look up every model's metadata. When the index is fetched
+        anew, the models' metadata are fetched together in the background and the request is
+        answered from the list worked out from the previous index (the first list is waited for):
+        no request waits for a round trip per model."""
         if self.settings.expose == "listed":
             return sorted(self.settings.models)
         index = await self.upstream.repository_index()
         listed = self._listed
-        if listed is not None and listed[0] is index:
-            return listed[1]
+        if listed is None:
+            return await self._relist(index)
+        if listed[0] is not index and (self._relisting is None or self._relisting.done()):
+            self._relisting = asyncio.ensure_future(self._relist_behind(index, listed[1]))
+        return listed[1]
+
+    async def _relist_behind(self, index, last: list[str]) -> None:
+        """``_relist`` in the background. Its lookups answer None for a model they cannot read, so
+        a failure is a bug: logged once, and the last list kept for this index."""
+        try:
+            await self._relist(index)
+        except Exception:
+            log.exception("served models: the list could not be worked out again")
+            self._listed = (index, last)
+
+    async def _relist(self, index) -> list[str]:
         names = list(dict.fromkeys(e.name for e in index if e.state == "READY"))
         metas = await asyncio.gather(*(self._metadata_or_none(n) for n in names))
         out = sorted(n for n, meta in zip(names, metas, strict=True) if meta is not None and profiles.is_text_llm(meta))

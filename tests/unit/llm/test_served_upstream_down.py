@@ -1,7 +1,8 @@
 """The served-model catalog against its upstream. Found by ``make soak``: while Triton was down,
 every OpenAI request answered 422 "Model tiny_llm not found." (a client's mistake) instead of the
 503 every other route gives. Found by ``make bench``: a route without a model name looked up every
-model's metadata, one after the other, on every request."""
+model's metadata on every request, and when they expired one request waited for all of them, one
+after the other."""
 
 from __future__ import annotations
 
@@ -68,8 +69,31 @@ async def test_the_served_list_is_worked_out_once_per_index_and_its_lookups_over
     metas = [trtllm_meta("b_llm"), trtllm_meta("a_llm"), ModelMetadata("not_llm", ("1",), "python", (), ())]
     up = CachedIndexUpstream(metas)
     catalog = ServedModels(up, ServedModelsSettings())
-    assert await catalog.served() == ["a_llm", "b_llm"]
+    assert await catalog.served() == ["a_llm", "b_llm"]  # the first list is waited for
     assert (up.lookups, up.most_at_once) == (3, 3)
     assert await catalog.default_name() == "a_llm" and up.lookups == 3  # the same index: no lookup
-    up.cached_index = list(up.cached_index[:2])  # the upstream's cache expired: a new index, not_llm gone
-    assert await catalog.served() == ["a_llm", "b_llm"] and up.lookups == 5
+    # the upstream's cache expired: a new index, b_llm gone. The request is answered from the last
+    # list at once while the new one is worked out in the background; the next ones get the new list
+    up.cached_index = [e for e in up.cached_index if e.name != "b_llm"]
+    assert await catalog.served() == ["a_llm", "b_llm"] and up.lookups <= 5
+    await asyncio.sleep(0.05)
+    assert await catalog.served() == ["a_llm"] and up.lookups == 5
+    assert await catalog.served() == ["a_llm"] and up.lookups == 5  # one relist per index
+
+
+async def test_a_relist_that_fails_keeps_the_last_list_and_is_logged(caplog):
+    up = CachedIndexUpstream([trtllm_meta("a_llm")])
+    catalog = ServedModels(up, ServedModelsSettings())
+    assert await catalog.served() == ["a_llm"]
+
+    async def broken(model, version=""):
+        raise RuntimeError("a bug")
+
+    up.model_metadata = broken
+    up.cached_index = list(up.cached_index)
+    assert await catalog.served() == ["a_llm"]
+    await asyncio.sleep(0.01)
+    for _ in range(3):
+        assert await catalog.served() == ["a_llm"]
+    await asyncio.sleep(0.01)
+    assert caplog.text.count("could not be worked out again") == 1  # once for this index, not per request
