@@ -22,6 +22,8 @@ from gateway.upstream import Upstream
 from . import profiles, tokenizers
 from .chat import DEFAULT_TEMPLATE, ChatTemplate
 
+log = logging.getLogger("gateway.llm")
+
 
 @dataclass(frozen=True, slots=True)
 class ServedModel:
@@ -78,10 +80,6 @@ def _settings_check(build, value: str) -> None:
         build(value)
     except GatewayError as e:
         raise ValueError(e.message) from None
-
-
-
-log = logging.getLogger("gateway.llm")
 
 
 class ServedModelsSettings(Strict):

@@ -73,7 +73,7 @@ class GrpsService:
             kind = "ndarray" if ndarray is not None else msg.WhichOneof("data_oneof")
             size = len(payload) if payload is not None else (ndarray.nbytes if ndarray is not None else msg.ByteSize())
             req = await offload.run(size, mapping.to_request, msg, ndarray, meta, target, self.cfg, False, payload)
-            raw = payload is not None and kind == "bin_data"  # the answer's bytes written as received
+            raw = payload is not None  # an octet-stream body: the answer's bytes written as received
             resp = await self._infer(req, meta, views=raw)
             return mapping.from_response(resp, kind, meta, target.rule, return_ndarray, raw=raw,
                                          bytes_map=codec.request_bytes_map(msg))

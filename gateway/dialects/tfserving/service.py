@@ -45,7 +45,7 @@ class Service:
         self.servables = Servables(conf, ctx.upstream)
         self.errors = errors.Rendering()
         self._plans: dict[tuple, _Plan] = {}  # predict: per target, output filter, inputs' names, shapes, dtypes
-        self._wire = hasattr(ctx.upstream, "infer_wire")  # the upstream takes ModelInfer bytes (Upstream.infer_wire)
+        self._wire = True  # plans may take Upstream.infer_wire (tests turn it off to compare with the neutral path)
 
     async def resolve(self, spec: ServableRef, *, grpc: bool = False, method: str | None = None) -> Target:
         return await self.servables.resolve(spec, grpc=grpc, method=method)
