@@ -114,7 +114,7 @@ for _f in grps_pb2.GenericTensor.DESCRIPTOR.fields:
         _range = {_f.CPPTYPE_INT32: np.int32, _f.CPPTYPE_INT64: np.int64, _f.CPPTYPE_UINT32: np.uint32,
                   _f.CPPTYPE_FLOAT: np.float32, _f.CPPTYPE_DOUBLE: np.float64}[_f.cpp_type]
         _NUMERIC[_f.name] = _NUMERIC[_f.json_name] = (_f.name, np.dtype(_range))
-_FLT_MAX = float(np.finfo(np.float32).max)
+FLT_MAX = float(np.finfo(np.float32).max)
 
 
 _MESSAGE_KEYS = frozenset(k for f in GrpsMessage.DESCRIPTOR.fields for k in (f.name, f.json_name))
@@ -174,7 +174,7 @@ def _plain_numbers(values: list, dtype: np.dtype) -> bool:
     """Whether json_format would take every value as it is: ints (integer fields, in range) or
     ints and finite floats (float fields, float32's range for float32). Short lists are checked
     value by value (numpy's fixed cost is larger there), long ones with numpy."""
-    return short_values_fit(values, dtype) if len(values) <= _SHORT else _plain_long(values, dtype)
+    return short_values_fit(values, dtype) if len(values) <= SHORT else _plain_long(values, dtype)
 
 
 def _plain_long(values: list, dtype: np.dtype) -> bool:
@@ -186,7 +186,7 @@ def _plain_long(values: list, dtype: np.dtype) -> bool:
             arr = np.asarray(values, dtype=np.float64)
             if not np.isfinite(arr).all():
                 return False
-            return dtype != np.float32 or not arr.size or float(np.abs(arr).max()) <= _FLT_MAX
+            return dtype != np.float32 or not arr.size or float(np.abs(arr).max()) <= FLT_MAX
         if not types <= {int}:
             return False
         info = np.iinfo(dtype)
@@ -196,7 +196,7 @@ def _plain_long(values: list, dtype: np.dtype) -> bool:
         return False
 
 
-_SHORT = 32
+SHORT = 32  # number lists up to this long are checked value by value, longer ones with numpy
 _LIMITS = {np.dtype(t): (int(np.iinfo(t).min), int(np.iinfo(t).max)) for t in (np.int32, np.int64, np.uint32)}
 
 
@@ -204,7 +204,7 @@ def short_values_fit(values: list, dtype: np.dtype) -> bool:
     """Whether every value of a short list is a JSON number the ``dtype`` field takes as it is
     (floats: a finite double within the field's range; integers: within the type's range)."""
     if dtype.kind == "f":
-        top = _FLT_MAX if dtype == np.float32 else sys.float_info.max
+        top = FLT_MAX if dtype == np.float32 else sys.float_info.max
         for v in values:
             t = type(v)
             if t is float:

@@ -28,10 +28,8 @@ from gateway.core.tensors import MAX_ELEMENTS, InferResponse, ModelMetadata, Ten
 from . import codec, jsonwrite, mapping
 
 # -- request --------------------------------------------------------------------------------------
-_FLT_MAX = float(np.finfo(np.float32).max)
 _DBL_MAX = float(np.finfo(np.float64).max)
 _UINT32 = 1 << 32
-_SHORT = 32  # longer lists are checked with numpy
 
 
 def _request_rows() -> dict[str, tuple[datatypes.DType, str]]:
@@ -111,7 +109,7 @@ def _tensor(t) -> Tensor | None:
 
 def _ints(values: list, row: datatypes.DType) -> np.ndarray | None:
     lo, hi = _INT_RANGE[row.v2]
-    if len(values) <= _SHORT:
+    if len(values) <= codec.SHORT:
         for v in values:
             if type(v) is not int or not lo <= v <= hi:
                 return None
@@ -130,8 +128,8 @@ def _ints(values: list, row: datatypes.DType) -> np.ndarray | None:
 def _floats(values: list, row: datatypes.DType) -> np.ndarray | None:
     """As protobuf stores them: each value as a double (ints correctly rounded), then a ``float``
     field's cast to float32 (flat_float32, flat_float16); FP16 then from that float32."""
-    top = _DBL_MAX if row.v2 == "FP64" else _FLT_MAX
-    if len(values) <= _SHORT:
+    top = _DBL_MAX if row.v2 == "FP64" else codec.FLT_MAX
+    if len(values) <= codec.SHORT:
         if not codec.short_values_fit(values, np.dtype(np.float64 if row.v2 == "FP64" else np.float32)):
             return None
         wide = np.array(values, dtype=np.float64)  # an int as float(v): correctly rounded
