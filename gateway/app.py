@@ -177,12 +177,24 @@ def _touch_up(app) -> None:
     """Sanic's TouchUp, once per process: it compiles out of sanic's shared HTTP classes the signal
     dispatches that no app handles (several per request; our apps register none) and the Alt-Svc
     header code. The classes are shared by every app of the process, so it must run only once,
-    after every HTTP listener exists (``TOUCHUP`` is off in each app's config for that reason)."""
+    after every HTTP listener exists (``TOUCHUP`` is off in each app's config for that reason).
+
+    Sanic removes the ``alt-svc`` header only when the app's ``server_info`` names one HTTP version;
+    ``create_server`` records none, so without the stand-in below every answer carried an empty
+    ``alt-svc:`` header that none of the original servers sends. Every listener is HTTP/1.1."""
+    from sanic.application.state import ApplicationServerInfo
     from sanic.http import Http
+    from sanic.http.constants import HTTP
     from sanic.touchup import TouchUp
 
     if not getattr(Http, "__touched__", False):
-        TouchUp.run(app)
+        state = app.state
+        recorded = state.server_info
+        state.server_info = [ApplicationServerInfo(settings={"version": HTTP.VERSION_1})]
+        try:
+            TouchUp.run(app)
+        finally:
+            state.server_info = recorded
 
 
 async def _quietly(coro) -> None:
