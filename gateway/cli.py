@@ -30,7 +30,7 @@ def _setup_logging(s: Settings) -> None:
 
 
 async def _serve_async(settings: Settings, reuse_port: bool, announce: bool) -> None:
-    from gateway.app import Worker, listener_lines
+    from gateway.app import Worker, freeze_heap, listener_lines
 
     try:
         import uvloop  # noqa: F401  (the loop policy is set by the caller)
@@ -42,6 +42,7 @@ async def _serve_async(settings: Settings, reuse_port: bool, announce: bool) -> 
         loop.add_signal_handler(sig, stop.set)
     worker = Worker(settings, reuse_port=reuse_port)
     await worker.start()
+    freeze_heap()
     if announce:
         for line in listener_lines(settings):
             print(line, flush=True)
