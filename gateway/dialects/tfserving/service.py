@@ -92,6 +92,8 @@ class Service:
             return msg.model_version, _outputs(plan, codec.decode_response(msg, raws))
         if plan.unbatch:
             arrays = [shapes.unbatch(a) for a in arrays]
+        if plan.like is not None:  # element-wise: each output in its input's shape (as _outputs)
+            arrays = [shapes.restore(a, plan.like) for a in arrays]
         return msg.model_version, {alias: (a, datatype) for (alias, _), (_, datatype, _), a
                                    in zip(plan.outputs, plan.wire.outputs, arrays, strict=True)}
 
@@ -158,8 +160,9 @@ class _Plan:
 @dataclass(frozen=True, slots=True)
 class _Wire:
     """A predict of one input and outputs of fixed-size numeric types, none converted (no
-    half_as_float, not element-wise): the request header (``codec.header``), the input's numpy
-    type, and the outputs expected as (Triton name, V2 type, numpy type), in the plan's output order."""
+    half_as_float): the request header (``codec.header``: an element-wise input in the shape it is
+    sent in), the input's numpy type, and the outputs expected as (Triton name, V2 type, numpy
+    type), in the plan's output order."""
 
     header: bytes
     dtype: np.dtype
@@ -198,7 +201,7 @@ def _plan(target: Target, inputs: dict[str, np.ndarray], output_filter, wire_cap
     like = next(iter(inputs.values())).shape if sig.elementwise and inputs else None
     names = [s.name for _, s in outs]
     wire = None
-    if wire_capable and len(planned) == 1 and like is None and not sig.half_as_float \
+    if wire_capable and len(planned) == 1 and not sig.half_as_float \
             and planned[0][1] in codec.RAW_NUMPY and all(s.datatype in codec.RAW_NUMPY for _, s in outs):
         (name, datatype, _, sent), arr = planned[0], next(iter(inputs.values()))
         head = codec.header(sig.triton, target.triton_version, [(name, datatype, arr.shape if sent is None else sent)], names)

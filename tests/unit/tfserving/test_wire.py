@@ -172,3 +172,17 @@ def test_the_common_predict_takes_the_wire():
     (plan,) = service._plans.values()  # noqa: SLF001
     assert plan.wire is not None and version == "7" and outs["y"][0].shape == (4,)
     assert service_pb2.ModelInferRequest.FromString(up.sent[0]).id == "req-1"
+
+
+def test_an_element_wise_predict_takes_the_wire_and_gets_its_shape_back():
+    """saved_model_half_plus_three's kind (``elementwise``): the input is sent flat, each output
+    comes back in the input's shape, as on the neutral path."""
+    sig = Signature("serving_default", "predict", "m", 0, (("x", TensorSpec("x", "FP32", (-1,))),),
+                    (("y", TensorSpec("y", "FP32", (-1,))),), elementwise=True)
+    up = RecordingTriton(_answer_from_metadata((6,), 1)(sig))
+    service = Service(GatewayContext(Settings(), up), config.TFServingConfig())
+    version, outs = asyncio.run(_run(service, Target("m", None, sig), {"x": np.ones((2, 3), np.float32)}, ()))
+    (plan,) = service._plans.values()  # noqa: SLF001
+    assert plan.wire is not None and plan.like == (2, 3)
+    assert list(service_pb2.ModelInferRequest.FromString(up.sent[0]).inputs[0].shape) == [6]
+    assert outs["y"][0].shape == (2, 3)
