@@ -114,7 +114,8 @@ async def collect(settings: Settings, upstream: Upstream) -> Report:
 async def run(settings: Settings) -> Report:
     """Connect to ``upstream.grpc`` with the gateway's own client, collect, close."""
 
-    client = from_settings(settings, default_timeout=min(settings.upstream.timeout_s, 10.0), cache_ttl=300.0)
+    client = from_settings(settings, default_timeout=min(settings.upstream.timeout_s, 10.0), cache_ttl=300.0,
+                           shared_memory=None)  # it runs no inference
     await client.connect()
     try:
         return await collect(settings, client)

@@ -69,6 +69,10 @@ class Edge:
         self.timeout_s = timeout_s
         self.stream_timeout_s = stream_timeout_s
         self.tracer = tracing.listener(dialect, listener)  # None: tracing off
+        # where a large body of a ``buffered`` route is read: ``bodies(size)`` -> (a writable view,
+        # the function that gives it back once the request is answered), or None for a buffer of
+        # its own (the worker sets it to the upstream's shared-memory region: gateway/upstream/shm.py)
+        self.bodies: Callable[[int], tuple[memoryview, Callable[[], None]] | None] | None = None
 
     # -- shared steps ------------------------------------------------------------------------
     def begin(self, route: str, given_id: str | None, client_timeout: float | None = None) -> Call:
@@ -139,19 +143,19 @@ class Edge:
             token = enter(call)
             if self.tracer is not None:
                 call.trace = self.tracer.http(call, request)
-            outcome, resp = "internal", None
+            outcome, resp, held = "internal", None, []
             try:
                 if keys is not None:
                     keys.check(request.headers.get(AUTHORIZATION))
                 if admit:
                     self._admit()
                     try:
-                        await _read_body(request, buffered)
+                        await _read_body(request, buffered, self.bodies, held)
                         resp = await handler(request, **params)
                     finally:
                         admission.release()
                 else:
-                    await _read_body(request, buffered)
+                    await _read_body(request, buffered, self.bodies, held)
                     resp = await handler(request, **params)
                 outcome = call.failed or "ok"
             except BaseException as exc:  # noqa: BLE001 - the edge: every failure takes Edge.failure
@@ -163,6 +167,8 @@ class Edge:
             finally:
                 leave(token)
                 self.finish(call, outcome, *_http_answer(request, resp, outcome))
+                for release in held:  # the body's buffer, once nothing reads it any more
+                    release()
             if resp is not None:  # None: the handler streamed its answer (see call.stream_headers)
                 resp.headers[REQUEST_ID] = call.request_id
             return resp
@@ -318,13 +324,23 @@ def _size(message) -> int:
     return size() if size is not None else 0
 
 
-async def _read_body(request, buffered: bool = False) -> None:
+async def _read_body(request, buffered: bool = False, bodies=None, held: list | None = None) -> None:
     """The whole body, read once admitted. Sanic lifts the size limit for a streaming route; it is
-    put back first, so a body over limits.max_request_bytes is a 413 as soon as its length is known."""
+    put back first, so a body over limits.max_request_bytes is a 413 as soon as its length is known.
+    A large body of a ``buffered`` route is read into a buffer from ``bodies`` when it gives one
+    (``Edge.bodies``), whose release goes to ``held``."""
     stream = request.stream
     if stream is not None and stream.request_body:
         stream.request_max_size = request.app.config.REQUEST_MAX_SIZE
         if buffered and httpbody.wants_buffer(stream):
-            request.body = await httpbody.read_into_buffer(stream)
+            alloc = None
+            if bodies is not None:
+                def alloc(size: int):
+                    got = bodies(size)
+                    if got is None:
+                        return None
+                    held.append(got[1])
+                    return got[0]
+            request.body = await httpbody.read_into_buffer(stream, alloc)
         else:
             await request.receive_body()

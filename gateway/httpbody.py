@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import numpy as np
 from sanic import HTTPResponse
@@ -47,8 +48,9 @@ def wants_buffer(stream) -> bool:
             and (stream.request_bytes_left or 0) >= MIN_BYTES)
 
 
-async def read_into_buffer(stream: Http) -> memoryview:
-    """The rest of the body as one memoryview of bytes; PayloadTooLarge over the stream's size limit."""
+async def read_into_buffer(stream: Http, alloc: Callable[[int], memoryview | None] | None = None) -> memoryview:
+    """The rest of the body as one memoryview of bytes; PayloadTooLarge over the stream's size limit.
+    ``alloc(size)``: a writable buffer of exactly that size to read it into (None: one of its own)."""
     size = stream.request_bytes_left
     if stream.request_bytes > stream.request_max_size:
         stream.keep_alive = False
@@ -56,7 +58,9 @@ async def read_into_buffer(stream: Http) -> memoryview:
     if stream.expecting_continue:
         stream.expecting_continue = False
         await stream._send(HTTP_CONTINUE)
-    out = memoryview(np.empty(size, dtype=np.uint8))  # as bytearray(size) without zero-filling it first
+    out = alloc(size) if alloc is not None else None
+    if out is None:
+        out = memoryview(np.empty(size, dtype=np.uint8))  # as bytearray(size) without zero-filling it first
     buf = stream.recv_buffer
     pos = min(len(buf), size)  # what sanic has already received of the body
     if pos:

@@ -75,6 +75,9 @@ UPSTREAM_READY = Gauge("gateway_upstream_ready", "1 when Triton reports ready", 
 UPSTREAM_LATENCY = Histogram("gateway_upstream_request_duration_seconds",
                              "Time of each call to Triton (a stream: until its last response), by KServe V2 "
                              "method, model and gRPC code", ["method", "model", "code"], buckets=LATENCY_BUCKETS)
+UPSTREAM_SHM_BYTES = Counter("gateway_upstream_shared_memory_bytes",
+                             "Bytes of input tensors handed to Triton through shared memory instead of gRPC "
+                             "(upstream.shared_memory)")
 BUILD_INFO = Gauge("gateway_build_info", "Always 1; the labels say which gateway build is running",
                    ["version", "commit", "python"], multiprocess_mode="max")
 

@@ -92,6 +92,15 @@ class ListenerSettings(Strict):
     tls: ListenerTls | None = None
 
 
+class SharedMemorySettings(Strict):
+    """``upstream.shared_memory``: large input tensors handed to a Triton on this host through POSIX
+    shared memory instead of gRPC (gateway/upstream/shm.py)."""
+
+    enabled: Literal["auto"] | bool = "auto"  # auto: when the target is one loopback address or a unix socket
+    min_bytes: Annotated[int, Field(ge=1)] = 1 << 20  # input tensors at least this large
+    pool_bytes: Annotated[int, Field(ge=1 << 20)] = 256 << 20  # the region, per worker
+
+
 class UpstreamSettings(Strict):
     grpc: str = "127.0.0.1:18001"  # the local Triton of `gateway local`; Triton's own default 8001 is ours
     lb_policy: Literal["pick_first", "round_robin"] = "pick_first"  # round_robin: every address the
@@ -100,6 +109,7 @@ class UpstreamSettings(Strict):
     cache_ttl_s: Annotated[float, Field(ge=0)] = 2.0  # metadata / readiness cache
     retries: Annotated[int, Field(ge=1)] = 3  # attempts for idempotent calls on UNAVAILABLE
     tls: UpstreamTls | None = None  # None: plaintext gRPC to Triton
+    shared_memory: SharedMemorySettings = SharedMemorySettings()
 
     @field_validator("grpc")
     @classmethod

@@ -66,12 +66,15 @@ def worker_settings(ports: dict[str, int], upstream: str, **extra: str):
     """Settings for an in-process Worker: only the listeners in ``ports`` enabled, on 127.0.0.1.
 
     Built through the environment rule (``GATEWAY__...``), as an operator would override a file;
-    ``extra`` adds more variables, e.g. ``LIMITS__MAX_INFLIGHT="1"``.
+    ``extra`` adds more variables, e.g. ``LIMITS__MAX_INFLIGHT="1"``. The upstream's shared-memory
+    region is off (the fakes of Triton these tests run do not serve its shared-memory extension,
+    and record the calls they get); ``UPSTREAM__SHARED_MEMORY__ENABLED="auto"`` turns it back on.
     """
     from gateway import config
     from gateway.dialects import LISTENERS
 
-    env = {"GATEWAY__UPSTREAM__GRPC": upstream, "GATEWAY__HOST": "127.0.0.1"}
+    env = {"GATEWAY__UPSTREAM__GRPC": upstream, "GATEWAY__HOST": "127.0.0.1",
+           "GATEWAY__UPSTREAM__SHARED_MEMORY__ENABLED": "false"}
     for name in LISTENERS:
         env[f"GATEWAY__LISTENERS__{name.upper()}__ENABLED"] = "true" if name in ports else "false"
         if name in ports:

@@ -24,7 +24,7 @@ from gateway.call import current
 from gateway.core.errors import GRPC_STATUS, ErrorKind, GatewayError, from_grpc_code
 from gateway.core.tensors import InferRequest, InferResponse, ModelIndexEntry, ModelMetadata
 
-from . import codec
+from . import codec, shm
 
 # Unlimited message sizes on the upstream hop: the 4 MiB grpc default breaks real tensors.
 CHANNEL_OPTIONS = (
@@ -159,7 +159,8 @@ class TritonUpstream:
 
     def __init__(self, target: str, *, default_timeout: float = 60.0, cache_ttl: float = 2.0, retries: int = 3,
                  stream_timeout: float = 600.0, lb_policy: str = "pick_first",
-                 credentials: grpc.ChannelCredentials | None = None, extra_options: tuple = ()):
+                 credentials: grpc.ChannelCredentials | None = None, extra_options: tuple = (),
+                 shared_memory: tuple[int, int] | None = None):
         self.target = target
         self.options = (*channel_options(lb_policy), *extra_options)
         self.credentials = credentials  # TLS / mTLS to Triton (gateway.access.channel_credentials); None: plaintext
@@ -171,6 +172,9 @@ class TritonUpstream:
         self._ids = itertools.count(1)
         self._channel: grpc.aio.Channel | None = None
         self._stub: service_pb2_grpc.GRPCInferenceServiceStub | None = None
+        self._shm_sizes = shared_memory  # (pool_bytes, min_bytes): large inputs through shm.Arena
+        self.arena: shm.Arena | None = None
+        self._arena_opening: asyncio.Task | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     async def connect(self) -> None:
@@ -185,8 +189,37 @@ class TritonUpstream:
             # answers parsed by codec.parse_response (a large answer's tensor data not copied)
             self._model_infer = self._channel.unary_unary(
                 "/inference.GRPCInferenceService/ModelInfer", response_deserializer=codec.parse_response)
+            if self._shm_sizes is not None and self.arena is None:
+                # registered in the background: a worker starts at once, Triton up or not
+                self.arena = shm.Arena(*self._shm_sizes, register=self._shm_register,
+                                       unregister=self._shm_unregister, transient=_is_unavailable)
+                self._arena_opening = asyncio.ensure_future(self._open_arena())
+
+    def body_buffer(self, size: int):
+        """Where a large HTTP body is best read (``Edge.bodies``): a slice of the shared-memory region,
+        so that a tensor which is that body goes to Triton without another copy (shm.Arena.body);
+        None without a registered region."""
+        arena = self.arena
+        return arena.body(size) if arena is not None else None
+
+    async def _open_arena(self) -> None:
+        if not await self.arena.open() and self.arena._map is None:  # refused for good: the wire
+            self.arena = None
+
+    async def _shm_register(self, name: str, key: str, size: int) -> None:
+        await self._idempotent("SystemSharedMemoryRegister", service_pb2.SystemSharedMemoryRegisterRequest(
+            name=name, key=key, offset=0, byte_size=size), timeout=5.0)
+
+    async def _shm_unregister(self, name: str) -> None:
+        await self._idempotent("SystemSharedMemoryUnregister",
+                               service_pb2.SystemSharedMemoryUnregisterRequest(name=name), timeout=5.0)
 
     async def close(self) -> None:
+        if self._arena_opening is not None:
+            self._arena_opening.cancel()
+        if self.arena is not None:
+            await self.arena.close()
+            self.arena = None
         if self._channel is not None:
             await self._channel.close(grace=None)
             self._channel = self._stub = None
@@ -236,7 +269,23 @@ class TritonUpstream:
     # -- inference -------------------------------------------------------------------------
     async def infer(self, req: InferRequest, views: bool = False) -> InferResponse:
         self._request_id(req)
-        resp, raws = await self.infer_wire(req.model, codec.serialize_request(req))  # (infer_wire checks connect())
+        arena = self.arena
+        if arena is None:
+            resp, raws = await self.infer_wire(req.model, codec.serialize_request(req))  # (it checks connect())
+            return codec.decode_response(resp, raws, views)
+        leases: list = []
+        try:
+            data = codec.serialize_request(req, arena, leases)
+            try:
+                resp, raws = await self.infer_wire(req.model, data)
+            except GatewayError as err:
+                if not leases or not arena.lost(err.message):
+                    raise
+                # Triton restarted and forgot the region; the request never ran: once more, over the wire
+                resp, raws = await self.infer_wire(req.model, codec.serialize_request(req))
+        finally:
+            if leases:
+                arena.free(leases)
         return codec.decode_response(resp, raws, views)
 
     async def infer_wire(self, model: str, data: bytes) -> tuple[service_pb2.ModelInferResponse, list | None]:

@@ -157,8 +157,12 @@ def _cached_header(req: InferRequest) -> bytes:
     return hit
 
 
-def serialize_request(req: InferRequest) -> bytes:
+def serialize_request(req: InferRequest, arena=None, leases: list | None = None) -> bytes:
     """``encode_request(req)`` as wire bytes, with every tensor's data copied exactly once.
+
+    With an ``arena`` (gateway/upstream/shm.py), each input of at least ``arena.min_bytes`` that
+    finds room in it is copied there instead, and named by its shared-memory parameters; its
+    slice is appended to ``leases`` for the caller to give back once the call is over.
 
     The fields but the raw contents are written first: for a request without parameters (every
     TF Serving and GRPS predict), from a header written by hand once per model, version, inputs'
@@ -169,22 +173,35 @@ def serialize_request(req: InferRequest) -> bytes:
     """
     pieces: list = [b""]
     plain = not req.parameters
-    for t in req.inputs:
+    shared: dict[int, tuple[int, int]] = {}  # input index: (offset, size) in the arena
+    for i, t in enumerate(req.inputs):
         if t.parameters:
             plain = False
         parts = _raw_parts(t)
         size = len(parts[0]) if len(parts) == 1 and type(parts[0]) is bytes else \
             sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
+        if arena is not None and size >= arena.min_bytes:
+            offset = arena.place(parts, size, leases)
+            if offset is not None:  # Triton reads it from the region: no raw contents entry
+                shared[i] = (offset, size)
+                plain = False
+                continue
         pieces += (RAW_INPUT_TAG, varint(size), *parts)
     if plain:
         head = _cached_header(req)
         pieces[0] = head + _delimited(3, req.id.encode()) if req.id else head
         return b"".join(pieces)
     msg = service_pb2.ModelInferRequest(model_name=req.model, model_version=req.version, id=req.id)
-    for t in req.inputs:
+    for i, t in enumerate(req.inputs):
         inp = msg.inputs.add(name=t.name, datatype=t.datatype, shape=t.shape)
         if t.parameters:
             set_params(inp.parameters, t.parameters)
+        if i in shared:
+            offset, size = shared[i]
+            params = inp.parameters
+            params["shared_memory_region"].string_param = arena.name
+            params["shared_memory_offset"].int64_param = offset
+            params["shared_memory_byte_size"].int64_param = size
     for name in req.outputs or ():
         msg.outputs.add(name=name)
     if req.parameters:

@@ -1,0 +1,94 @@
+"""Large input tensors through Triton's system shared memory (gateway/upstream/shm.py), against the
+real Triton: the worker's region is registered, large tensors go through it (and small ones not),
+the answers are the same bytes, and a Triton that forgot the region (as after a restart) costs
+no request."""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.request
+
+import grpc
+import numpy as np
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from gateway.upstream import shm
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def triton_stub(triton):
+    channel = grpc.insecure_channel(triton.grpc_target)
+    yield service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    channel.close()
+
+
+def _regions(stub) -> dict:
+    status = stub.SystemSharedMemoryStatus(service_pb2.SystemSharedMemoryStatusRequest(), timeout=10)
+    return {name: r for name, r in status.regions.items() if name.startswith(shm.PREFIX)}
+
+
+def _gateway_regions(stub, gateway) -> dict:
+    pid = str(gateway.proc.pid)
+    return {name: r for name, r in _regions(stub).items() if name.split("-")[-2] == pid}
+
+
+def _wait_region(stub, gateway, timeout: float = 20.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = _gateway_regions(stub, gateway)
+        if found:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"no region of the gateway registered with Triton: {_regions(stub)}")
+
+
+def _shm_bytes(gateway) -> float:
+    with urllib.request.urlopen(gateway.url("admin_http") + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    for fam in text_string_to_metric_families(text):
+        if fam.name == "gateway_upstream_shared_memory_bytes":
+            return sum(s.value for s in fam.samples if s.name.endswith("_total"))
+    raise AssertionError("gateway_upstream_shared_memory_bytes_total not exported")
+
+
+def _echo(gateway, payload: bytes) -> bytes:
+    r = requests.post(gateway.url("grps_http") + "/grps/v1/infer/predict", data=payload, timeout=60,
+                      headers={"content-type": "application/octet-stream"})
+    assert r.status_code == 200, r.text[:300]
+    return r.content
+
+
+def test_region_registered_and_large_tensors_go_through_it(gateway, triton_stub):
+    regions = _wait_region(triton_stub, gateway)
+    (name, region), = regions.items()
+    assert region.key == "/" + name and region.byte_size == 256 * MiB
+    assert os.path.exists(os.path.join(shm.SHM_DIR, name))
+    before = _shm_bytes(gateway)
+    small = os.urandom(MiB // 2)
+    assert _echo(gateway, small) == small
+    assert _shm_bytes(gateway) == before  # under min_bytes: the wire
+    big = np.random.default_rng(7).integers(0, 256, 3 * MiB + 5, dtype=np.uint8).tobytes()
+    assert _echo(gateway, big) == big
+    assert _shm_bytes(gateway) == before + len(big) + 4  # the BYTES element: its 4-byte length, the bytes
+
+
+def test_a_forgotten_region_costs_no_request(gateway, triton_stub):
+    """Triton restarted (here: the region unregistered behind the gateway's back): the next large
+    request is answered all the same (sent again over the wire), and the region is registered again."""
+    (name, _), = _wait_region(triton_stub, gateway).items()
+    triton_stub.SystemSharedMemoryUnregister(service_pb2.SystemSharedMemoryUnregisterRequest(name=name), timeout=10)
+    assert name not in _regions(triton_stub)
+    for seed in range(3):
+        big = np.random.default_rng(seed).integers(0, 256, 2 * MiB, dtype=np.uint8).tobytes()
+        assert _echo(gateway, big) == big
+    assert name in _wait_region(triton_stub, gateway)
+    before = _shm_bytes(gateway)
+    big = os.urandom(2 * MiB)
+    assert _echo(gateway, big) == big
+    assert _shm_bytes(gateway) == before + len(big) + 4  # through the region again
