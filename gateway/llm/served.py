@@ -173,8 +173,12 @@ class ServedModels:
         try:
             meta = await self.upstream.model_metadata(target)  # fails for unknown or unloaded models
         except GatewayError as e:
-            if e.kind is not ErrorKind.NOT_FOUND and not await self.upstream.server_ready():
-                raise  # Triton itself is down (found by make soak): 503, not the client's 422/404
+            if not await self.upstream.server_ready():
+                # Triton down, or up and still loading its models after a restart (it is not ready
+                # until they are): 503, not the client's 422/404 (both found by make soak)
+                if e.kind is ErrorKind.NOT_FOUND:
+                    raise GatewayError(ErrorKind.NOT_READY, f"Model {name[:256]} is not ready.") from None
+                raise
             raise missing from None
         if not profiles.is_text_llm(meta):
             raise missing

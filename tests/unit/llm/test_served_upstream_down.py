@@ -33,6 +33,28 @@ async def test_triton_down_is_unavailable_not_an_unknown_model():
     assert errors.envelope(err.value)[0] == 503
 
 
+class LoadingUpstream(FakeUpstream):
+    async def model_metadata(self, model, version=""):
+        raise GatewayError(ErrorKind.NOT_FOUND, f"Request for unknown model: '{model}' is not found")
+
+
+async def test_a_model_still_loading_on_a_triton_not_ready_is_unavailable():
+    """Found by make soak: Triton restarted, listening but still loading tiny_llm (not ready until
+    it is): its NOT_FOUND for the model was answered as the client's 422."""
+    catalog = ServedModels(LoadingUpstream(metas=[trtllm_meta("tiny_llm")], ready=False), ServedModelsSettings())
+    with pytest.raises(GatewayError) as err:
+        await catalog.resolve("tiny_llm")
+    assert err.value.kind is ErrorKind.NOT_READY
+    body = {"model": "tiny_llm", "messages": [{"role": "user", "content": "x"}]}
+    with pytest.raises(GatewayError) as err:
+        await openai.plan_chat(body, catalog, "1")
+    assert errors.envelope(err.value)[0] == 503
+    catalog = ServedModels(LoadingUpstream(metas=[], ready=True), ServedModelsSettings())  # ready: truly unknown
+    with pytest.raises(GatewayError) as err:
+        await catalog.resolve("tiny_llm")
+    assert err.value.kind is ErrorKind.NOT_FOUND
+
+
 async def test_an_unknown_model_on_a_ready_triton_is_still_not_found():
     catalog = ServedModels(FakeUpstream(metas=[trtllm_meta("tiny_llm")]), ServedModelsSettings())
     with pytest.raises(GatewayError) as err:
