@@ -43,6 +43,8 @@ PREFIX = "triton-gateway"
 ALIGN = 64
 HEAD = ALIGN  # bytes kept free in front of an HTTP body read into the region (a BYTES element's length)
 RETRY_S = 2.0
+_UNKNOWN_REGION = "unable to find"  # Triton: "Unable to find shared memory region: '<name>'"
+_ALREADY = "already in manager"  # Triton: "shared memory region '<name>' already in manager"
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
 
@@ -74,10 +76,11 @@ class Arena:
         self._map: mmap.mmap | None = None
         self._free: list[tuple[int, int]] = []  # (offset, size), sorted by offset, coalesced
         self.ready = False
+        self._opening = False
         self._retry_at = 0.0
         self._pending: asyncio.Task | None = None
         self._base = 0  # the mapping's address: where a view of it starts, as an offset
-        self._bodies: dict[int, int] = {}  # HTTP bodies read into the region: offset of the body -> its slice's
+        self._bodies: dict[int, int] = {}  # HTTP bodies read into the region: offset -> size
 
     # -- life ------------------------------------------------------------------------------
     async def open(self) -> bool:
@@ -94,6 +97,7 @@ class Arena:
             os.close(fd)
         self._base = _address(memoryview(self._map)[:1])
         self._free = [(0, self.size)]
+        self._opening = True  # no re-registration meanwhile (place() while not ready asks for one)
         try:
             await self._register(self.name, self.key, self.size)
         except Exception as exc:  # noqa: BLE001 - any refusal means: use the wire
@@ -104,6 +108,8 @@ class Arena:
                         self.key, exc)
             self._discard()
             return False
+        finally:
+            self._opening = False
         self.ready = True
         log.info("upstream shared memory: region %s, %d MiB, input tensors of %d bytes or more",
                  self.name, self.size >> 20, self.min_bytes)
@@ -234,8 +240,10 @@ class Arena:
     # -- Triton restarted ------------------------------------------------------------------
     def lost(self, message: str) -> bool:
         """Whether Triton refused a request because it no longer knows the region (it restarted):
-        then the region is registered again in the background, and the caller resends over the wire."""
-        if self.name not in message:
+        then the region is registered again in the background, and the caller resends over the wire.
+        Only Triton's words for an unknown region count: any other error naming it (a bad offset)
+        leaves the registration alone."""
+        if self.name not in message or _UNKNOWN_REGION not in message.lower():
             return False
         self.ready = False
         self._retry_at = 0.0
@@ -244,7 +252,8 @@ class Arena:
 
     def _maybe_reregister(self) -> None:
         now = time.monotonic()
-        if self._map is None or now < self._retry_at or (self._pending is not None and not self._pending.done()):
+        if self._map is None or self._opening or now < self._retry_at \
+                or (self._pending is not None and not self._pending.done()):
             return
         self._retry_at = now + RETRY_S
         try:
@@ -253,15 +262,15 @@ class Arena:
             self._pending = None
 
     async def _reregister(self) -> None:
-        try:
-            await self._unregister(self.name)  # a half-registered region from before, if any
-        except Exception:  # noqa: BLE001 - unknown to Triton: the usual case
-            pass
+        """Register the region again. Never unregister first: Triton may be reading it for requests
+        in flight. A registration that took effect before its answer was lost is "already in
+        manager": registered."""
         try:
             await self._register(self.name, self.key, self.size)
         except Exception as exc:  # noqa: BLE001 - Triton still away: tried again later
-            log.debug("re-registering %s: %s", self.name, exc)
-            return
+            if _ALREADY not in str(getattr(exc, "message", exc)).lower():
+                log.debug("re-registering %s: %s", self.name, exc)
+                return
         self.ready = self._map is not None
         log.info("upstream shared memory: region %s registered again", self.name)
 

@@ -69,6 +69,11 @@ def test_region_registered_and_large_tensors_go_through_it(gateway, triton_stub)
     (name, region), = regions.items()
     assert region.key == "/" + name and region.byte_size == 256 * MiB
     assert os.path.exists(os.path.join(shm.SHM_DIR, name))
+    # Triton's words for a region it holds already, which the gateway's re-registration relies on
+    with pytest.raises(grpc.RpcError) as again:
+        triton_stub.SystemSharedMemoryRegister(service_pb2.SystemSharedMemoryRegisterRequest(
+            name=name, key=region.key, offset=0, byte_size=region.byte_size), timeout=10)
+    assert shm._ALREADY in again.value.details().lower()
     before = _shm_bytes(gateway)
     small = os.urandom(MiB // 2)
     assert _echo(gateway, small) == small
@@ -84,6 +89,12 @@ def test_a_forgotten_region_costs_no_request(gateway, triton_stub):
     (name, _), = _wait_region(triton_stub, gateway).items()
     triton_stub.SystemSharedMemoryUnregister(service_pb2.SystemSharedMemoryUnregisterRequest(name=name), timeout=10)
     assert name not in _regions(triton_stub)
+    with pytest.raises(grpc.RpcError) as unknown:  # Triton's words for a region it does not know
+        triton_stub.ModelInfer(service_pb2.ModelInferRequest(model_name="grps_echo", inputs=[
+            service_pb2.ModelInferRequest.InferInputTensor(name="u8", datatype="UINT8", shape=[4], parameters={
+                "shared_memory_region": service_pb2.InferParameter(string_param=name),
+                "shared_memory_byte_size": service_pb2.InferParameter(int64_param=4)})]), timeout=10)
+    assert shm._UNKNOWN_REGION in unknown.value.details().lower() and name in unknown.value.details()
     for seed in range(3):
         big = np.random.default_rng(seed).integers(0, 256, 2 * MiB, dtype=np.uint8).tobytes()
         assert _echo(gateway, big) == big

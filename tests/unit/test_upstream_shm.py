@@ -122,6 +122,8 @@ async def test_triton_forgetting_the_region_is_noticed_and_mended(shm_dir):
     arena = _arena(triton)
     assert await arena.open()
     assert not arena.lost("some other failure")
+    assert not arena.lost(f"invalid offset 8 for shared memory region: '{arena.name}'")  # still registered
+    assert arena.ready and triton.calls == ["register"]
     triton.regions.clear()  # Triton restarted
     assert arena.lost(f"Unable to find shared memory region: '{arena.name}'")
     assert not arena.ready and arena.place([b"x" * MiB], MiB, []) is None  # the wire meanwhile
@@ -201,3 +203,26 @@ async def test_a_body_read_into_the_region_is_the_tensor_without_another_copy(sh
     arena.ready = False
     assert arena.body(MiB) is None
     await arena.close()
+
+
+async def test_a_registration_whose_answer_was_lost_counts_and_nothing_is_unregistered(shm_dir):
+    """Triton took the registration but its answer never came (UNAVAILABLE): the next attempt is
+    told "already in manager", which is registered. The region is never unregistered while the
+    worker runs: Triton may be reading it for requests in flight."""
+    triton = FakeTriton()
+    arena = _arena(triton)
+
+    async def register_then_drop(name, key, size):
+        await FakeTriton.register(triton, name, key, size)
+        raise GatewayError(ErrorKind.UNAVAILABLE, "Stream removed")
+
+    arena._register = register_then_drop
+    assert not await arena.open() and not arena.ready and arena.name in triton.regions
+    arena._register = triton.register
+    arena._retry_at = 0.0
+    assert arena.place([b"x" * MiB], MiB, []) is None  # the wire, and a registration asked for
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert arena.ready and "unregister" not in triton.calls
+    await arena.close()
+    assert triton.calls[-1] == "unregister" and triton.regions == {}
