@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 SHM_DIR = "/dev/shm"
 PREFIX = "triton-gateway"
 ALIGN = 64
+CHUNK = 1 << 20  # /dev/shm memory is taken for the region this much at a time
 HEAD = ALIGN  # bytes kept free in front of an HTTP body read into the region (a BYTES element's length)
 RETRY_S = 2.0
 _UNKNOWN_REGION = "unable to find"  # Triton: "Unable to find shared memory region: '<name>'"
@@ -74,6 +75,8 @@ class Arena:
         self.key = "/" + self.name
         self._host = host
         self._map: mmap.mmap | None = None
+        self._fd: int | None = None
+        self._taken = bytearray(-(-size // CHUNK))  # per CHUNK of the file: its memory is taken (_backed)
         self._free: list[tuple[int, int]] = []  # (offset, size), sorted by offset, coalesced
         self.ready = False
         self._opening = False
@@ -89,12 +92,14 @@ class Arena:
         registered later, when a large tensor asks for a slice)."""
         _sweep(self._host)
         path = os.path.join(SHM_DIR, self.name)
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
-            os.ftruncate(fd, self.size)
-            self._map = mmap.mmap(fd, self.size)
-        finally:
-            os.close(fd)
+            self._fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+            os.ftruncate(self._fd, self.size)  # sparse: memory is taken slice by slice (_take)
+            self._map = mmap.mmap(self._fd, self.size)
+        except OSError as exc:  # no /dev/shm (not Linux), or it refuses the file
+            log.warning("upstream shared memory not used: cannot create %s (%s); tensors go over gRPC", path, exc)
+            self._discard()
+            return False
         self._base = _address(memoryview(self._map)[:1])
         self._free = [(0, self.size)]
         self._opening = True  # no re-registration meanwhile (place() while not ready asks for one)
@@ -128,6 +133,9 @@ class Arena:
 
     def _discard(self) -> None:
         self.ready = False
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         if self._map is not None:
             try:
                 self._map.close()
@@ -136,7 +144,7 @@ class Arena:
             self._map = None
         try:
             os.unlink(os.path.join(SHM_DIR, self.name))
-        except FileNotFoundError:
+        except OSError:  # never made, or gone already
             pass
 
     # -- slices ----------------------------------------------------------------------------
@@ -147,11 +155,28 @@ class Arena:
         if i is None:
             return None
         off, room = self._free[i]
+        if not self._backed(off, need):  # no room in /dev/shm: the wire
+            return None
         if room == need:
             del self._free[i]
         else:
             self._free[i] = (off + need, room - need)
         return off, need
+
+    def _backed(self, off: int, size: int) -> bool:
+        """Whether the slice's memory is taken (posix_fallocate), taking what is not yet: a write
+        into a page /dev/shm cannot give (full: Docker's 64 MiB, the python backend's own regions)
+        would kill the worker with SIGBUS. Pages once taken stay (nothing is given back while the
+        worker runs), so each CHUNK is taken once; a slice whose chunks are all taken costs nothing."""
+        first, last = off // CHUNK, (off + size - 1) // CHUNK
+        if all(self._taken[first:last + 1]):
+            return True
+        try:
+            os.posix_fallocate(self._fd, first * CHUNK, min((last + 1) * CHUNK, self.size) - first * CHUNK)
+        except OSError:
+            return False
+        self._taken[first:last + 1] = b"\x01" * (last + 1 - first)
+        return True
 
     def body(self, size: int):
         """A writable view of ``size`` bytes of the region for an HTTP body to be read into, and

@@ -226,3 +226,35 @@ async def test_a_registration_whose_answer_was_lost_counts_and_nothing_is_unregi
     assert arena.ready and "unregister" not in triton.calls
     await arena.close()
     assert triton.calls[-1] == "unregister" and triton.regions == {}
+
+
+async def test_a_full_dev_shm_is_the_wire_not_a_dead_worker(shm_dir, monkeypatch):
+    """/dev/shm full (Docker's 64 MiB, the python backend's own regions): a slice whose memory cannot
+    be taken is refused before anything is written into it (a write would be SIGBUS), and the
+    tensor or body goes over the wire; without /dev/shm at all, no region."""
+    import errno
+
+    arena = _arena(FakeTriton())
+    assert await arena.open()
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    leases: list = []
+    assert arena.place([b"x" * MiB], MiB, leases) is None and leases == []
+    assert arena.body(MiB) is None
+    assert arena._free == [(0, 4 * MiB)]  # nothing taken
+    monkeypatch.undo()
+    assert arena.place([b"x" * MiB], MiB, leases) == 0
+    arena.free(leases)
+    calls = []
+    monkeypatch.setattr(os, "posix_fallocate", lambda fd, off, n: calls.append((off, n)))
+    assert arena.place([b"x" * MiB], MiB, leases) == 0 and calls == []  # taken once: no call again
+    assert arena.place([b"y" * 10], 10, leases) == MiB and calls == [(MiB, MiB)]  # the next chunk
+    arena.free(leases)
+    await arena.close()
+
+    monkeypatch.setattr(shm, "SHM_DIR", str(shm_dir / "missing"))
+    nowhere = _arena(FakeTriton())
+    assert not await nowhere.open() and nowhere._map is None and nowhere._fd is None
