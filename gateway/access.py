@@ -297,6 +297,9 @@ class ModelScope:
     async def server_metadata(self):
         return await self.upstream.server_metadata()
 
+    def body_buffer(self, size: int):
+        return self.upstream.body_buffer(size)
+
 
 def scoped(upstream, models: Iterable[str]):
     """``upstream`` restricted to ``models``; unchanged when the list is empty (every model)."""

@@ -102,8 +102,7 @@ class Worker:
             if not lst.enabled:
                 continue
             edge = Edge(dialect.name, lst.name, state.errors, ctx.admission, lst.timeout_s, lst.stream_timeout_s,
-                        keys=access.listener_keys(lst))
-            edge.bodies = getattr(ctx.upstream, "body_buffer", None)  # large bodies into the shared-memory region
+                        keys=access.listener_keys(lst), bodies=ctx.upstream.body_buffer)
             attach = load(spec.attach)
             if lst.transport == "grpc":
                 await self._start_grpc(lst, attach, edge, state)

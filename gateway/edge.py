@@ -60,7 +60,8 @@ class Edge:
     """The edge of one listener: wraps its handlers (HTTP routes, gRPC methods)."""
 
     def __init__(self, dialect: str, listener: str, errors: ErrorRendering, admission: Admission,
-                 timeout_s: float, stream_timeout_s: float, keys: ApiKeys | None = None):
+                 timeout_s: float, stream_timeout_s: float, keys: ApiKeys | None = None,
+                 bodies: Callable[[int], tuple[memoryview, Callable[[], None]] | None] | None = None):
         self.keys = keys  # the listener's API keys (None: open)
         self.dialect = dialect
         self.listener = listener
@@ -71,8 +72,8 @@ class Edge:
         self.tracer = tracing.listener(dialect, listener)  # None: tracing off
         # where a large body of a ``buffered`` route is read: ``bodies(size)`` -> (a writable view,
         # the function that gives it back once the request is answered), or None for a buffer of
-        # its own (the worker sets it to the upstream's shared-memory region: gateway/upstream/shm.py)
-        self.bodies: Callable[[int], tuple[memoryview, Callable[[], None]] | None] | None = None
+        # its own (the worker passes Upstream.body_buffer: the shared-memory region, gateway/upstream/shm.py)
+        self.bodies = bodies
 
     # -- shared steps ------------------------------------------------------------------------
     def begin(self, route: str, given_id: str | None, client_timeout: float | None = None) -> Call:

@@ -71,6 +71,11 @@ class Upstream(Protocol):
 
     def stream(self, req: InferRequest) -> AsyncIterator[InferResponse]: ...
 
+    def body_buffer(self, size: int) -> tuple[memoryview, Callable[[], None]] | None:
+        """Where a large HTTP body is best read (``Edge.bodies``): a writable view and the function
+        that gives it back, or None (a buffer of the caller's own)."""
+        ...
+
     async def model_metadata(self, model: str, version: str = "") -> ModelMetadata: ...
 
     async def model_config(self, model: str, version: str = "") -> dict[str, Any]: ...
@@ -203,7 +208,7 @@ class TritonUpstream:
         return arena.body(size) if arena is not None else None
 
     async def _open_arena(self) -> None:
-        if not await self.arena.open() and self.arena._map is None:  # refused for good: the wire
+        if not await self.arena.open() and self.arena.discarded:  # refused for good: the wire
             self.arena = None
 
     async def _shm_register(self, name: str, key: str, size: int) -> None:
@@ -269,15 +274,10 @@ class TritonUpstream:
     # -- inference -------------------------------------------------------------------------
     async def infer(self, req: InferRequest, views: bool = False) -> InferResponse:
         self._request_id(req)
-        arena = self.arena
-        if arena is None:
-            resp, raws = await self.infer_wire(req.model, codec.serialize_request(req))  # (it checks connect())
-            return codec.decode_response(resp, raws, views)
-        leases: list = []
+        arena, leases = self.arena, []  # slices of the shared-memory region this request's inputs took
         try:
-            data = codec.serialize_request(req, arena, leases)
             try:
-                resp, raws = await self.infer_wire(req.model, data)
+                resp, raws = await self.infer_wire(req.model, codec.serialize_request(req, arena, leases))
             except GatewayError as err:
                 if not leases or not arena.lost(err.message):
                     raise

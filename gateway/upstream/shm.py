@@ -221,11 +221,7 @@ class Arena:
             head = size - last.nbytes  # what goes in front of it: nothing, or a BYTES element's length
             body = self._body_of(at, last.nbytes)
             if body is not None and (head == 0 or (at == body and head <= HEAD)):
-                pos = at - head
-                for p in parts[:-1]:
-                    n = len(p)
-                    self._map[pos:pos + n] = p
-                    pos += n
+                self._write(at - head, parts[:-1])
                 leases.append((at - head, 0))  # in the region (the caller knows), nothing of its own to give back
                 metrics.UPSTREAM_SHM_BYTES.inc(size)
                 return at - head
@@ -233,14 +229,17 @@ class Arena:
         if got is None:
             return None
         off, need = got
-        mm, pos = self._map, off
+        self._write(off, parts)
+        leases.append((off, need))
+        metrics.UPSTREAM_SHM_BYTES.inc(size)
+        return off
+
+    def _write(self, pos: int, parts: list) -> None:
+        mm = self._map
         for p in parts:
             n = p.nbytes if isinstance(p, memoryview) else len(p)
             mm[pos:pos + n] = p
             pos += n
-        leases.append((off, need))
-        metrics.UPSTREAM_SHM_BYTES.inc(size)
-        return off
 
     def free(self, leases: list) -> None:
         for off, size in leases:
@@ -257,6 +256,11 @@ class Arena:
             else:
                 free.insert(i, (off, size))
         leases.clear()
+
+    @property
+    def discarded(self) -> bool:
+        """Whether the region is gone for good (refused by Triton, no /dev/shm, closed)."""
+        return self._map is None
 
     @property
     def free_bytes(self) -> int:

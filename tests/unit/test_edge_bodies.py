@@ -42,8 +42,8 @@ class Bodies:
 @pytest.fixture
 async def served():
     settings = worker_settings({}, "127.0.0.1:1", LIMITS__MAX_REQUEST_BYTES=str(LIMIT))
-    edge = Edge("grps", "bodies_test", DefaultRendering(), Admission(8), 30.0, 600.0)
-    edge.bodies = bodies = Bodies()
+    bodies = Bodies()
+    edge = Edge("grps", "bodies_test", DefaultRendering(), Admission(8), 30.0, 600.0, bodies=bodies)
     app = make_app("edge_bodies_test", settings, edge)
 
     async def echo(request):

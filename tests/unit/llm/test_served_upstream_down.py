@@ -22,37 +22,24 @@ class DownUpstream(FakeUpstream):
         raise GatewayError(ErrorKind.UNAVAILABLE, "failed to connect to all addresses")
 
 
-async def test_triton_down_is_unavailable_not_an_unknown_model():
-    catalog = ServedModels(DownUpstream(metas=[trtllm_meta("tiny_llm")], ready=False), ServedModelsSettings())
-    with pytest.raises(GatewayError) as err:
-        await catalog.resolve("tiny_llm")
-    assert err.value.kind is ErrorKind.UNAVAILABLE
-    body = {"model": "tiny_llm", "messages": [{"role": "user", "content": "x"}]}
-    with pytest.raises(GatewayError) as err:
-        await openai.plan_chat(body, catalog, "1")
-    assert errors.envelope(err.value)[0] == 503
-
-
 class LoadingUpstream(FakeUpstream):
     async def model_metadata(self, model, version=""):
         raise GatewayError(ErrorKind.NOT_FOUND, f"Request for unknown model: '{model}' is not found")
 
 
-async def test_a_model_still_loading_on_a_triton_not_ready_is_unavailable():
-    """Found by make soak: Triton restarted, listening but still loading tiny_llm (not ready until
-    it is): its NOT_FOUND for the model was answered as the client's 422."""
-    catalog = ServedModels(LoadingUpstream(metas=[trtllm_meta("tiny_llm")], ready=False), ServedModelsSettings())
+# Triton down: its UNAVAILABLE as it is. Found by make soak again: Triton restarted, listening but
+# still loading tiny_llm (not ready until it is): its NOT_FOUND for the model was the client's 422.
+@pytest.mark.parametrize("upstream,kind", [(DownUpstream, ErrorKind.UNAVAILABLE),
+                                           (LoadingUpstream, ErrorKind.NOT_READY)], ids=["down", "loading"])
+async def test_a_triton_not_ready_is_unavailable_not_an_unknown_model(upstream, kind):
+    catalog = ServedModels(upstream(metas=[trtllm_meta("tiny_llm")], ready=False), ServedModelsSettings())
     with pytest.raises(GatewayError) as err:
         await catalog.resolve("tiny_llm")
-    assert err.value.kind is ErrorKind.NOT_READY
+    assert err.value.kind is kind
     body = {"model": "tiny_llm", "messages": [{"role": "user", "content": "x"}]}
     with pytest.raises(GatewayError) as err:
         await openai.plan_chat(body, catalog, "1")
     assert errors.envelope(err.value)[0] == 503
-    catalog = ServedModels(LoadingUpstream(metas=[], ready=True), ServedModelsSettings())  # ready: truly unknown
-    with pytest.raises(GatewayError) as err:
-        await catalog.resolve("tiny_llm")
-    assert err.value.kind is ErrorKind.NOT_FOUND
 
 
 async def test_an_unknown_model_on_a_ready_triton_is_still_not_found():
@@ -60,10 +47,11 @@ async def test_an_unknown_model_on_a_ready_triton_is_still_not_found():
     with pytest.raises(GatewayError) as err:
         await catalog.resolve("gpt-9")
     assert err.value.kind is ErrorKind.NOT_FOUND
-    catalog = ServedModels(DownUpstream(metas=[], ready=True), ServedModelsSettings())  # Triton up, model not loaded
-    with pytest.raises(GatewayError) as err:
-        await catalog.resolve("gpt-9")
-    assert err.value.kind is ErrorKind.NOT_FOUND
+    for upstream in (DownUpstream, LoadingUpstream):  # Triton ready: a model it cannot read is unknown
+        catalog = ServedModels(upstream(metas=[], ready=True), ServedModelsSettings())
+        with pytest.raises(GatewayError) as err:
+            await catalog.resolve("gpt-9")
+        assert err.value.kind is ErrorKind.NOT_FOUND
 
 
 class CachedIndexUpstream(FakeUpstream):
