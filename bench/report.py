@@ -233,9 +233,19 @@ def markdown(res: dict) -> str:
     if res.get("scaling"):
         sc = res["scaling"]
         lines += ["", f"## Scaling: {sc['title']}, {sc['concurrency']} connections", ""]
-        rows = [[str(w["workers"]), cell(w["summary"].get("req_per_s")), cell(w["summary"].get("p50_ms")),
-                 cell(w["summary"].get("p99_ms")), cell(w["summary"].get("gateway_cpu_us"))] for w in sc["runs"]]
-        lines += _table(["workers", "req/s", "p50 ms", "p99 ms", "gateway CPU µs/req"], rows)
+        one = next((w["summary"].get("req_per_s") for w in sc["runs"] if w["workers"] == 1), None)
+        speedup = lambda rps: times(rps["median"] / one["median"]) if rps and one and one["median"] else ""  # noqa: E731
+        rows = [[str(w["workers"]), cell(w["summary"].get("req_per_s")), speedup(w["summary"].get("req_per_s")),
+                 cell(w["summary"].get("p50_ms")), cell(w["summary"].get("p99_ms")),
+                 cell(w["summary"].get("gateway_cpu_us")), cell(w["summary"].get("triton_cpu_us"))]
+                for w in sc["runs"]]
+        if sc.get("direct", {}).get("summary"):
+            d = sc["direct"]["summary"]
+            rows.append([f"Triton direct ({sc['direct']['how']})", cell(d.get("req_per_s")),
+                         speedup(d.get("req_per_s")), cell(d.get("p50_ms")), cell(d.get("p99_ms")), "",
+                         cell(d.get("triton_cpu_us"))])
+        lines += _table(["workers", "req/s", "× 1 worker", "p50 ms", "p99 ms", "gateway CPU µs/req",
+                         "Triton CPU µs/req"], rows)
 
     if res.get("memory"):
         lines += ["", "## Memory of gateway processes (RSS from /proc/<pid>/status)", "",
@@ -298,6 +308,10 @@ def chart(res: dict, path: Path) -> None:
         ws = [w["workers"] for w in sc["runs"]]
         meds = [w["summary"]["req_per_s"]["median"] if w["summary"].get("req_per_s") else 0 for w in sc["runs"]]
         ax.bar([str(w) for w in ws], meds, color=colors["gateway"])
+        if sc.get("direct", {}).get("summary", {}).get("req_per_s"):
+            ax.axhline(sc["direct"]["summary"]["req_per_s"]["median"], color=colors["direct"], ls="--",
+                       label="Triton direct")
+            ax.legend(loc="lower right", fontsize=8)
         ax.set_xlabel("gateway workers")
         ax.set_title(f"{sc['title']}\nreq/s, c={sc['concurrency']}", fontsize=9)
     m, s = res["meta"]["machine"], res["meta"]["settings"]

@@ -3,7 +3,8 @@
 Starts the local CPU Triton (gateway.localtriton), the gateway (`python -m gateway serve`,
 tests/support.py) and the floor (bench/floor.py: each path done the least possible way on the
 same stack) on free 127.0.0.1 ports, measures every case in bench/cases.py, then the
-scaling of the small TF Serving REST predict with 1, 2 and nproc workers and the workers' memory;
+scaling of the small TF Serving REST predict with 1, 2 and nproc workers (beside Triton's own HTTP
+at the same load: the ceiling) and the workers' memory;
 writes bench/results/{results.json,results.md,results.png} and stops everything (also on Ctrl-C
 and SIGTERM). Bounded: each run lasts its duration, and a case that would not fit in the
 remaining budget is skipped (and listed as such).
@@ -19,6 +20,10 @@ Environment (defaults: full / BENCH_QUICK=1):
   BENCH_BIG_CONCURRENCY    for the image-sized and 16 MiB payloads (2)
   BENCH_SCALING_CONCURRENCY  connections of the scaling runs (16)
   BENCH_WORKERS            gateway workers of the main runs (1)
+  BENCH_SCALING_WORKERS    comma-separated worker counts of the scaling runs (1,2,nproc)
+  BENCH_TRITON_INSTANCES   python-backend instances per CPU model (the repository's own count, 1): one
+                           instance runs one request at a time, so on many cores it is the ceiling
+  BENCH_WRK_THREADS        wrk threads (1; more where one wrk thread cannot keep many workers busy)
   BENCH_FLOOR=0            no floor runs (a third less time)
   BENCH_BUDGET_S           wall-clock budget of the whole run (570 / 300)
   BENCH_ONLY               comma-separated case keys (v2_unary, v2_stream, v2_rest_json, v2_rest_binary,
@@ -63,6 +68,8 @@ class Settings:
     budget_s: float
     only: tuple[str, ...]
     floor: bool = True
+    wrk_threads: int = 1
+    triton_instances: int | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -84,10 +91,13 @@ class Settings:
             big_concurrency=get("BENCH_BIG_CONCURRENCY", 2, 2, int),
             scaling_concurrency=get("BENCH_SCALING_CONCURRENCY", 16, 16, int),
             workers=get("BENCH_WORKERS", 1, 1, int),
-            scaling_workers=tuple(sorted({1, 2, nproc})),
+            scaling_workers=tuple(sorted({int(w) for w in env.get("BENCH_SCALING_WORKERS", "").split(",") if w.strip()}
+                                         or {1, 2, nproc})),
             budget_s=get("BENCH_BUDGET_S", 570, 300),
             only=tuple(k.strip() for k in env.get("BENCH_ONLY", "").split(",") if k.strip()),
             floor=env.get("BENCH_FLOOR", "1") not in ("0", "false", "no"),
+            wrk_threads=get("BENCH_WRK_THREADS", 1, 1, int),
+            triton_instances=int(env["BENCH_TRITON_INSTANCES"]) if env.get("BENCH_TRITON_INSTANCES") else None,
         )
 
     def wants(self, key: str) -> bool:
@@ -139,7 +149,7 @@ class Runner:
     def load(self, side: cases_mod.Side, concurrency: int, duration: float) -> dict:
         """Load ``side`` for ``duration`` seconds: the run's numbers, without CPU."""
         if side.kind == "http":
-            r = wrk.run(side.address, self._script(side), concurrency, duration)
+            r = wrk.run(side.address, self._script(side), concurrency, duration, threads=self.s.wrk_threads)
             out = {"requests": r.requests, "duration_s": r.duration_s, "req_per_s": r.requests_per_s,
                    "p50_ms": r.latency_s["50"] * 1e3 if r.requests else None,
                    "p99_ms": r.latency_s["99"] * 1e3 if r.requests else None, "errors": r.errors}
@@ -316,7 +326,14 @@ def memory_rows(workers: int, stack: Stack, idle: dict[int, dict], loaded: dict[
 
 def scaling(runner: Runner, stack: Stack, s: Settings, budget: Budget, memory: list[dict],
             case: cases_mod.Case) -> dict:
-    out = {"title": case.title, "concurrency": s.scaling_concurrency, "runs": [], "skipped": []}
+    out = {"title": case.title, "concurrency": s.scaling_concurrency, "runs": [], "skipped": [],
+           "direct": {"how": case.direct.how, "runs": []}}
+    runner.load(case.direct, s.scaling_concurrency, s.warmup_s)  # the ceiling: Triton's own HTTP, same load
+    for rep in range(s.repeats):
+        run = runner.measure(case.direct, s.scaling_concurrency, s.duration_s, hop=None)
+        out["direct"]["runs"].append(run)
+        print(f"  Triton direct repeat {rep + 1}: {_line(run)}", flush=True)
+    out["direct"]["summary"] = summarise(out["direct"]["runs"])
     for workers in s.scaling_workers:
         need = s.warmup_s + s.repeats * (s.duration_s + 0.5) + 15
         if budget.left() < need:
@@ -355,7 +372,7 @@ def main() -> int:
           f"budget {s.budget_s:.0f} s; results in {results_dir}", flush=True)
     shutil.rmtree(results_dir / "logs", ignore_errors=True)  # this run's logs only
     with Stack(log_dir=results_dir / "logs") as stack:
-        tp = stack.start_triton()
+        tp = stack.start_triton(s.triton_instances)
         if s.floor:
             stack.start_floor()
         stack.start_gateway(s.workers)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -36,6 +37,8 @@ from tests.support import (
     stop_gateway,
     wait_http,
 )
+
+_CPU_COUNT = re.compile(r"(kind:\s*KIND_CPU\s*,\s*count:\s*)\d+")
 
 # urllib would honour http_proxy from the environment: the benchmark only talks to loopback.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -80,10 +83,12 @@ class Stack:
         atexit.register(self.close)
 
     # -- Triton ---------------------------------------------------------------------------------
-    def start_triton(self) -> localtriton.TritonProcess:
+    def start_triton(self, instances: int | None = None) -> localtriton.TritonProcess:
+        """The repository as it is, or a copy with ``instances`` python-backend instances per CPU model."""
+        repo = ROOT / "model_repository" if instances is None else self._repository_copy(instances)
         cfg = LocalTriton(
             venv=str(ROOT / ".venv-triton"),
-            model_repository=str(ROOT / "model_repository"),
+            model_repository=str(repo),
             workdir=str(self.tmp / "triton"),
             http_port=free_port(),
             grpc_port=free_port(),
@@ -92,6 +97,16 @@ class Stack:
         )
         self.triton = localtriton.start(cfg, ROOT, log_path=self.tmp / "triton.log")
         return self.triton
+
+    def _repository_copy(self, instances: int) -> Path:
+        """model_repository/ with every ``KIND_CPU`` instance group's count set to ``instances``: one
+        python-backend instance runs one request at a time, the ceiling of a many-core benchmark."""
+        repo = self.tmp / "model_repository"
+        shutil.copytree(ROOT / "model_repository", repo, ignore=shutil.ignore_patterns("__pycache__", "*.plan"))
+        for config in [*repo.glob("*/config.pbtxt"), *repo.glob("*/configs/*.pbtxt")]:
+            text = config.read_text()
+            config.write_text(_CPU_COUNT.sub(lambda m: f"{m[1]}{instances}", text))
+        return repo
 
     def triton_pids(self) -> list[int]:
         """tritonserver and its python-backend stubs: its own process group (localtriton starts a session)."""

@@ -86,11 +86,12 @@ def binary() -> str:
     return path
 
 
-def run(url: str, script: Path, connections: int, duration_s: float, timeout_s: float = 30.0) -> WrkResult:
-    """One wrk run (one thread; the machine has few cores and wrk's C loop is cheap)."""
+def run(url: str, script: Path, connections: int, duration_s: float, timeout_s: float = 30.0,
+        threads: int = 1) -> WrkResult:
+    """One wrk run (one thread by default: the machine has few cores and wrk's C loop is cheap)."""
     if not url.startswith("http://127.0.0.1:"):
         raise WrkError(f"refusing to load anything but 127.0.0.1: {url}")
-    cmd = [binary(), "-t1", f"-c{connections}", f"-d{max(1, round(duration_s))}s", "--latency",
+    cmd = [binary(), f"-t{max(1, min(threads, connections))}", f"-c{connections}", f"-d{max(1, round(duration_s))}s", "--latency",
            f"--timeout={timeout_s:g}s", "-s", str(script), url]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -296,6 +296,48 @@ def test_settings_quick_full_and_overrides():
     assert not s.quick and s.repeats == 5
     assert s.wants("v2_unary") and s.wants("scaling") and not s.wants("grps_bin")
     assert full.floor and quick.floor and not Settings.from_env({"BENCH_FLOOR": "0"}).floor
+    many = Settings.from_env({"BENCH_SCALING_WORKERS": "16, 1,4,8", "BENCH_WRK_THREADS": "4",
+                              "BENCH_TRITON_INSTANCES": "8"})
+    assert many.scaling_workers == (1, 4, 8, 16) and many.wrk_threads == 4 and many.triton_instances == 8
+    assert full.wrk_threads == 1 and full.triton_instances is None  # the repository's own count
+
+
+def test_wrk_threads_are_passed_and_never_exceed_the_connections(tmp_path, monkeypatch):
+    seen = []
+
+    class Done(Exception):
+        pass
+
+    def popen(cmd, **_):
+        seen.append(cmd)
+        raise Done
+
+    monkeypatch.setattr(wrk, "binary", lambda: "wrk")
+    monkeypatch.setattr(wrk.subprocess, "Popen", popen)
+    for threads, connections in ((4, 64), (4, 2), (1, 16)):
+        with pytest.raises(Done):
+            wrk.run("http://127.0.0.1:1/", tmp_path / "s.lua", connections, 1, threads=threads)
+    assert [c[1] for c in seen] == ["-t4", "-t2", "-t1"]
+
+
+def test_the_benchmark_repository_copy_sets_every_cpu_instance_count(tmp_path):
+    from bench.stack import Stack
+    from tests.support import ROOT
+
+    stack = Stack()
+    try:
+        repo = stack._repository_copy(8)
+        configs = [*repo.glob("*/config.pbtxt"), *repo.glob("*/configs/*.pbtxt")]
+        cpu = [c for c in configs if "KIND_CPU" in c.read_text()]
+        assert len(cpu) >= 5
+        for c in cpu:
+            assert "count: 8" in c.read_text() and "count: 1 }" not in c.read_text(), c
+            original = (ROOT / "model_repository" / c.relative_to(repo)).read_text()
+            assert c.read_text() == original.replace("KIND_CPU, count: 1", "KIND_CPU, count: 8")
+        gpu = (repo / "multi_tensor_scale" / "config.pbtxt").read_text()
+        assert "KIND_GPU, count: 1" in gpu  # GPU instance groups stay as they are
+    finally:
+        stack.close()
 
 
 # -- report ---------------------------------------------------------------------------------------
@@ -348,7 +390,8 @@ def _results():
                "direct": {"how": "x"}, "gateway": {"how": "y"}, "ratio": {}, "errors": [], "skipped": "no time left"}
     scaling = {"title": "TF REST small", "concurrency": 16, "skipped": [],
                "runs": [{"workers": 1, "summary": {"req_per_s": _sp(1700)}},
-                        {"workers": 2, "summary": {"req_per_s": _sp(1300, 1200, 1400)}}]}
+                        {"workers": 2, "summary": {"req_per_s": _sp(1300, 1200, 1400)}}],
+               "direct": {"how": "Triton HTTP", "summary": {"req_per_s": _sp(3400), "triton_cpu_us": _sp(250)}}}
     memory = [{"workers": 1, "role": "worker", "idle_mib": 74.2, "loaded_mib": 305.0, "peak_mib": 464.0,
                "idle_cpu_pct": 1.0}]
     return {"meta": meta, "cases": [http_case, grpc_case, llm_case, skipped], "scaling": scaling, "memory": memory}
@@ -386,7 +429,8 @@ def test_markdown_has_every_section_and_the_numbers():
     assert "| ÷ floor |  | 1.09× | – | – | – | – | 2.00× | 1.50× |" in md
     assert "The floor (Sanic route, SSE) is the same stream" in md
     assert "LLM native" not in md[md.index("## Against the floor"):md.index("## LLM streaming")]
-    assert "## Scaling" in md and "| 2 | 1300 (1200–1400) |" in md
+    assert "## Scaling" in md and "| 2 | 1300 (1200–1400) | 0.76× |" in md
+    assert "| Triton direct (Triton HTTP) | 3400 | 2.00× | – | – |  | 250 |" in md  # the ceiling, beside
     assert "| 1 | worker | 74.2 | 305 | 464 | 1.00 |" in md
     assert "- skipped GRPS bin (conc 2): no time left" in md
     assert "- LLM native (conc 1): gateway repeat 2: 1 errors (HTTP 503)" in md
