@@ -198,10 +198,8 @@ def serialize_request(req: InferRequest, arena=None, leases: list | None = None)
             set_params(inp.parameters, t.parameters)
         if i in shared:
             offset, size = shared[i]
-            params = inp.parameters
-            params["shared_memory_region"].string_param = arena.name
-            params["shared_memory_offset"].int64_param = offset
-            params["shared_memory_byte_size"].int64_param = size
+            set_params(inp.parameters, {"shared_memory_region": arena.name, "shared_memory_offset": offset,
+                                        "shared_memory_byte_size": size})
     for name in req.outputs or ():
         msg.outputs.add(name=name)
     if req.parameters:

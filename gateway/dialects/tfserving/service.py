@@ -90,11 +90,7 @@ class Service:
         arrays = codec.numeric_outputs(msg, raws, plan.wire.outputs)
         if arrays is None:  # not the answer the metadata promised: as any other answer
             return msg.model_version, _outputs(plan, codec.decode_response(msg, raws))
-        if plan.unbatch:
-            arrays = [shapes.unbatch(a) for a in arrays]
-        if plan.like is not None:  # element-wise: each output in its input's shape (as _outputs)
-            arrays = [shapes.restore(a, plan.like) for a in arrays]
-        return msg.model_version, {alias: (a, datatype) for (alias, _), (_, datatype, _), a
+        return msg.model_version, {alias: (_shaped(plan, a), datatype) for (alias, _), (_, datatype, _), a
                                    in zip(plan.outputs, plan.wire.outputs, arrays, strict=True)}
 
     async def run_examples(self, target: Target, method: str, exs: list[Features], context: Features):
@@ -175,10 +171,17 @@ def _outputs(plan: _Plan, resp: InferResponse) -> Outputs:
     result = {}
     for alias, name in plan.outputs:
         t = resp.output(name)
-        data = shapes.unbatch(t.data) if plan.unbatch else t.data
-        data, v2 = (data.astype(np.float32), "FP32") if half and t.datatype in HALF_TYPES else (data, t.datatype)
-        result[alias] = (shapes.restore(data, plan.like) if plan.like is not None else data, v2)
+        data, v2 = (t.data.astype(np.float32), "FP32") if half and t.datatype in HALF_TYPES else (t.data, t.datatype)
+        result[alias] = (_shaped(plan, data), v2)
     return result
+
+
+def _shaped(plan: _Plan, data: np.ndarray) -> np.ndarray:
+    """An output in the shape clients see: the batch dimension added for them taken off, an
+    element-wise signature's output in its input's shape."""
+    if plan.unbatch:
+        data = shapes.unbatch(data)
+    return shapes.restore(data, plan.like) if plan.like is not None else data
 
 
 def _plan(target: Target, inputs: dict[str, np.ndarray], output_filter, wire_capable: bool = False) -> _Plan:
