@@ -88,6 +88,14 @@ class Upstream(Protocol):
 
     async def repository_index(self) -> list[ModelIndexEntry]: ...
 
+    def cached_index(self) -> list[ModelIndexEntry] | None:
+        """``repository_index()``'s value while it is fresh in the cache, without a call (None: not cached)."""
+        ...
+
+    def cached_metadata(self, model: str, version: str = "") -> ModelMetadata | None:
+        """``model_metadata()``'s value while it is fresh in the cache, without a call (None: not cached)."""
+        ...
+
 
 class _translate:  # noqa: N801 - used as a context manager, like contextlib's
     """Re-raise grpc errors as GatewayError (foreign exceptions never escape); with ``method``, time
@@ -192,8 +200,10 @@ class TritonUpstream:
             self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
             # ModelInfer with requests serialized by codec.serialize_request (tensor data copied once),
             # answers parsed by codec.parse_response (a large answer's tensor data not copied)
+            # (a registered method, as generated stubs declare theirs: gRPC interns its path once)
             self._model_infer = self._channel.unary_unary(
-                "/inference.GRPCInferenceService/ModelInfer", response_deserializer=codec.parse_response)
+                "/inference.GRPCInferenceService/ModelInfer", response_deserializer=codec.parse_response,
+                _registered_method=True)
             if self._shm_sizes is not None and self.arena is None:
                 # registered in the background: a worker starts at once, Triton up or not
                 self.arena = shm.Arena(*self._shm_sizes, register=self._shm_register,
@@ -397,3 +407,9 @@ class TritonUpstream:
             return codec.decode_index(await self._idempotent("RepositoryIndex", service_pb2.RepositoryIndexRequest()))
 
         return await self._cached(("index",), fetch)
+
+    def cached_index(self) -> list[ModelIndexEntry] | None:
+        return self._cache.get(("index",))
+
+    def cached_metadata(self, model: str, version: str = "") -> ModelMetadata | None:
+        return self._cache.get(("meta", model, version))

@@ -341,3 +341,33 @@ async def test_the_control_plane_can_be_opened(proxy):
     fake, channel, _ = proxy
     assert await channel.unary_unary(SVC + "RepositoryModelLoad")(b"m", timeout=5) == b"echo:m"
     assert "RepositoryModelLoad" in fake.methods
+
+
+async def test_handlers_are_kept_for_the_service_methods_only():
+    """A method outside Triton's service is passed on (Triton answers it) but its handler is not
+    kept: clients cannot grow the worker's handler map with made-up names."""
+    from types import SimpleNamespace
+
+    from gateway.call import Admission
+    from gateway.dialect import DefaultRendering
+    from gateway.dialects.v2.passthrough import Passthrough
+    from gateway.edge import Edge
+
+    channel = grpc.aio.insecure_channel("127.0.0.1:1")  # never called: handlers are only made
+    state = SimpleNamespace(ctx=SimpleNamespace(channel=channel, scope=None), config=SimpleNamespace(control_plane=True))
+    passthrough = Passthrough(Edge("v2", "v2_grpc", DefaultRendering(), Admission(8), 5.0, 5.0), state)
+    try:
+        made_up = [passthrough.service(SimpleNamespace(method=f"{SVC}Nope{i}")) for i in range(50)]
+        assert all(h is not None for h in made_up)  # still forwarded
+        infer = passthrough.service(SimpleNamespace(method=SVC + "ModelInfer"))
+        assert passthrough.service(SimpleNamespace(method=SVC + "ModelInfer")) is infer
+        assert list(passthrough._handlers) == [SVC + "ModelInfer"]
+    finally:
+        await channel.close()
+
+
+async def test_a_method_outside_the_service_is_answered_by_triton(proxy):
+    fake, channel, _ = proxy
+    for i in range(3):
+        assert await channel.unary_unary(f"{SVC}Nope{i}")(b"x", timeout=5) == b"echo:x"
+    assert fake.methods[-3:] == ["Nope0", "Nope1", "Nope2"]

@@ -47,6 +47,8 @@ from .config import V2Config
 
 SERVICE = "inference.GRPCInferenceService"
 PREFIX = f"/{SERVICE}/"
+# the service's own methods (Triton's proto): their handlers are kept, and gRPC interns their paths
+METHODS = frozenset(service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods_by_name)
 STREAMING = frozenset({"ModelStreamInfer"})
 # Triton's control plane: refused with PERMISSION_DENIED unless dialects.v2.control_plane is true
 CONTROL = frozenset({"RepositoryModelLoad", "RepositoryModelUnload", "SystemSharedMemoryStatus",
@@ -191,19 +193,22 @@ class Passthrough(grpc.GenericRpcHandler):
             return None
         handler = self._handlers.get(method)
         if handler is None:
-            handler = self._handlers[method] = self._make(method)
+            handler = self._make(method)
+            if method[len(PREFIX):] in METHODS:  # bounded: a name outside the service is passed on, not kept
+                self._handlers[method] = handler
         return handler
 
     def _make(self, method: str) -> grpc.RpcMethodHandler:
         name = method[len(PREFIX):]
         model_of = model_name if name in PER_MODEL else None
+        known = name in METHODS
         if name in STREAMING:  # no serializers on either side: bytes
-            fn = _stream(self._channel.stream_stream(method), self._drop, self._scope, name)
+            fn = _stream(self._channel.stream_stream(method, _registered_method=known), self._drop, self._scope, name)
             return grpc.stream_stream_rpc_method_handler(self._edge.stream(name, fn))
         if name in CONTROL and not self._control:
             fn = _denied(name)
         else:
-            fn = _unary(self._channel.unary_unary(method), self._drop, name)
+            fn = _unary(self._channel.unary_unary(method, _registered_method=known), self._drop, name)
             if self._scope is not None:
                 fn = _scoped(name, fn, self._scope)
         return grpc.unary_unary_rpc_method_handler(self._edge.unary(name, fn, model_of))
