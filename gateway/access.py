@@ -291,6 +291,14 @@ class ModelScope:
             self._index = (full, [e for e in full if e.name in self.models])
         return self._index[1]
 
+    def cached_index(self):
+        """The filtered index while the upstream's cached one is the one filtered last (else None: ask)."""
+        full = self.upstream.cached_index()
+        return self._index[1] if full is not None and full is self._index[0] else None
+
+    def cached_metadata(self, model: str, version: str = ""):
+        return self.upstream.cached_metadata(model, version) if model in self.models else None
+
     async def server_ready(self) -> bool:
         return await self.upstream.server_ready()
 

@@ -146,6 +146,12 @@ class FakeUpstream:
             return list(self.index)
         return [ModelIndexEntry(n, "1", "READY") for n in self.metas]
 
+    def cached_index(self):
+        return None  # nothing is cached: every resolution asks (repository_index)
+
+    def cached_metadata(self, model, version=""):
+        return None
+
     async def server_ready(self):
         return self.ready
 

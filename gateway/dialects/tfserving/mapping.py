@@ -257,18 +257,25 @@ class Servables:
         ``upstream.cache_ttl_s``, resolves again)."""
         key = (spec, grpc, method)
         hit = self._resolved.get(key)
+        if hit is not None and self._fresh(hit):
+            return hit[3]
         index = await self.upstream.repository_index()
-        if hit is not None and hit[0] is index:
-            for (model, version), meta in zip(hit[1], hit[2], strict=True):
-                if await self.upstream.model_metadata(model, version) is not meta:
-                    break
-            else:
-                return hit[3]
         target, sources = await self._resolve(spec, grpc, method)
         if len(self._resolved) >= 1024:  # bounded, like the caches it follows
             self._resolved.clear()
         self._resolved[key] = (index, sources[0], sources[1], target)
         return target
+
+    def _fresh(self, hit: tuple) -> bool:
+        """Whether a remembered resolution still stands: the upstream cache holds the very index and
+        metadata it was made from (read without a call: the request's hot path)."""
+        upstream = self.upstream
+        if upstream.cached_index() is not hit[0]:
+            return False
+        for (model, version), meta in zip(hit[1], hit[2], strict=True):
+            if upstream.cached_metadata(model, version) is not meta:
+                return False
+        return True
 
     async def _resolve(self, spec: ServableRef, grpc: bool, method: str | None) -> tuple[Target, tuple]:
         """The target, and the (model, version) keys and metadata objects it was realised from."""

@@ -60,11 +60,11 @@ class CachedIndexUpstream(FakeUpstream):
 
     def __init__(self, metas):
         super().__init__(metas=metas)
-        self.cached_index = [ModelIndexEntry(m.name, "1", "READY") for m in metas]
+        self.index_object = [ModelIndexEntry(m.name, "1", "READY") for m in metas]
         self.lookups, self.running, self.most_at_once = 0, 0, 0
 
     async def repository_index(self):
-        return self.cached_index
+        return self.index_object
 
     async def model_metadata(self, model, version=""):
         self.lookups += 1
@@ -84,7 +84,7 @@ async def test_the_served_list_is_worked_out_once_per_index_and_its_lookups_over
     assert await catalog.default_name() == "a_llm" and up.lookups == 3  # the same index: no lookup
     # the upstream's cache expired: a new index, b_llm gone. The request is answered from the last
     # list at once while the new one is worked out in the background; the next ones get the new list
-    up.cached_index = [e for e in up.cached_index if e.name != "b_llm"]
+    up.index_object = [e for e in up.index_object if e.name != "b_llm"]
     assert await catalog.served() == ["a_llm", "b_llm"] and up.lookups <= 5
     await asyncio.sleep(0.05)
     assert await catalog.served() == ["a_llm"] and up.lookups == 5
@@ -100,7 +100,7 @@ async def test_a_relist_that_fails_keeps_the_last_list_and_is_logged(caplog):
         raise RuntimeError("a bug")
 
     up.model_metadata = broken
-    up.cached_index = list(up.cached_index)
+    up.index_object = list(up.index_object)
     assert await catalog.served() == ["a_llm"]
     await asyncio.sleep(0.01)
     for _ in range(3):

@@ -169,3 +169,42 @@ async def test_a_batch_of_one_bytes_element_is_unbatched_to_an_array_and_answere
     assert codec.write_predict(outs, row=False) == b'{\n    "outputs": "ab"\n}'
     with pytest.raises(GatewayError, match="has no shape information"):
         codec.write_predict(outs, row=True)
+
+
+class CachingUpstream(FakeUpstream):
+    """Serves the index and the metadata as the same objects while "cached", as TritonUpstream does,
+    and counts the calls made for them."""
+
+    def __init__(self):
+        super().__init__(metas=[META], infer=_infer, index=INDEX)
+        self.index_object = list(INDEX)
+        self.calls = 0
+
+    async def repository_index(self):
+        self.calls += 1
+        return self.index_object
+
+    async def model_metadata(self, model, version=""):
+        self.calls += 1
+        return await super().model_metadata(model, version)
+
+    def cached_index(self):
+        return self.index_object
+
+    def cached_metadata(self, model, version=""):
+        return self.metas.get(model)
+
+
+async def test_a_resolution_is_reused_without_a_call_while_the_cache_holds_its_sources():
+    up = CachingUpstream()
+    svc = Service(GatewayContext(Settings(), up), config.TFServingConfig.model_validate({}))
+    first = await svc.resolve(ServableRef("hp3"))
+    calls = up.calls
+    assert await svc.resolve(ServableRef("hp3")) is first and up.calls == calls  # no await on the hot path
+    up.metas["hp3"] = ModelMetadata("hp3", ("123",), "python", (TensorSpec("x", "FP32", (-1, 2)),),
+                                    (TensorSpec("y", "FP32", (-1,)),))  # the cache now holds a new object
+    again = await svc.resolve(ServableRef("hp3"))
+    assert again is not first and again.signature.inputs[0][1].shape == (-1, 2) and up.calls > calls
+    up.index_object = [ModelIndexEntry("hp3", "124", "READY")]  # a new index: resolved again
+    assert await svc.resolve(ServableRef("hp3")) is not again
+    assert (await svc.resolve(ServableRef("hp3", version=124))).version == 124
