@@ -8,6 +8,7 @@ tests see the whole client input in the message; the parser tests see the slow p
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 
 import aiohttp
@@ -68,6 +69,19 @@ def test_a_declared_shape_over_the_tensor_limit_is_refused_before_any_array(limi
         grps_codec.tensor_from_generic(gt)
     with pytest.raises(GatewayError, match="limits.max_tensor_bytes"):  # TF REST: ints become int64
         tf_codec.to_array([1] * ((1 << 17) + 1), "INT64", "x")
+
+
+def test_a_small_tf_body_still_has_its_ragged_shape_checked_against_the_limit(limits):
+    """``small`` skips the size check only when numpy's conversion succeeds (its array then holds at
+    most size / 2 numbers); a ragged body, whose first elements imply a far larger shape than it
+    holds, is still refused by the limit as before, not read further."""
+    limits.max_tensor_bytes = 1 << 20
+    ragged = [[1.0] * 1024] + [[]] * 1024  # implies [1025, 1024] floats: 4 MiB, from a 6 KiB body
+    body = len(json.dumps({"instances": ragged}))
+    assert tf_codec.small_body(body) and not tf_codec.small_body(limits.max_tensor_bytes)
+    for small in (False, True):
+        with pytest.raises(GatewayError, match="limits.max_tensor_bytes"):
+            tf_codec.to_array(ragged, "FP32", "x", bools=False, small=small)
 
 
 def _no_allocation(*_a, **_k):

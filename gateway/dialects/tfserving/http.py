@@ -62,15 +62,12 @@ async def dispatch(service: Service, request: Request) -> bytes:
         if not _ORIGIN.search(request.headers.get("origin", "")):
             raise errors.BareError(errors.ErrorKind.FAILED_PRECONDITION, "Origin header is missing in CORS preflight")
         return b""
-    m = _PREDICT.fullmatch(path) if method == "POST" else None
-    if m:
-        name = unquote(m[1])
-        check_name(name, "Model name")
-        version, label = _version(m[2]), unquote(m[3]) if m[3] else None
-        if m[4] in _VERBS:
-            call = current()
-            call.model, call.route = name, m[4]
-            return await _infer(service, name, version, label, m[4], request.body)
+    route = _inference_route(path) if method == "POST" else None
+    if route is not None:
+        name, version, label, verb = route
+        call = current()
+        call.model, call.route = name, verb
+        return await _infer(service, name, version, label, verb, request.body)
     m = _STATUS.fullmatch(path) if method == "GET" else None
     if m:
         spec = ServableRef(unquote(m[1]) if m[1] else "", _version(m[2]), unquote(m[3]) if m[3] else None)
@@ -82,6 +79,33 @@ async def dispatch(service: Service, request: Request) -> bytes:
     if _V1.fullmatch(path):
         raise invalid(f"Malformed request: {method} {path}")
     raise errors.PageError(errors.ErrorKind.NOT_FOUND, f"Not found: {method} {path}")
+
+
+_routes: dict[str, tuple[str, int | None, str | None, str]] = {}  # POST path -> its _inference_route
+MAX_ROUTES, MAX_ROUTE_PATH = 1024, 512  # bounded: paths are the clients'
+
+
+def _inference_route(path: str) -> tuple[str, int | None, str | None, str] | None:
+    """(model, version, label, verb) of a classify/regress/predict path, None for any other path
+    (a refused name or version raises). A path once read is remembered (the hot path parses each
+    client's few paths once)."""
+    hit = _routes.get(path)
+    if hit is not None:
+        return hit
+    m = _PREDICT.fullmatch(path)
+    if not m:
+        return None
+    name = unquote(m[1])
+    check_name(name, "Model name")
+    version, label = _version(m[2]), unquote(m[3]) if m[3] else None
+    if m[4] not in _VERBS:
+        return None
+    route = (name, version, label, m[4])
+    if len(path) <= MAX_ROUTE_PATH:
+        if len(_routes) >= MAX_ROUTES:
+            _routes.clear()
+        _routes[path] = route
+    return route
 
 
 async def _infer(service: Service, name: str, version: int | None, label: str | None, verb: str,
@@ -109,7 +133,7 @@ async def _infer(service: Service, name: str, version: int | None, label: str | 
         target = await service.resolve(spec, method="predict")
         bools = codec.may_hold_bools(body)
         if small:
-            inputs, row = codec.parse_predict(doc, target.signature, bools)
+            inputs, row = codec.parse_predict(doc, target.signature, bools, codec.small_body(size))
         else:
             inputs, row = await offload.run(size, codec.parse_predict, doc, target.signature, bools)
         return await _predict(service, target, inputs, row)
