@@ -123,61 +123,75 @@ def access(request_id: str, dialect: str, listener: str, route: str, model: str,
     """The access line of one answered request (callers check ``ACCESS.isEnabledFor(INFO)`` first).
 
     While setup()'s handler is the only one, the line skips the LogRecord and the handler
-    chain: its values are queued, and the queued lines are formatted (the line its formatter writes)
-    and written in one write at most ACCESS_FLUSH_S later, or at once past ACCESS_BATCH lines (as
-    nginx's ``access_log ... buffer= flush=``). In the gateway's loop a record cost ~35 µs of CPU a
-    request; this costs a few (docs/operations.md). Any other handler (a test's, an operator's) gets
-    the ordinary record, as does a call outside an event loop; ``flush()`` writes what is queued
-    (at exit, and before setup() replaces the handler)."""
-    values = (request_id[:MAX_FIELD], dialect, listener, route, model[:MAX_FIELD], status, outcome, bytes_in,
-              bytes_out, round(seconds * 1000, 3), trace_id)
+    chain: its values are queued as they are, and the queued lines are formatted (the line its
+    formatter writes) and written in one write at most ACCESS_FLUSH_S later, or at once past
+    ACCESS_BATCH lines (as nginx's ``access_log ... buffer= flush=``). In the gateway's loop a record
+    cost ~35 µs of CPU a request; this costs a few (docs/operations.md). Any other handler (a test's,
+    an operator's) gets the ordinary record, as does a call outside an event loop; ``flush()`` writes
+    what is queued (at exit, and before setup() replaces the handler)."""
     handler = _fast
     root = logging.root
     if handler is None or len(root.handlers) != 1 or root.handlers[0] is not handler or ACCESS.handlers:
+        values = (request_id, dialect, listener, route, model, status, outcome, bytes_in, bytes_out, seconds, trace_id)
         ACCESS.info("request", extra={"fields": dict(_pairs(values))})
         return
     if not ACCESS.isEnabledFor(logging.INFO):  # the same gate as the record's (cached by logging)
         return
+    line = (time.time(), request_id, dialect, listener, route, model, status, outcome, bytes_in, bytes_out, seconds,
+            trace_id)
     if not _pending:
         try:
             asyncio.get_running_loop().call_later(ACCESS_FLUSH_S, flush)
         except RuntimeError:  # no loop: write it now
-            _pending.append((time.time(), values))
+            _pending.append(line)
             flush()
             return
-    _pending.append((time.time(), values))
+    _pending.append(line)
     if len(_pending) >= ACCESS_BATCH:
         flush()
 
 
 def _pairs(values: tuple):
-    """(field, value) of an access line; ``trace_id`` only when the request was traced."""
-    if values[-1]:
-        return zip(_FIELDS, values, strict=True)
-    return zip(_FIELDS[:-1], values[:-1], strict=True)
+    """(field, value) of an access line as its fields are written (client-given texts cut to
+    MAX_FIELD, the duration in ms); ``trace_id`` only when the request was traced."""
+    rid, dialect, listener, route, model, status, outcome, bytes_in, bytes_out, seconds, trace_id = values
+    shown = (rid[:MAX_FIELD], dialect, listener, route, model[:MAX_FIELD], status, outcome, bytes_in, bytes_out,
+             round(seconds * 1000, 3))
+    if trace_id:
+        return zip(_FIELDS, (*shown, trace_id), strict=True)
+    return zip(_FIELDS[:-1], shown, strict=True)
 
 
 def flush() -> None:
     """Write the queued access lines."""
     handler = _fast
-    lines, pid = [], _PID
+    pid = _PID
     if _text[0]:  # TextFormatter's line: local time with milliseconds, then key=value pairs
-        for when, values in _pending:
+        lines = []
+        for when, *values in _pending:
             secs = int(when)
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(secs))
             pairs = "".join(f" {k}={_text_value(v)}" for k, v in _pairs(values))
             lines.append(f"{stamp},{int((when - secs) * 1000):03d} {pid} INFO gateway.access: request{pairs}")
-    else:
-        for when, values in _pending:
-            line = {"ts": _iso(when), "level": "INFO", "logger": "gateway.access", "pid": pid, "msg": "request"}
-            line.update(_pairs(values))
-            lines.append(orjson.dumps(line, default=str).decode())
+    else:  # JsonFormatter's line: one dict literal each (its fields in their order)
+        lines = []
+        dumps = orjson.dumps
+        for when, rid, dialect, listener, route, model, status, outcome, bytes_in, bytes_out, seconds, trace in _pending:
+            row = {"ts": _iso(when), "level": "INFO", "logger": "gateway.access", "pid": pid, "msg": "request",
+                   "request_id": rid[:MAX_FIELD], "dialect": dialect, "listener": listener, "route": route,
+                   "model": model[:MAX_FIELD], "status": status, "outcome": outcome, "bytes_in": bytes_in,
+                   "bytes_out": bytes_out, "duration_ms": round(seconds * 1000, 3)}
+            if trace:
+                row["trace_id"] = trace
+            # decoded at once: orjson's bytes, kept alive by the hundreds, would each take fresh memory
+            lines.append(dumps(row, default=str).decode())
+    out = "\n".join(lines) + "\n" if lines else ""
     _pending.clear()
-    if handler is None or not lines:
+    if handler is None or not out:
         return
     with handler.lock:
         try:
-            handler.stream.write("\n".join(lines) + "\n")
+            handler.stream.write(out)
             handler.stream.flush()
         except (OSError, ValueError):  # stderr closed or broken: as logging does, never fail a request
             pass
