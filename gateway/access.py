@@ -293,8 +293,7 @@ class ModelScope:
 
     def cached_index(self):
         """The filtered index while the upstream's cached one is the one filtered last (else None: ask)."""
-        full = self.upstream.cached_index()
-        return self._index[1] if full is not None and full is self._index[0] else None
+        return self._index[1] if self.upstream.cached_index() is self._index[0] else None
 
     def cached_metadata(self, model: str, version: str = ""):
         return self.upstream.cached_metadata(model, version) if model in self.models else None

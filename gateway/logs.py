@@ -165,16 +165,14 @@ def _pairs(values: tuple):
 def flush() -> None:
     """Write the queued access lines."""
     handler = _fast
-    pid = _PID
+    lines, pid = [], _PID
     if _text[0]:  # TextFormatter's line: local time with milliseconds, then key=value pairs
-        lines = []
         for when, *values in _pending:
             secs = int(when)
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(secs))
             pairs = "".join(f" {k}={_text_value(v)}" for k, v in _pairs(values))
             lines.append(f"{stamp},{int((when - secs) * 1000):03d} {pid} INFO gateway.access: request{pairs}")
     else:  # JsonFormatter's line: one dict literal each (its fields in their order)
-        lines = []
         dumps = orjson.dumps
         for when, rid, dialect, listener, route, model, status, outcome, bytes_in, bytes_out, seconds, trace in _pending:
             row = {"ts": _iso(when), "level": "INFO", "logger": "gateway.access", "pid": pid, "msg": "request",
@@ -185,13 +183,12 @@ def flush() -> None:
                 row["trace_id"] = trace
             # decoded at once: orjson's bytes, kept alive by the hundreds, would each take fresh memory
             lines.append(dumps(row, default=str).decode())
-    out = "\n".join(lines) + "\n" if lines else ""
     _pending.clear()
-    if handler is None or not out:
+    if handler is None or not lines:
         return
     with handler.lock:
         try:
-            handler.stream.write(out)
+            handler.stream.write("\n".join(lines) + "\n")
             handler.stream.flush()
         except (OSError, ValueError):  # stderr closed or broken: as logging does, never fail a request
             pass

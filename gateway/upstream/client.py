@@ -369,7 +369,7 @@ class TritonUpstream:
             cfg = await self._idempotent("ModelConfig", service_pb2.ModelConfigRequest(**req))
             return codec.decode_metadata(meta, cfg.config)
 
-        return await self._cached(("meta", model, version), fetch)
+        return await self._cached(_meta_key(model, version), fetch)
 
     async def model_config(self, model: str, version: str = "") -> dict[str, Any]:
         async def fetch() -> dict[str, Any]:
@@ -406,10 +406,18 @@ class TritonUpstream:
         async def fetch() -> list[ModelIndexEntry]:
             return codec.decode_index(await self._idempotent("RepositoryIndex", service_pb2.RepositoryIndexRequest()))
 
-        return await self._cached(("index",), fetch)
+        return await self._cached(_INDEX_KEY, fetch)
 
     def cached_index(self) -> list[ModelIndexEntry] | None:
-        return self._cache.get(("index",))
+        return self._cache.get(_INDEX_KEY)
 
     def cached_metadata(self, model: str, version: str = "") -> ModelMetadata | None:
-        return self._cache.get(("meta", model, version))
+        return self._cache.get(_meta_key(model, version))
+
+
+# the cache's keys of what ``cached_index`` / ``cached_metadata`` read without a call
+_INDEX_KEY = ("index",)
+
+
+def _meta_key(model: str, version: str) -> tuple:
+    return ("meta", model, version)

@@ -72,16 +72,16 @@ def test_a_declared_shape_over_the_tensor_limit_is_refused_before_any_array(limi
 
 
 def test_a_small_tf_body_still_has_its_ragged_shape_checked_against_the_limit(limits):
-    """``small`` skips the size check only when numpy's conversion succeeds (its array then holds at
+    """``within`` skips the size check only when numpy's conversion succeeds (its array then holds at
     most size / 2 numbers); a ragged body, whose first elements imply a far larger shape than it
     holds, is still refused by the limit as before, not read further."""
     limits.max_tensor_bytes = 1 << 20
     ragged = [[1.0] * 1024] + [[]] * 1024  # implies [1025, 1024] floats: 4 MiB, from a 6 KiB body
     body = len(json.dumps({"instances": ragged}))
-    assert tf_codec.small_body(body) and not tf_codec.small_body(limits.max_tensor_bytes)
-    for small in (False, True):
+    assert tf_codec.within_limit(body) and not tf_codec.within_limit(limits.max_tensor_bytes)
+    for within in (False, True):
         with pytest.raises(GatewayError, match="limits.max_tensor_bytes"):
-            tf_codec.to_array(ragged, "FP32", "x", bools=False, small=small)
+            tf_codec.to_array(ragged, "FP32", "x", bools=False, within=within)
 
 
 def _no_allocation(*_a, **_k):

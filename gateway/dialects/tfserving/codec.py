@@ -183,18 +183,19 @@ def _check_size(value, v2: str, name: str) -> None:
     check_bytes(math.prod(shape), datatypes.by_v2(v2), name or "instances", shape)
 
 
-def _converted(value, v2: str, name: str, bools: bool, small: bool) -> np.ndarray | None:
+def _converted(value, v2: str, name: str, bools: bool, within: bool) -> np.ndarray | None:
     """``_fast``'s array, limits.max_tensor_bytes checked (``_check_size``) before it is made; with
-    ``small`` (a body too small to break that limit), only when ``_fast`` leaves it to the walk."""
-    if not small:
+    ``within`` (a body too small to break that limit: ``within_limit``), only when ``_fast`` leaves
+    it to the walk."""
+    if not within:
         _check_size(value, v2, name)
     arr = _fast(value, v2, bools)
-    if arr is None and small:
+    if arr is None and within:
         _check_size(value, v2, name)
     return arr
 
 
-def small_body(size: int) -> bool:
+def within_limit(size: int) -> bool:
     """Whether a JSON body of ``size`` bytes is too small for any tensor read from it to pass
     limits.max_tensor_bytes in numpy's conversion: each number takes at least two bytes (a digit and
     a separator), so at most size / 2 of them, of at most 8 bytes each. (A ragged body's shape as
@@ -202,13 +203,13 @@ def small_body(size: int) -> bool:
     return 4 * size <= bounded.LIMITS.max_tensor_bytes
 
 
-def to_array(value, v2: str, name: str = "", bools: bool = True, small: bool = False) -> np.ndarray:
+def to_array(value, v2: str, name: str = "", bools: bool = True, within: bool = False) -> np.ndarray:
     """One JSON value (scalar or nested lists) as an array of the signature's dtype, judged as TF
     Serving's FillTensorProto judges it: the first element at each level sets the shape, every
     leaf must sit at the last level, every list must have its level's length, and every value must
     be of the JSON type the dtype takes (errors in TF Serving's words). ``bools``: whether the body
     may hold true/false (only then numbers are checked one by one)."""
-    arr = _converted(value, v2, name, bools, small)
+    arr = _converted(value, v2, name, bools, within)
     if arr is not None:
         return arr
     shape = _dense_shape(value)
@@ -250,11 +251,12 @@ def may_hold_bools(body: bytes) -> bool:
     return floattext.has_bool_token(body)
 
 
-def parse_predict(doc: dict, sig: Signature, bools: bool = True, small: bool = False) -> tuple[dict[str, np.ndarray], bool]:
+def parse_predict(doc: dict, sig: Signature, bools: bool = True,
+                  within: bool = False) -> tuple[dict[str, np.ndarray], bool]:
     """({alias: array}, row_format) from a predict body, with TF Serving's checks and texts.
 
     ``bools=False`` promises the body holds no true/false token, which lets numeric tensors take
-    numpy's conversion (see ``to_array``); ``small`` that the body is ``small_body``."""
+    numpy's conversion (see ``to_array``); ``within`` that the body is ``within_limit``."""
     has_inst, has_inp = "instances" in doc, "inputs" in doc
     if has_inst and has_inp:
         raise invalid(f"JSON Value: {jsonio.debug_string(doc)} Not formatted correctly expecting only one "
@@ -263,8 +265,8 @@ def parse_predict(doc: dict, sig: Signature, bools: bool = True, small: bool = F
         raise invalid("Missing 'inputs' or 'instances' key")
     types = sig.client_types  # alias -> V2 type clients send
     if has_inst:
-        return _rows(doc, types, bools, small), True
-    return _columns(doc["inputs"], types, bools, small), False
+        return _rows(doc, types, bools, within), True
+    return _columns(doc["inputs"], types, bools, within), False
 
 
 # -- dense numeric bodies (an image as JSON lists) -----------------------------------------------
@@ -334,7 +336,7 @@ def _wrap(i: int, err: GatewayError, key: str | None = None) -> GatewayError:
     return invalid(f"{where} of 'instances' list. Error: {_status(err)}")
 
 
-def _rows(doc: dict, types: dict[str, str], bools: bool, small: bool = False) -> dict[str, np.ndarray]:
+def _rows(doc: dict, types: dict[str, str], bools: bool, within: bool = False) -> dict[str, np.ndarray]:
     inst = doc["instances"]
     if not isinstance(inst, list):
         raise invalid(f"JSON Value: {jsonio.debug_string(doc)} Expecting 'instances' to be an list/array")
@@ -346,7 +348,7 @@ def _rows(doc: dict, types: dict[str, str], bools: bool, small: bool = False) ->
     if not _is_element_object(inst[0]):
         alias = next(iter(types))
         v2 = types[alias]
-        whole = _converted(inst, v2, alias, bools, small)
+        whole = _converted(inst, v2, alias, bools, within)
         if whole is not None and whole.ndim >= 1:
             return {alias: whole}
         batch = _Batch(v2, bools)
@@ -376,19 +378,19 @@ def _rows(doc: dict, types: dict[str, str], bools: bool, small: bool = False) ->
     return {alias: b.stacked(len(inst), types[alias]) for alias, b in batches.items()}
 
 
-def _columns(inputs, types: dict[str, str], bools: bool, small: bool = False) -> dict[str, np.ndarray]:
+def _columns(inputs, types: dict[str, str], bools: bool, within: bool = False) -> dict[str, np.ndarray]:
     if _is_element_object(inputs):
         out = {}
         for alias, v2 in types.items():
             if alias not in inputs:
                 raise invalid(f"Missing named input: {alias} in 'inputs' object.")
-            out[alias] = to_array(inputs[alias], v2, alias, bools, small)
+            out[alias] = to_array(inputs[alias], v2, alias, bools, within)
         return out
     if len(types) != 1:
         raise invalid("inputs is a plain value/list, but expecting an object as multiple input tensors "
                       "required as per tensorinfo_map")
     (alias, v2), = types.items()
-    return {alias: to_array(inputs, v2, alias, bools, small)}
+    return {alias: to_array(inputs, v2, alias, bools, within)}
 
 
 # -- predict responses -------------------------------------------------------------------------

@@ -131,11 +131,11 @@ async def _infer(service: Service, name: str, version: int | None, label: str | 
     spec = ServableRef(name, version, label, codec.signature_name(doc))  # the signature is named in the body
     if verb == "predict":
         target = await service.resolve(spec, method="predict")
-        bools = codec.may_hold_bools(body)
+        bools, within = codec.may_hold_bools(body), codec.within_limit(size)
         if small:
-            inputs, row = codec.parse_predict(doc, target.signature, bools, codec.small_body(size))
+            inputs, row = codec.parse_predict(doc, target.signature, bools, within)
         else:
-            inputs, row = await offload.run(size, codec.parse_predict, doc, target.signature, bools)
+            inputs, row = await offload.run(size, codec.parse_predict, doc, target.signature, bools, within)
         return await _predict(service, target, inputs, row)
     # classify/regress: the whole body is read into Examples before the model is looked up
     exs, context = await offload.run(size, codec.parse_examples, doc, verb)

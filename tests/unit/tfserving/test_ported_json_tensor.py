@@ -51,9 +51,9 @@ def _predict(body: str | bytes, infomap: dict[str, str]):
     return (sig, *got)
 
 
-def _outcome(doc, infomap, bools: bool, small: bool):
+def _outcome(doc, infomap, bools: bool, within: bool):
     try:
-        return codec.parse_predict(doc, _sig(infomap), bools, small)
+        return codec.parse_predict(doc, _sig(infomap), bools, within)
     except GatewayError as e:
         return e
 
