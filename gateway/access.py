@@ -307,6 +307,9 @@ class ModelScope:
     def body_buffer(self, size: int):
         return self.upstream.body_buffer(size)
 
+    def shared_from(self) -> int | None:
+        return self.upstream.shared_from()
+
 
 def scoped(upstream, models: Iterable[str]):
     """``upstream`` restricted to ``models``; unchanged when the list is empty (every model)."""

@@ -90,6 +90,9 @@ class FakeUpstream:
     def body_buffer(self, size: int):
         return None  # large bodies in a buffer of the edge's own
 
+    def shared_from(self):
+        return None  # no shared memory
+
     async def close(self) -> None:
         pass
 

@@ -76,6 +76,11 @@ class Upstream(Protocol):
         that gives it back, or None (a buffer of the caller's own)."""
         ...
 
+    def shared_from(self) -> int | None:
+        """The size from which ``infer`` hands an input to Triton through shared memory (None: never);
+        a caller writing its own request bytes for ``infer_wire`` writes only smaller inputs."""
+        ...
+
     async def model_metadata(self, model: str, version: str = "") -> ModelMetadata: ...
 
     async def model_config(self, model: str, version: str = "") -> dict[str, Any]: ...
@@ -216,6 +221,10 @@ class TritonUpstream:
         None without a registered region."""
         arena = self.arena
         return arena.body(size) if arena is not None else None
+
+    def shared_from(self) -> int | None:
+        """``upstream.shared_memory.min_bytes`` when it is enabled (the region open or not yet)."""
+        return self._shm_sizes[1] if self._shm_sizes is not None else None
 
     async def _open_arena(self) -> None:
         if not await self.arena.open() and self.arena.discarded:  # refused for good: the wire

@@ -103,3 +103,19 @@ def test_a_forgotten_region_costs_no_request(gateway, triton_stub):
     big = os.urandom(2 * MiB)
     assert _echo(gateway, big) == big
     assert _shm_bytes(gateway) == before + len(big) + 4  # through the region again
+
+
+def test_a_large_tf_serving_predict_goes_through_the_region(gateway, triton_stub):
+    """TF Serving's one-input predicts are written to the wire from a plan; an input at least
+    ``min_bytes`` long is left to Upstream.infer, which places it in the region, as for GRPS."""
+    _wait_region(triton_stub, gateway)
+    url = gateway.url("tfserving_rest") + "/v1/models/saved_model_half_plus_three:predict"
+    small = requests.post(url, json={"instances": [1.0, 2.0]}, timeout=60)
+    assert small.status_code == 200 and small.json() == {"predictions": [3.5, 4.0]}
+    before = _shm_bytes(gateway)
+    n = 300_000  # 1.2 MB of FP32: past min_bytes (1 MiB)
+    values = [float(i % 7) for i in range(n)]
+    r = requests.post(url, json={"instances": values}, timeout=60)
+    assert r.status_code == 200, r.text[:300]
+    assert r.json()["predictions"] == [0.5 * v + 3.0 for v in values]
+    assert _shm_bytes(gateway) == before + 4 * n

@@ -62,7 +62,8 @@ class Service:
         key = (id(target), tuple(output_filter), *[(alias, arr.shape, arr.dtype) for alias, arr in inputs.items()])
         plan = self._plans.get(key)
         if plan is None or plan.target is not target:  # the plan holds its target: an id is not reused under it
-            plan = _plan(target, inputs, output_filter, self._wire)  # refusals raise here, every time (never kept)
+            plan = _plan(target, inputs, output_filter, self._wire,  # refusals raise here, every time (never kept)
+                         self.ctx.upstream.shared_from())
             if len(self._plans) >= MAX_PLANS:  # bounded: the shapes clients send
                 self._plans.clear()
             self._plans[key] = plan
@@ -184,9 +185,11 @@ def _shaped(plan: _Plan, data: np.ndarray) -> np.ndarray:
     return shapes.restore(data, plan.like) if plan.like is not None else data
 
 
-def _plan(target: Target, inputs: dict[str, np.ndarray], output_filter, wire_capable: bool = False) -> _Plan:
+def _plan(target: Target, inputs: dict[str, np.ndarray], output_filter, wire_capable: bool = False,
+          shared_from: int | None = None) -> _Plan:
     """The checks (in TF Serving's words) and the shape rule of a predict, for these inputs' names,
-    shapes and dtypes."""
+    shapes and dtypes; ``wire`` only for an input smaller than ``shared_from`` (``Upstream.shared_from``:
+    a larger one goes to Triton through shared memory, by ``Upstream.infer``)."""
     sig = target.signature
     if sig.method != "predict":
         raise invalid(f"Expected prediction signature method_name to be tensorflow/serving/predict. "
@@ -205,7 +208,9 @@ def _plan(target: Target, inputs: dict[str, np.ndarray], output_filter, wire_cap
     names = [s.name for _, s in outs]
     wire = None
     if wire_capable and len(planned) == 1 and not sig.half_as_float \
-            and planned[0][1] in codec.RAW_NUMPY and all(s.datatype in codec.RAW_NUMPY for _, s in outs):
+            and planned[0][1] in codec.RAW_NUMPY and all(s.datatype in codec.RAW_NUMPY for _, s in outs) \
+            and (shared_from is None
+                 or next(iter(inputs.values())).size * np.dtype(codec.RAW_NUMPY[planned[0][1]]).itemsize < shared_from):
         (name, datatype, _, sent), arr = planned[0], next(iter(inputs.values()))
         head = codec.header(sig.triton, target.triton_version, [(name, datatype, arr.shape if sent is None else sent)], names)
         wire = _Wire(head, np.dtype(codec.RAW_NUMPY[datatype]),

@@ -208,3 +208,29 @@ async def test_a_resolution_is_reused_without_a_call_while_the_cache_holds_its_s
     up.index_object = [ModelIndexEntry("hp3", "124", "READY")]  # a new index: resolved again
     assert await svc.resolve(ServableRef("hp3")) is not again
     assert (await svc.resolve(ServableRef("hp3", version=124))).version == 124
+
+
+class _SharedFrom(FakeUpstream):
+    """An upstream that sends inputs of ``shared`` bytes or more through shared memory: the wire
+    plan leaves them to ``infer`` (which places them); smaller ones are written to the wire."""
+
+    def __init__(self, shared: int):
+        super().__init__(metas=[META], infer=_infer, index=INDEX)
+        self.shared, self.wired = shared, 0
+
+    def shared_from(self):
+        return self.shared
+
+    async def infer_wire(self, model, data):
+        self.wired += 1
+        return await super().infer_wire(model, data)
+
+
+async def test_an_input_for_shared_memory_takes_upstream_infer_not_the_wire_plan():
+    up = _SharedFrom(16)
+    svc = Service(GatewayContext(Settings(), up), config.TFServingConfig())
+    target = await svc.resolve(ServableRef("hp3"))
+    _, small = await svc.predict(target, {"x": np.array([1.0, 2.0, 3.0], np.float32)})  # 12 bytes: the wire
+    assert up.wired == 1 and small["y"][0].tolist() == [3.5, 4.0, 4.5]
+    _, large = await svc.predict(target, {"x": np.arange(4, dtype=np.float32)})  # 16 bytes: Upstream.infer
+    assert up.wired == 1 and len(up.requests) == 2 and large["y"][0].tolist() == [3.0, 3.5, 4.0, 4.5]
