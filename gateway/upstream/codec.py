@@ -142,6 +142,24 @@ def wire_request(head: bytes, request_id: str, arr: np.ndarray) -> bytes:
     return b"".join((head, rid, RAW_INPUT_TAG, varint(raw.nbytes if type(raw) is memoryview else len(raw)), raw))
 
 
+def wire_request_many(head: bytes, request_id: str, arrays, tail: bytes = b"") -> bytes:
+    """``wire_request`` of several inputs: ``header(...)``, ``id``, each array (already of its
+    input's numpy type) as a raw contents entry, then ``tail`` (entries written once: ``raw_entry``)."""
+    pieces = [head, _delimited(3, request_id.encode()) if request_id else b""]
+    for arr in arrays:
+        raw = contents(arr)
+        pieces += (RAW_INPUT_TAG, varint(raw.nbytes if type(raw) is memoryview else len(raw)), raw)
+    pieces.append(tail)
+    return b"".join(pieces)
+
+
+def raw_entry(t: Tensor) -> bytes:
+    """The ``raw_input_contents`` entry ``serialize_request`` writes for ``t`` (tag, length, contents)."""
+    parts = _raw_parts(t)
+    data = b"".join(parts)
+    return RAW_INPUT_TAG + varint(len(data)) + data
+
+
 _headers: dict[tuple, bytes] = {}  # per model, version, inputs' names, dtypes and shapes, outputs
 MAX_HEADERS = 4096
 

@@ -214,23 +214,33 @@ def answer(resp: InferResponse, meta: ModelMetadata, pretty: bool) -> bytes | No
     if not outputs:
         return None
     for t in outputs:
-        if t.datatype not in _ANSWER or not t.name or type(t.data) is not np.ndarray:
+        if not answerable(t.name, t.datatype) or type(t.data) is not np.ndarray:
             return None
     if len(outputs) > 1:
         outputs = mapping.ordered(outputs, meta)
+    return write([(t.name, t.datatype, t.data) for t in outputs], pretty)
+
+
+def answerable(name: str, datatype: str) -> bool:
+    """Whether ``write`` takes an output of this name and V2 type (a numeric type GRPS expresses)."""
+    return bool(name) and datatype in _ANSWER
+
+
+def write(outputs: list[tuple[str, str, np.ndarray]], pretty: bool) -> bytes | None:
+    """``answer``'s text for outputs already checked (``answerable``) and in the metadata's order, as
+    (name, V2 type, array); None for a shape GenericTensor cannot hold."""
     before, between, after = _FRAMES[pretty]
     parts = [before]
-    for i, t in enumerate(outputs):
+    for i, (name, datatype, data) in enumerate(outputs):
         if i:
             parts.append(between)
-        data = t.data
         shape = data.shape
         if shape and max(shape) >= _UINT32:  # GenericTensor.shape is uint32: the general path refuses it
             return None
-        head, sep, tail = _head(pretty, t.name, t.datatype, shape, data.size == 0)
+        head, sep, tail = _head(pretty, name, datatype, shape, data.size == 0)
         parts.append(head)
         if data.size:
-            how = _ANSWER[t.datatype][2]
+            how = _ANSWER[datatype][2]
             flat = data.reshape(-1)
             if how == "float":
                 if flat.dtype == np.float16:
@@ -243,4 +253,3 @@ def answer(resp: InferResponse, meta: ModelMetadata, pretty: bool) -> bytes | No
         parts.append(tail)
     parts.append(after)
     return "".join(parts).encode("utf-8")
-

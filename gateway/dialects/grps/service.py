@@ -22,8 +22,9 @@ from gateway.call import current
 from gateway.context import GatewayContext
 from gateway.core.errors import ErrorKind, GatewayError, invalid, not_found
 from gateway.core.tensors import InferResponse, ModelMetadata, Tensor
+from gateway.upstream import codec as codec_v2
 
-from . import codec, config, errors, mapping, plain
+from . import codec, config, errors, mapping, plain, wireplan
 from .monitor import Monitor
 
 VERSION = "v1.1.0"  # the GRPS version this dialect imitates
@@ -36,6 +37,7 @@ class GrpsService:
         self._online = shared.Flag("grps_online", cfg.start_online)
         self.monitor = Monitor()
         self.errors = errors.Rendering(cfg)
+        self._plans: dict[tuple, wireplan.Plan | None] = {}  # plain predicts: per target and input layout
 
     async def start(self) -> None:
         self.monitor.start()
@@ -88,9 +90,24 @@ class GrpsService:
         try:
             meta = await self._metadata(target)
             known = target.name
-            req = mapping.gtensors_request(inputs, meta, target, self.cfg)
-            resp = await self._infer(req, meta)
-            pretty, size = self.cfg.pretty_json, sum(t.data.nbytes for t in resp.outputs)
+            pretty = self.cfg.pretty_json
+            plan = None if meta.decoupled else self._plan(inputs, meta, target)
+            if plan is None:
+                resp = await self._infer(mapping.gtensors_request(inputs, meta, target, self.cfg), meta)
+            else:  # the request written from the plan, the answer read by it once it has learned its form
+                call = current()
+                msg, raws = await self.ctx.upstream.infer_wire(
+                    plan.model, plan.request(call.request_id if call is not None else "", inputs))
+                outputs = plan.outputs_of(msg, raws)
+                if outputs is not None and offload.inline(sum(a.nbytes for _, _, a in outputs)):
+                    body = plain.write(outputs, pretty)
+                    if body is not None:
+                        ok = True
+                        return body
+                resp = codec_v2.decode_response(msg, raws)
+                if outputs is None:
+                    plan.learn(resp)
+            size = sum(t.data.nbytes for t in resp.outputs)
             body = (plain.answer(resp, meta, pretty) if offload.inline(size)  # a large answer: in a thread
                     else await offload.run(size, plain.answer, resp, meta, pretty))
             if body is None:
@@ -100,6 +117,17 @@ class GrpsService:
             return body
         finally:
             self.monitor.record(known, time.perf_counter() - start, ok)
+
+    def _plan(self, inputs: list[Tensor], meta: ModelMetadata, target: mapping.Target) -> wireplan.Plan | None:
+        """The plan of these inputs' layout under this metadata (made once; refusals raise every time)."""
+        key = (target.name, target.model, target.version, *[(t.name, t.datatype, t.data.shape) for t in inputs])
+        plan = self._plans.get(key, _NO_PLAN)
+        if plan is _NO_PLAN or plan is not None and plan.meta is not meta:
+            plan = wireplan.make(inputs, meta, target, self.cfg, self.ctx.upstream.shared_from())
+            if len(self._plans) >= wireplan.MAX_PLANS:  # bounded: the layouts clients send
+                self._plans.clear()
+            self._plans[key] = plan
+        return plan
 
     async def predict_stream(
         self, msg: codec.GrpsMessage, ndarray: np.ndarray | None = None
@@ -201,6 +229,9 @@ class GrpsService:
             ok = True
         finally:
             self.monitor.record(known[0] if known else "", time.perf_counter() - start, ok)
+
+
+_NO_PLAN = object()  # not looked up yet (None: no plan for that layout)
 
 
 def _spec(s) -> dict:

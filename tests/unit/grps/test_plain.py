@@ -24,10 +24,11 @@ from gateway.core import datatypes
 from gateway.core.bounded import LIMITS
 from gateway.core.errors import GatewayError
 from gateway.core.tensors import InferResponse, ModelMetadata, Tensor, TensorSpec
-from gateway.dialects.grps import codec, config, mapping, plain
+from gateway.dialects.grps import codec, config, mapping, plain, wireplan
 from gateway.dialects.grps.service import GrpsService
 from gateway.settings import Settings
-from gateway.upstream.codec import serialize_request
+from gateway.dialects.grps import service as service_module
+from gateway.upstream.codec import decode_response, serialize_request
 from tests.fakes import FakeUpstream
 
 # one input per GRPS type (and one the request may not name), as grps_echo has; a required one too
@@ -68,7 +69,17 @@ def _plain_request(doc: dict, meta: ModelMetadata):
     if found is None:
         return None
     model, inputs = found
-    return _outcome(lambda: serialize_request(mapping.gtensors_request(inputs, meta, mapping.resolve(model, CFG), CFG)))
+
+    def run():
+        target = mapping.resolve(model, CFG)
+        planned = wireplan.make(inputs, meta, target, CFG, None)  # refuses as gtensors_request does
+        req = mapping.gtensors_request(list(inputs), meta, target, CFG)
+        req.id = "req-7"
+        if planned is not None:  # the plan's bytes are the general request's, id included
+            assert planned.request("req-7", inputs) == serialize_request(req)
+        req.id = ""
+        return serialize_request(req)
+    return _outcome(run)
 
 
 # -- requests -------------------------------------------------------------------------------------
@@ -301,15 +312,87 @@ async def test_predict_plain_answers_as_predict(doc, pretty):
         out, _ = await svc.predict(msg, nd)
         return codec.message_to_json(out, pretty), svc.monitor.series("*qps[grps_echo-1]") is not None
 
-    async def fast():
-        svc = service()
+    async def fast(svc):
         model, inputs = plain.tensors(doc)
         return await svc.predict_plain(model, inputs), svc.monitor.series("*qps[grps_echo-1]") is not None
 
-    async def outcome(fn):
+    async def outcome(fn, *args):
         try:
-            return "ok", await fn()
+            return "ok", await fn(*args)
         except GatewayError as e:
             return "error", (e.kind, e.message, type(e))
 
-    assert await outcome(fast) == await outcome(general)
+    expected, svc = await outcome(general), service()
+    for _ in range(3):  # the plan made, its answer's form learned, then read by it (or refused every time)
+        assert await outcome(fast, svc) == expected
+
+
+class _Answers(FakeUpstream):
+    """Triton's answers to the echo as a test scripts them; ``shared_from`` as configured."""
+
+    def __init__(self, answer, shared=None):
+        super().__init__(metas=[ECHO], infer=answer)
+        self.shared, self.wired = shared, 0
+
+    def shared_from(self):
+        return self.shared
+
+    async def infer_wire(self, model, data):
+        self.wired += 1
+        return await super().infer_wire(model, data)
+
+
+async def test_predict_plain_reads_answers_of_another_form_as_the_general_path(monkeypatch):
+    """The plan learns the first answer's outputs; an answer with other names, order, types or
+    shapes is decoded as any other, and the text is the general writer's each time."""
+    forms = [
+        lambda req: [Tensor("out1", req.inputs[0].data, "INT32"), Tensor("out2", req.inputs[1].data, "FP64")],
+        lambda req: [Tensor("out2", req.inputs[1].data, "FP64"), Tensor("out1", req.inputs[0].data, "INT32")],
+        lambda req: [Tensor("out1", req.inputs[0].data.reshape(-1), "INT32"), Tensor("out2", req.inputs[1].data, "FP64")],
+        lambda req: [Tensor("out1", req.inputs[0].data.astype(np.int64), "INT64")],
+        lambda req: [Tensor("out1", req.inputs[0].data, "INT32"), Tensor("zz", np.array([b"a"], dtype=object), "BYTES")],
+        lambda req: [Tensor("out1", req.inputs[0].data, "INT32"), Tensor("out2", req.inputs[1].data, "FP64")],
+    ]
+    sequence = [0, 0, 1, 1, 2, 0, 3, 0, 4, 0, 0, 5, 1]
+    turn = (forms[i] for i in sequence)
+    current_form = []
+
+    def answer(req):
+        form = next(turn)
+        current_form[:] = [form]
+        return InferResponse(req.model, "1", form(req))
+
+    decoded = []
+
+    def decode(msg, raws=None, views=False):
+        decoded.append(1)
+        return decode_response(msg, raws, views)
+
+    monkeypatch.setattr(service_module.codec_v2, "decode_response", decode)
+    upstream = _Answers(answer)
+    svc = GrpsService(GatewayContext(Settings(), upstream), config.GrpsSettings())
+    for _ in sequence:
+        model, inputs = plain.tensors(BENCH_BODY)
+        text = await svc.predict_plain(model, inputs)
+        msg, nd = codec.message_from_json(orjson.loads(orjson.dumps(BENCH_BODY)))
+        req = mapping.to_request(msg, nd, ECHO, mapping.resolve("", svc.cfg), svc.cfg, False)
+        general, _ = mapping.from_response(InferResponse("grps_echo", "1", current_form[0](req)), "gtensors", ECHO,
+                                           mapping.resolve("", svc.cfg).rule)
+        assert text == codec.message_to_json(general, svc.cfg.pretty_json)
+    assert upstream.wired == len(sequence)
+    # decoded (and learned): each answer whose outputs' names, types and order are not the last ones
+    # learned (shapes may differ: form 2 is form 0's); a BYTES output is decoded and never learned
+    assert len(decoded) == 7  # 0, 1, 2, 3, the 0 after 3, 4, the last 1; the other six read by the plan
+
+
+async def test_predict_plain_leaves_inputs_for_shared_memory_to_the_general_path():
+    upstream = _Answers(_echo, shared=48)  # in2's 9 doubles (72 bytes) would go through shared memory
+    svc = GrpsService(GatewayContext(Settings(), upstream), config.GrpsSettings())
+    model, inputs = plain.tensors(BENCH_BODY)
+    text = await svc.predict_plain(model, inputs)
+    assert upstream.wired == 0 and len(upstream.requests) == 1  # Upstream.infer, not the planned bytes
+    assert b'"out2"' in text
+    upstream.shared = 1 << 20
+    svc = GrpsService(GatewayContext(Settings(), upstream), config.GrpsSettings())
+    assert await svc.predict_plain(*plain.tensors(BENCH_BODY)) == text
+    assert upstream.wired == 1

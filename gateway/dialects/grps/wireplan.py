@@ -1,0 +1,84 @@
+"""A plain gtensors predict's request-independent part, worked out once per model and input layout.
+
+What ``mapping.gtensors_request`` makes of a plain request (``plain.tensors``) depends only on the
+target, the model's metadata and the inputs' names, types and shapes: its checks, the default
+inputs it adds. A ``Plan`` keeps that outcome as the request bytes ``serialize_request`` would write
+around the inputs' raw contents (the header, and the default inputs' entries), so a request is its
+arrays after that header. From the first answer it learns the outputs Triton sends (names, types,
+their order and the metadata's order), and reads later answers as arrays over their raw contents
+(``codec.numeric_outputs``: ``decode_response``'s arrays); an answer of any other form is decoded
+by ``decode_response`` as before. No plan is made for a layout the general path refuses (its
+error is raised, every time), for parameters, or for an input shared memory would take.
+tests/unit/grps/test_plain.py holds it to the general path. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gateway.core.tensors import InferResponse, ModelMetadata, Tensor
+from gateway.upstream import codec
+
+from . import mapping, plain
+from .config import GrpsSettings
+
+MAX_PLANS = 1024  # per worker: the layouts clients send
+
+
+class Plan:
+    __slots__ = ("meta", "model", "header", "defaults", "dtypes", "outputs", "order")
+
+    def __init__(self, meta: ModelMetadata, model: str, header: bytes, defaults: bytes, dtypes: tuple):
+        self.meta = meta  # the metadata object it was worked out under (a new one: a new plan)
+        self.model = model  # the Triton model
+        self.header = header  # codec.header(...) of the request: the client's inputs, then the defaults
+        self.defaults = defaults  # the default inputs' raw contents entries
+        self.dtypes = dtypes  # the numpy type each client input is sent as
+        self.outputs: tuple | None = None  # (name, V2 type, numpy type) as Triton answers them, once learned
+        self.order: tuple[int, ...] = ()  # their indices in the metadata's order (mapping.ordered)
+
+    def request(self, request_id: str, inputs: list[Tensor]) -> bytes:
+        """The request's ModelInfer bytes: ``serialize_request`` of ``gtensors_request``'s request."""
+        arrays = [t.data if t.data.dtype == want else t.data.astype(want)
+                  for t, want in zip(inputs, self.dtypes, strict=True)]
+        return codec.wire_request_many(self.header, request_id, arrays, self.defaults)
+
+    def outputs_of(self, msg, raws) -> list[tuple[str, str, np.ndarray]] | None:
+        """The answer's outputs as ``plain.write`` takes them (in the metadata's order) when the
+        answer has the learned form, else None (``learn`` from ``decode_response``'s answer)."""
+        wanted = self.outputs
+        if wanted is None:
+            return None
+        arrays = codec.numeric_outputs(msg, raws, wanted)
+        if arrays is None:
+            return None
+        return [(wanted[i][0], wanted[i][1], arrays[i]) for i in self.order]
+
+    def learn(self, resp: InferResponse) -> None:
+        """Remember the outputs of an answer ``plain.answer`` writes: fixed-size types only."""
+        outs = resp.outputs
+        if not outs or any(t.datatype not in codec.RAW_NUMPY or not plain.answerable(t.name, t.datatype)
+                           for t in outs):
+            return
+        rank = {s.name: i for i, s in enumerate(self.meta.outputs)}
+        self.order = tuple(sorted(range(len(outs)), key=lambda i: rank.get(outs[i].name, len(rank))))
+        self.outputs = tuple((t.name, t.datatype, np.dtype(codec.RAW_NUMPY[t.datatype])) for t in outs)
+
+
+def make(inputs: list[Tensor], meta: ModelMetadata, target: mapping.Target, cfg: GrpsSettings,
+         shared_from: int | None) -> Plan | None:
+    """The plan of these inputs' layout (``gtensors_request``'s refusals raise); None for a request
+    the wire cannot carry as written here (parameters, or an input of ``shared_from`` bytes or more,
+    which ``Upstream.infer`` sends through shared memory)."""
+    req = mapping.gtensors_request(list(inputs), meta, target, cfg)
+    if req.parameters or req.outputs or any(t.parameters for t in req.inputs):
+        return None
+    if any(t.datatype not in codec.RAW_NUMPY for t in inputs):
+        return None
+    defaults = [codec.raw_entry(t) for t in req.inputs[len(inputs):]]
+    sizes = [t.data.nbytes for t in inputs] + [len(entry) for entry in defaults]  # an entry: a bit over its size
+    if shared_from is not None and any(size >= shared_from for size in sizes):
+        return None
+    header = codec.header(req.model, req.version, [(t.name, t.datatype, t.data.shape) for t in req.inputs])
+    dtypes = tuple(np.dtype(codec.RAW_NUMPY[t.datatype]) for t in inputs)
+    return Plan(meta, req.model, header, b"".join(defaults), dtypes)
