@@ -53,7 +53,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     async def Predict(self, request: predict_pb2.PredictRequest, context):
         target = await self.service.resolve(_spec(request), grpc=True, method="predict")
-        specs = dict(target.signature.inputs)
+        types = target.signature.client_types  # alias -> the V2 type clients send
         inputs = {}
         for i, (alias, tp) in enumerate(sorted(request.inputs.items())):
             size = tp.ByteSize()
@@ -61,13 +61,13 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
                 arr, v2 = protocodec.tensor_from_proto(tp, alias)
             else:  # large: a thread
                 arr, v2 = await offload.run(size, protocodec.tensor_from_proto, tp, alias)
-            want = specs.get(alias)
-            if want is not None and target.signature.client_dtype(want) != v2:
-                raise invalid(f"Expects arg[{i}] to be {tf_type(target.signature.client_dtype(want))} but "
-                              f"{tf_type(v2)} is provided")
+            want = types.get(alias)
+            if want is not None and want != v2:
+                raise invalid(f"Expects arg[{i}] to be {tf_type(want)} but {tf_type(v2)} is provided")
             inputs[alias] = arr
         version, outs = await self.service.predict(target, inputs, list(request.output_filter))
-        resp = predict_pb2.PredictResponse(model_spec=self._resolved_spec(target, version))
+        resp = predict_pb2.PredictResponse()
+        protocodec.model_spec(target.model, version or target.version, target.signature.name, into=resp.model_spec)
         for alias, (arr, v2) in outs.items():
             if offload.inline(arr.nbytes):  # written into the answer's own entry: no copy of a finished proto
                 protocodec.tensor_to_proto(arr, v2, self.content, into=resp.outputs[alias])

@@ -40,8 +40,11 @@ def spec_from_proto(ms: model_pb2.ModelSpec) -> ServableRef:
     return ServableRef(ms.name, version, label or None, ms.signature_name)
 
 
-def model_spec(name: str, version: int | str | None, signature: str | None = None) -> model_pb2.ModelSpec:
-    ms = model_pb2.ModelSpec(name=name)
+def model_spec(name: str, version: int | str | None, signature: str | None = None,
+               into: model_pb2.ModelSpec | None = None) -> model_pb2.ModelSpec:
+    """A ModelSpec, written into ``into`` (an empty one, e.g. a response's ``model_spec``) when given."""
+    ms = into if into is not None else model_pb2.ModelSpec()
+    ms.name = name
     if version not in (None, ""):
         ms.version.value = int(version)
     if signature is not None:
