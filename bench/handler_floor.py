@@ -61,7 +61,10 @@ class CannedTriton(TritonUpstream):
         async def model_infer(data: bytes, timeout: float, **_grpc_kw):
             return codec.parse_response(ANSWER)  # what the channel's deserializer gives
 
-        self._model_infer = model_infer
+        async def model_infer_bytes(data: bytes, timeout: float, **_grpc_kw):
+            return ANSWER  # the answer as gRPC receives it (infer_bytes)
+
+        self._model_infer, self._model_infer_bytes = model_infer, model_infer_bytes
 
     async def _idempotent(self, method: str, request, timeout: float | None = None):
         if method == "RepositoryIndex":

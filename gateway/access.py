@@ -267,6 +267,10 @@ class ModelScope:
         self._check(model)
         return await self.upstream.infer_wire(model, data)
 
+    async def infer_bytes(self, model: str, data: bytes):
+        self._check(model)
+        return await self.upstream.infer_bytes(model, data)
+
     async def stream(self, req):
         self._check(req.model)
         async with aclosing(self.upstream.stream(req)) as items:  # closed at once with us

@@ -120,6 +120,11 @@ class FakeUpstream:
                                            else np.ascontiguousarray(t.data).tobytes())
         return out, None
 
+    async def infer_bytes(self, model: str, data: bytes) -> bytes:
+        """``infer_wire``'s answer as Triton's bytes."""
+        msg, _ = await self.infer_wire(model, data)
+        return msg.SerializeToString()
+
     async def stream(self, req):
         self.requests.append((req, _deadline(stream=True)))
         try:

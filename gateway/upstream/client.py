@@ -69,6 +69,11 @@ class Upstream(Protocol):
         contents (None: the message's own)."""
         ...
 
+    async def infer_bytes(self, model: str, data: bytes) -> bytes:
+        """``infer_wire`` answering the ModelInferResponse's wire bytes, not parsed (for a caller that
+        reads answers of a form it knows: ``codec.AnswerForm``)."""
+        ...
+
     def stream(self, req: InferRequest) -> AsyncIterator[InferResponse]: ...
 
     def body_buffer(self, size: int) -> tuple[memoryview, Callable[[], None]] | None:
@@ -209,6 +214,8 @@ class TritonUpstream:
             self._model_infer = self._channel.unary_unary(
                 "/inference.GRPCInferenceService/ModelInfer", response_deserializer=codec.parse_response,
                 _registered_method=True)
+            self._model_infer_bytes = self._channel.unary_unary(  # the answer as gRPC received it
+                "/inference.GRPCInferenceService/ModelInfer", _registered_method=True)
             if self._shm_sizes is not None and self.arena is None:
                 # registered in the background: a worker starts at once, Triton up or not
                 self.arena = shm.Arena(*self._shm_sizes, register=self._shm_register,
@@ -315,6 +322,13 @@ class TritonUpstream:
             raise GatewayError(ErrorKind.INTERNAL, "upstream used before connect()")
         with _translate("ModelInfer", model), tracing.upstream("ModelInfer", model) as md:
             return await self._model_infer(data, timeout=self._timeout(), metadata=md)
+
+    async def infer_bytes(self, model: str, data: bytes) -> bytes:
+        """``infer_wire`` whose answer is the ModelInferResponse's bytes as gRPC received them."""
+        if self._channel is None:
+            raise GatewayError(ErrorKind.INTERNAL, "upstream used before connect()")
+        with _translate("ModelInfer", model), tracing.upstream("ModelInfer", model) as md:
+            return await self._model_infer_bytes(data, timeout=self._timeout(), metadata=md)
 
     async def stream(self, req: InferRequest) -> AsyncIterator[InferResponse]:
         """ModelStreamInfer for one request: yields each response, ends on triton_final_response.

@@ -302,6 +302,103 @@ def numeric_outputs(msg: service_pb2.ModelInferResponse, raws, wanted) -> list[n
     return arrays
 
 
+_ID_TAG = service_pb2.ModelInferResponse.DESCRIPTOR.fields_by_name["id"].number << 3 | 2
+
+
+class AnswerForm:
+    """The form of one answer of fixed-size numeric outputs, learned from its bytes: everything but
+    its ``id`` and its raw contents (model name and version, the outputs' names, types, shapes and
+    parameters, the answer's parameters), and each raw entry's size, numpy type and shape.
+
+    ``read(data)`` gives the arrays of an answer of exactly that form (the bytes around ``id`` and
+    the raw contents the same, the entries the same sizes): ``decode_response``'s arrays for it,
+    without parsing the message (a plan's answers, which are one form request after request);
+    any other answer is None, and the caller decodes it as before. tests/unit/test_upstream_codec.py
+    holds the two to each other."""
+
+    __slots__ = ("prefix", "middle", "entries", "version")
+
+    def __init__(self, prefix: bytes, middle: bytes, entries: tuple, version: str):
+        self.prefix = prefix  # the fields before ``id`` (with no id: before the first raw entry)
+        self.middle = middle  # the fields between ``id`` and the first raw entry
+        self.entries = entries  # per raw entry: (its tag and length, its size, numpy type, shape)
+        self.version = version  # the answer's model_version
+
+    @classmethod
+    def learn(cls, data: bytes, arrays: list[np.ndarray], version: str) -> AnswerForm | None:
+        """The form of ``data``, whose raw entries ``arrays`` are (as ``numeric_outputs`` or
+        ``decode_response`` read them), else None: an answer laid out otherwise (a field after the
+        raw contents, several ids, an id after them, not one raw entry per array of its size)."""
+        try:
+            fields = _top_fields(data)
+        except DecodeError:
+            return None
+        ids = [i for i, f in enumerate(fields) if f[0] == _ID_TAG]
+        raws = [i for i, f in enumerate(fields) if f[0] == RAW_OUTPUT_TAG]
+        first = raws[0] if raws else len(fields)
+        # where the id is, or would be (protobuf writes fields in number order: name, version, id, ...)
+        cut = next((i for i, f in enumerate(fields) if f[0] >> 3 >= _ID_TAG >> 3), len(fields))
+        if ids not in ([], [cut]) or raws != list(range(first, len(fields))) or len(raws) != len(arrays):
+            return None
+        start = fields[first][1] if raws else len(data)
+        at = fields[cut][1] if cut < len(fields) else len(data)
+        prefix = data[:at]
+        middle = data[fields[cut][3] if ids else at:start]
+        entries = []
+        for i, arr in zip(raws, arrays, strict=True):
+            _, begin, payload, end = fields[i]
+            if end - payload != arr.nbytes:
+                return None
+            entries.append((bytes(data[begin:payload]), arr.nbytes, arr.dtype, arr.shape))
+        return cls(bytes(prefix), bytes(middle), tuple(entries), version)
+
+    def read(self, data: bytes) -> list[np.ndarray] | None:
+        if not data.startswith(self.prefix):
+            return None
+        pos = len(self.prefix)
+        if pos < len(data) and data[pos] == _ID_TAG:
+            try:
+                n, pos = read_varint(data, pos + 1)
+            except DecodeError:
+                return None
+            pos += n
+        if not data.startswith(self.middle, pos):
+            return None
+        pos += len(self.middle)
+        view = memoryview(data) if len(data) >= SPLIT_MIN else data  # as parse_response: views of a large one
+        arrays = []
+        for head, size, dtype, shape in self.entries:
+            if not data.startswith(head, pos):
+                return None
+            pos += len(head)
+            arrays.append(np.frombuffer(view[pos:pos + size], dtype).reshape(shape))
+            pos += size
+        return arrays if pos == len(data) else None
+
+
+def _top_fields(data: bytes) -> list[tuple[int, int, int, int]]:
+    """(tag, start, payload start, end) of each top-level field of a message's bytes (DecodeError:
+    not a message)."""
+    fields, pos, end = [], 0, len(data)
+    while pos < end:
+        tag, p = read_varint(data, pos)
+        wire = tag & 7
+        if wire == 2:
+            n, p = read_varint(data, p)
+            q = p + n
+        elif wire == 0:
+            q = read_varint(data, p)[1]
+        elif wire in (1, 5):
+            q = p + (8 if wire == 1 else 4)
+        else:
+            raise DecodeError(f"unexpected wire type {wire}")
+        if q > end:
+            raise DecodeError("field runs past the end of the message")
+        fields.append((tag, pos, p, q))
+        pos = q
+    return fields
+
+
 def decode_response(msg: service_pb2.ModelInferResponse, raws=None, views: bool = False) -> InferResponse:
     """``raws``: the raw contents as ``parse_response`` cut them out of the wire (else the message's).
     ``views`` (with ``raws``): BYTES elements as memoryviews of those raw contents, not copied into
@@ -375,6 +472,15 @@ def parse_response(data: bytes) -> tuple[service_pb2.ModelInferResponse, list[me
         pos = q
     kept.append(view[start:])
     return service_pb2.ModelInferResponse.FromString(b"".join(kept)), raws
+
+
+def parse_answer(data: bytes) -> tuple[service_pb2.ModelInferResponse, list[memoryview] | None]:
+    """``parse_response`` of an answer taken as its bytes (``Upstream.infer_bytes``): a malformed one
+    is UPSTREAM_FAILED, as when gRPC's own deserializer fails on it (an INTERNAL call)."""
+    try:
+        return parse_response(data)
+    except DecodeError:
+        raise GatewayError(ErrorKind.UPSTREAM_FAILED, "Exception deserializing response!") from None
 
 
 def _spec(t, optional: bool = False) -> TensorSpec:

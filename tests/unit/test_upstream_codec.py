@@ -240,3 +240,109 @@ def test_parse_response_keeps_unknown_fields_and_refuses_a_malformed_answer():
             codec.parse_response(bad)
         with pytest.raises(DecodeError):
             service_pb2.ModelInferResponse.FromString(bad)
+
+
+_FIXED = ["FP32", "INT32", "FP64", "INT8", "UINT16", "BOOL"]
+
+
+def _answer(model, version, rid, outs, seed, params=False, out_params=False, raw_first=False, trailing=b"",
+            drop_raw=False, cut_raw=False) -> bytes:
+    """A ModelInferResponse of numeric outputs ``outs`` [(name, V2 type, shape)] as Triton writes it
+    (or laid out otherwise, as the keyword arguments say)."""
+    resp = service_pb2.ModelInferResponse(model_name=model, model_version=version, id=rid)
+    if params:
+        resp.parameters["p"].bool_param = True
+    rng = np.random.default_rng(seed)
+    for name, datatype, shape in outs:
+        out = resp.outputs.add(name=name, datatype=datatype, shape=shape)
+        if out_params:
+            out.parameters["q"].int64_param = 1
+        size = int(np.prod(shape)) * np.dtype(codec.RAW_NUMPY[datatype]).itemsize
+        raw = rng.integers(0, 2 if datatype == "BOOL" else 256, size, dtype=np.uint8).tobytes()
+        resp.raw_output_contents.append(raw[:-1] if cut_raw and raw else raw)
+    if drop_raw and outs:
+        del resp.raw_output_contents[-1]
+    wire = resp.SerializeToString()
+    if raw_first:
+        head = service_pb2.ModelInferResponse()
+        head.CopyFrom(resp)
+        del head.raw_output_contents[:]
+        wire = service_pb2.ModelInferResponse(raw_output_contents=resp.raw_output_contents).SerializeToString() \
+            + head.SerializeToString()
+    return wire + trailing
+
+
+@st.composite
+def answer_pairs(draw):
+    """An answer to learn from, and a later one: the same form with another id and other values, or
+    that form changed in one way."""
+    shape = st.lists(st.integers(0, 3), max_size=3)
+    outs = [(f"out{i}", draw(st.sampled_from(_FIXED)), draw(shape)) for i in range(draw(st.integers(0, 2)))]
+    if draw(st.integers(0, 6)) == 0:  # large enough for parse_response's split
+        outs.append(("big", "FP32", [codec.SPLIT_MIN // 4 + 3]))
+    base = {"model": "m", "version": draw(st.sampled_from(["", "1", "12"])), "outs": outs,
+            "params": draw(st.booleans()), "out_params": draw(st.booleans())}
+    first = _answer(rid=draw(st.sampled_from(["", "a1-7", "x" * 130])), seed=1, **base)
+    later = dict(base)
+    change = draw(st.sampled_from(["none"] * 6 + ["version", "name", "type", "shape", "params", "out_params",
+                                                  "raw_first", "trailing", "drop_raw", "cut_raw", "more"]))
+    extra = {}
+    if change == "version":
+        later["version"] = later["version"] + "9"
+    elif change in ("name", "type", "shape") and outs:
+        i = draw(st.integers(0, len(outs) - 1))
+        name, datatype, dims = outs[i]
+        new = {"name": (name + "x", datatype, dims), "type": (name, draw(st.sampled_from(_FIXED)), dims),
+               "shape": (name, datatype, [*dims, 2])}[change]
+        later["outs"] = [*outs[:i], new, *outs[i + 1:]]
+    elif change in ("params", "out_params"):
+        later[change] = not later[change]
+    elif change == "more":
+        later["outs"] = [*outs, ("zz", "INT32", [1])]
+    elif change == "trailing":
+        extra["trailing"] = bytes([15 << 3 | 0, 7])  # an unknown field after the raw contents
+    elif change in ("raw_first", "drop_raw", "cut_raw"):
+        extra[change] = True
+    rid = draw(st.sampled_from(["", "b2-9", "y" * 127, "y" * 128, "\u00e9" * 70]))
+    return _Wire(first), _Wire(_answer(rid=rid, seed=2, **later, **extra)), change, outs
+
+
+class _Wire(bytes):
+    def __repr__(self) -> str:  # hypothesis prints the drawn values of a failing example
+        return f"<{len(self)} bytes {bytes(self[:40])!r}...>"
+
+
+@settings(max_examples=400, deadline=None)
+@given(answer_pairs())
+def test_an_answer_form_reads_what_decoding_reads_or_nothing(pair):
+    """AnswerForm.read(later) is None or the arrays decode_response reads from it; an answer that
+    differs from the learned one in nothing but its id and its values is read."""
+    first, later, change, outs = pair
+    wanted = [(name, datatype, np.dtype(codec.RAW_NUMPY[datatype])) for name, datatype, _ in outs]
+    msg, raws = codec.parse_response(first)
+    arrays = codec.numeric_outputs(msg, raws, wanted)
+    form = codec.AnswerForm.learn(first, arrays, msg.model_version)
+    assert form is not None and form.version == msg.model_version
+    assert [a.tobytes() for a in form.read(first)] == [a.tobytes() for a in arrays]
+    got = form.read(later)
+    try:
+        later_msg, later_raws = codec.parse_response(later)
+        decoded = codec.decode_response(later_msg, later_raws)
+    except (DecodeError, GatewayError, ValueError):
+        decoded = None
+    if got is None:
+        assert change != "none"
+        return
+    assert decoded is not None and later_msg.model_version == form.version
+    assert [(t.name, t.datatype) for t in decoded.outputs] == [(n, d) for n, d, _ in wanted]
+    for a, t in zip(got, decoded.outputs, strict=True):
+        assert a.dtype == t.data.dtype and a.shape == t.data.shape and a.tobytes() == t.data.tobytes()
+
+
+def test_an_answer_form_is_not_learned_from_an_answer_laid_out_otherwise():
+    outs = [("y", "FP32", [2])]
+    arrays = [np.zeros(2, np.float32)]
+    for wire in (_answer("m", "1", "r", outs, 1, raw_first=True), _answer("m", "1", "r", outs, 1, trailing=b"\x78\x07")):
+        assert codec.AnswerForm.learn(wire, arrays, "1") is None
+    assert codec.AnswerForm.learn(_answer("m", "1", "r", outs, 1), [np.zeros(3, np.float32)], "1") is None
+    assert codec.AnswerForm.learn(b"\x80", arrays, "1") is None

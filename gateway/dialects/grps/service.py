@@ -96,17 +96,17 @@ class GrpsService:
                 resp = await self._infer(mapping.gtensors_request(inputs, meta, target, self.cfg), meta)
             else:  # the request written from the plan, the answer read by it once it has learned its form
                 call = current()
-                msg, raws = await self.ctx.upstream.infer_wire(
+                data = await self.ctx.upstream.infer_bytes(
                     plan.model, plan.request(call.request_id if call is not None else "", inputs))
-                outputs = plan.outputs_of(msg, raws)
+                outputs = plan.read(data)
                 if outputs is not None and offload.inline(sum(a.nbytes for _, _, a in outputs)):
                     body = plain.write(outputs, pretty)
                     if body is not None:
                         ok = True
                         return body
-                resp = codec_v2.decode_response(msg, raws)
+                resp = codec_v2.decode_response(*codec_v2.parse_answer(data))
                 if outputs is None:
-                    plan.learn(resp)
+                    plan.learn(data, resp)
             size = sum(t.data.nbytes for t in resp.outputs)
             body = (plain.answer(resp, meta, pretty) if offload.inline(size)  # a large answer: in a thread
                     else await offload.run(size, plain.answer, resp, meta, pretty))

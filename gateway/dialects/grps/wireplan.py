@@ -4,10 +4,11 @@ What ``mapping.gtensors_request`` makes of a plain request (``plain.tensors``) d
 target, the model's metadata and the inputs' names, types and shapes: its checks, the default
 inputs it adds. A ``Plan`` keeps that outcome as the request bytes ``serialize_request`` would write
 around the inputs' raw contents (the header, and the default inputs' entries), so a request is its
-arrays after that header. From the first answer it learns the outputs Triton sends (names, types,
-their order and the metadata's order), and reads later answers as arrays over their raw contents
-(``codec.numeric_outputs``: ``decode_response``'s arrays); an answer of any other form is decoded
-by ``decode_response`` as before. No plan is made for a layout the general path refuses (its
+arrays after that header. From an answer it learns the answer's form (``codec.AnswerForm``: the
+outputs Triton sends, their types, shapes and order, and the metadata's order), and reads later
+answers of that form as arrays over their raw contents without parsing them (``decode_response``'s
+arrays); an answer of any other form is decoded by ``decode_response`` as before, and its form
+learned. No plan is made for a layout the general path refuses (its
 error is raised, every time), for parameters, or for an input shared memory would take.
 tests/unit/grps/test_plain.py holds it to the general path. Nothing here does I/O.
 """
@@ -26,7 +27,7 @@ MAX_PLANS = 1024  # per worker: the layouts clients send
 
 
 class Plan:
-    __slots__ = ("meta", "model", "header", "defaults", "dtypes", "outputs", "order")
+    __slots__ = ("meta", "model", "header", "defaults", "dtypes", "form", "named", "order")
 
     def __init__(self, meta: ModelMetadata, model: str, header: bytes, defaults: bytes, dtypes: tuple):
         self.meta = meta  # the metadata object it was worked out under (a new one: a new plan)
@@ -34,7 +35,8 @@ class Plan:
         self.header = header  # codec.header(...) of the request: the client's inputs, then the defaults
         self.defaults = defaults  # the default inputs' raw contents entries
         self.dtypes = dtypes  # the numpy type each client input is sent as
-        self.outputs: tuple | None = None  # (name, V2 type, numpy type) as Triton answers them, once learned
+        self.form: codec.AnswerForm | None = None  # the form of the last answer read, once learned
+        self.named: tuple[tuple[str, str], ...] = ()  # its outputs' (name, V2 type), as Triton sends them
         self.order: tuple[int, ...] = ()  # their indices in the metadata's order (mapping.ordered)
 
     def request(self, request_id: str, inputs: list[Tensor]) -> bytes:
@@ -43,26 +45,29 @@ class Plan:
                   for t, want in zip(inputs, self.dtypes, strict=True)]
         return codec.wire_request_many(self.header, request_id, arrays, self.defaults)
 
-    def outputs_of(self, msg, raws) -> list[tuple[str, str, np.ndarray]] | None:
+    def read(self, data: bytes) -> list[tuple[str, str, np.ndarray]] | None:
         """The answer's outputs as ``plain.write`` takes them (in the metadata's order) when the
-        answer has the learned form, else None (``learn`` from ``decode_response``'s answer)."""
-        wanted = self.outputs
-        if wanted is None:
-            return None
-        arrays = codec.numeric_outputs(msg, raws, wanted)
+        answer has the form learned last (``codec.AnswerForm``), else None: ``learn`` from
+        ``decode_response``'s answer."""
+        form = self.form
+        arrays = form.read(data) if form is not None else None
         if arrays is None:
             return None
-        return [(wanted[i][0], wanted[i][1], arrays[i]) for i in self.order]
+        named = self.named
+        return [(named[i][0], named[i][1], arrays[i]) for i in self.order]
 
-    def learn(self, resp: InferResponse) -> None:
-        """Remember the outputs of an answer ``plain.answer`` writes: fixed-size types only."""
+    def learn(self, data: bytes, resp: InferResponse) -> None:
+        """Remember the form of an answer (its bytes, decoded) ``plain.write`` writes: fixed-size
+        types only, each with its raw contents; of any other answer, nothing."""
         outs = resp.outputs
+        self.form = None
         if not outs or any(t.datatype not in codec.RAW_NUMPY or not plain.answerable(t.name, t.datatype)
-                           for t in outs):
+                           or type(t.data) is not np.ndarray for t in outs):
             return
         rank = {s.name: i for i, s in enumerate(self.meta.outputs)}
         self.order = tuple(sorted(range(len(outs)), key=lambda i: rank.get(outs[i].name, len(rank))))
-        self.outputs = tuple((t.name, t.datatype, np.dtype(codec.RAW_NUMPY[t.datatype])) for t in outs)
+        self.named = tuple((t.name, t.datatype) for t in outs)
+        self.form = codec.AnswerForm.learn(data, [t.data for t in outs], resp.version)
 
 
 def make(inputs: list[Tensor], meta: ModelMetadata, target: mapping.Target, cfg: GrpsSettings,

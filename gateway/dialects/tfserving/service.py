@@ -7,7 +7,7 @@ examples) lives here and in ``mapping``/``examples``, nothing about wire formats
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -83,16 +83,25 @@ class Service:
         ``codec.serialize_request`` writes for it), the answer's arrays taken from its raw contents
         (``codec.decode_response``'s arrays; an answer of any other form is decoded by it)."""
         call = current()
-        want = plan.wire.dtype
-        msg, raws = await self.ctx.upstream.infer_wire(
+        wire = plan.wire
+        want = wire.dtype
+        data = await self.ctx.upstream.infer_bytes(
             plan.target.signature.triton,
-            codec.wire_request(plan.wire.header, call.request_id if call is not None else "",
+            codec.wire_request(wire.header, call.request_id if call is not None else "",
                                arr if arr.dtype == want else arr.astype(want)))
-        arrays = codec.numeric_outputs(msg, raws, plan.wire.outputs)
-        if arrays is None:  # not the answer the metadata promised: as any other answer
-            return msg.model_version, _outputs(plan, codec.decode_response(msg, raws))
-        return msg.model_version, {alias: (_shaped(plan, a), datatype) for (alias, _), (_, datatype, _), a
-                                   in zip(plan.outputs, plan.wire.outputs, arrays, strict=True)}
+        form = wire.form[0]
+        arrays = form.read(data) if form is not None else None
+        if arrays is not None:  # the form of the answers before it: read without parsing the message
+            version = form.version
+        else:
+            msg, raws = codec.parse_answer(data)
+            arrays = codec.numeric_outputs(msg, raws, wire.outputs)
+            if arrays is None:  # not the answer the metadata promised: as any other answer
+                return msg.model_version, _outputs(plan, codec.decode_response(msg, raws))
+            version = msg.model_version
+            wire.form[0] = codec.AnswerForm.learn(data, arrays, version)
+        return version, {alias: (_shaped(plan, a), datatype) for (alias, _), (_, datatype, _), a
+                         in zip(plan.outputs, wire.outputs, arrays, strict=True)}
 
     async def run_examples(self, target: Target, method: str, exs: list[Features], context: Features):
         """regress -> (version, float32 [N]); classify -> (version, (labels, scores [N, C]))."""
@@ -159,11 +168,13 @@ class _Wire:
     """A predict of one input and outputs of fixed-size numeric types, none converted (no
     half_as_float): the request header (``codec.header``: an element-wise input in the shape it is
     sent in), the input's numpy type, and the outputs expected as (Triton name, V2 type, numpy
-    type), in the plan's output order."""
+    type), in the plan's output order; the form of the last answer read (``codec.AnswerForm``),
+    which the next answer of that form is read by."""
 
     header: bytes
     dtype: np.dtype
     outputs: tuple[tuple[str, str, np.dtype], ...]
+    form: list = field(default_factory=lambda: [None], compare=False)  # [the AnswerForm last learned]
 
 
 def _outputs(plan: _Plan, resp: InferResponse) -> Outputs:

@@ -25,9 +25,9 @@ from gateway.core.bounded import LIMITS
 from gateway.core.errors import GatewayError
 from gateway.core.tensors import InferResponse, ModelMetadata, Tensor, TensorSpec
 from gateway.dialects.grps import codec, config, mapping, plain, wireplan
+from gateway.dialects.grps import service as service_module
 from gateway.dialects.grps.service import GrpsService
 from gateway.settings import Settings
-from gateway.dialects.grps import service as service_module
 from gateway.upstream.codec import decode_response, serialize_request
 from tests.fakes import FakeUpstream
 
@@ -380,9 +380,9 @@ async def test_predict_plain_reads_answers_of_another_form_as_the_general_path(m
                                            mapping.resolve("", svc.cfg).rule)
         assert text == codec.message_to_json(general, svc.cfg.pretty_json)
     assert upstream.wired == len(sequence)
-    # decoded (and learned): each answer whose outputs' names, types and order are not the last ones
-    # learned (shapes may differ: form 2 is form 0's); a BYTES output is decoded and never learned
-    assert len(decoded) == 7  # 0, 1, 2, 3, the 0 after 3, 4, the last 1; the other six read by the plan
+    # decoded (and learned): each answer whose form (outputs' names, types, shapes and order) is not
+    # the last one learned; an answer with a BYTES output is decoded, and nothing is learned from it
+    assert len(decoded) == 9  # 0, 1, 2, 0, 3, 0, 4, 0, the last 1; the second 0, the second 1, 0 after 0, 5
 
 
 async def test_predict_plain_leaves_inputs_for_shared_memory_to_the_general_path():

@@ -29,18 +29,27 @@ TYPES = NUMERIC + ["BYTES"]
 
 class RecordingTriton(TritonUpstream):
     """The real upstream client but for the wire: every ModelInfer's bytes recorded, the answer made
-    by ``answer(request message) -> ModelInferResponse`` and handed over as grpc would."""
+    by ``answer(request message) -> ModelInferResponse`` (or by each of a list of them in turn) and
+    handed over as grpc would: parsed (``infer_wire``) or as its bytes (``infer_bytes``)."""
 
     def __init__(self, answer):
         super().__init__("127.0.0.1:1")
         self.sent: list[bytes] = []
         self._channel = object()
+        answers = answer if isinstance(answer, list) else [answer]
+
+        def answered(data: bytes) -> bytes:
+            self.sent.append(bytes(data))
+            turn = answers[(len(self.sent) - 1) % len(answers)]
+            return turn(service_pb2.ModelInferRequest.FromString(data)).SerializeToString()
 
         async def model_infer(data: bytes, timeout: float, **_grpc_kw):
-            self.sent.append(bytes(data))
-            return codec.parse_response(answer(service_pb2.ModelInferRequest.FromString(data)).SerializeToString())
+            return codec.parse_response(answered(data))
 
-        self._model_infer = model_infer
+        async def model_infer_bytes(data: bytes, timeout: float, **_grpc_kw):
+            return answered(data)
+
+        self._model_infer, self._model_infer_bytes = model_infer, model_infer_bytes
 
 
 def _raw(datatype: str, shape: tuple[int, ...], seed: int) -> bytes:
@@ -149,16 +158,24 @@ def _same(a, b) -> None:
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cases(), st.sampled_from([True, True, False]))
-def test_wire_predict_is_the_neutral_predict(case, by_metadata):
+@given(cases(), st.sampled_from([True, True, False]), st.sampled_from(["renamed", "reordered", "other_type"]))
+def test_wire_predict_is_the_neutral_predict(case, by_metadata, other):
+    """Request by request: the first answer's form is learned (codec.AnswerForm), the second (other
+    values) read by it, the third of another form read as any answer, the fourth as the first."""
     target, inputs, filt, form, batch, seed = case
-    answer = _answer_from_metadata(batch, seed)(target.signature) if by_metadata else _answer(form, batch, seed)
-    ups = [RecordingTriton(answer), RecordingTriton(answer)]
+
+    def answer(turn: int):
+        if by_metadata:
+            return _answer_from_metadata(batch, seed + turn)(target.signature)
+        return _answer(form, batch, seed + turn)
+    answers = [answer(0), answer(1), _answer(other, (2, *batch), seed + 2), answer(3)]
+    ups = [RecordingTriton(answers), RecordingTriton(answers)]
     services = [Service(GatewayContext(Settings(), up), config.TFServingConfig()) for up in ups]
     services[1]._wire = False  # noqa: SLF001 - the neutral path
-    results = [asyncio.run(_run(s, target, inputs, filt)) for s in services]
-    assert ups[0].sent == ups[1].sent
-    _same(results[0], results[1])
+    for _ in answers:
+        results = [asyncio.run(_run(s, target, inputs, filt)) for s in services]
+        assert ups[0].sent == ups[1].sent
+        _same(results[0], results[1])
 
 
 def test_the_common_predict_takes_the_wire():
