@@ -32,15 +32,22 @@ MAX_FIELD = 256  # a client-given value (request id, model) is cut to this in a 
 
 
 _second: tuple[int, str] = (-1, "")
+_milli: tuple[int, str] = (-1, "")
 
 
 def _iso(created: float) -> str:
-    """``2026-11-23T11:52:53.625Z``; the part up to the second is formatted once per second."""
-    global _second
-    secs = int(created)
+    """``2026-11-23T11:52:53.625Z``; the part up to the second is formatted once per second, the
+    whole text once per millisecond (an access flush writes several lines of each)."""
+    global _second, _milli
+    ms = int(created * 1000)
+    if _milli[0] == ms:
+        return _milli[1]
+    secs, frac = divmod(ms, 1000)
     if _second[0] != secs:
         _second = (secs, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)))
-    return f"{_second[1]}.{int((created - secs) * 1000):03d}Z"
+    text = f"{_second[1]}.{frac:03d}Z"
+    _milli = (ms, text)
+    return text
 
 
 class JsonFormatter(logging.Formatter):

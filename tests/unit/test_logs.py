@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+from datetime import datetime, timezone
 
 import aiohttp
 import grpc
@@ -238,3 +239,14 @@ def test_the_fast_text_access_line_is_the_text_formatters_line(restore_logging):
     assert fast[23:] == slow[23:]
     assert fast[23:].endswith(' INFO gateway.access: request request_id="id 1" dialect=grps listener=grps_http '
                               'route=predict model=m status=200 outcome=ok bytes_in=1 bytes_out=2 duration_ms=1.5')
+
+
+def test_iso_timestamps_are_utc_with_milliseconds_whatever_came_before():
+    """``_iso`` keeps the last second's and the last millisecond's text: every call still gives its own
+    time (truncated to the millisecond), in order or not."""
+    base = 1_764_120_000.0  # 2025-11-26T01:20:00Z
+    for offset in (0.0, 0.0004, 0.0009, 0.001, 0.9995, 1.0, 59.999, 0.5, 86_400.123, 0.0):
+        when = base + offset
+        ms = int(when * 1000)
+        expected = datetime.fromtimestamp(ms // 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{ms % 1000:03d}Z"
+        assert logs._iso(when) == expected
