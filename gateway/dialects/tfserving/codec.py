@@ -164,14 +164,25 @@ def _fast(value, v2: str, bools: bool) -> np.ndarray | None:
     if v2 in _FLOATS:
         if kind not in "iuf":
             return None
-        with np.errstate(over="ignore"):
-            return arr.astype(datatypes.by_v2(v2).numpy, copy=False)
+        if v2 == "FP64" or kind != "f" or arr.size <= _SHORT and _within_float32(arr):
+            return arr.astype(datatypes.by_v2(v2).numpy, copy=False)  # no value past float32's range
+        with np.errstate(over="ignore"):  # such a value becomes inf, as TF's cast makes it
+            return arr.astype(np.float32)
     if kind not in "iu":
         return None
     lo, hi = _INT_RANGE[v2]
     if arr.size and (int(arr.min()) < lo or int(arr.max()) > hi):
         return None
     return arr.astype(datatypes.by_v2(v2).numpy, copy=False)
+
+
+_SHORT = 32  # arrays up to this size are checked against float32's range in Python (numpy's errstate costs more)
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def _within_float32(arr: np.ndarray) -> bool:
+    """Whether no value of a float64 array is past float32's range (casting it then warns of nothing)."""
+    return max(map(abs, arr.ravel().tolist()), default=0.0) <= _FLT_MAX
 
 
 def _check_size(value, v2: str, name: str) -> None:

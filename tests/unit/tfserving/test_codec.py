@@ -165,3 +165,19 @@ def test_a_path_outside_v1_is_libevents_404_page():
         404, b"<HTML><HEAD>\n<TITLE>404 Not Found</TITLE>\n</HEAD><BODY>\n<H1>Not Found</H1>\n</BODY></HTML>\n")
     r = errors.Rendering().http(err)
     assert (r.status, r.content_type) == (404, "text/html; charset=ISO-8859-1")
+
+
+@pytest.mark.parametrize("values", [
+    [1.0, 2.5], [3.4028234663852886e38, -3.4028234663852886e38], [3.4028235e38], [3.4028236e38, 1.0], [1e39],
+    [-1e300, 2.0], [float("nan"), 1e39], [[1.5, 2.5], [3.5, 1e40]], [1, 2, 3], list(range(40)),
+    [1e39] * 33, [],
+])
+def test_float32_values_past_its_range_become_inf_without_a_warning(values, recwarn):
+    """A float32 input reads numbers past float32's range as inf, as TF's cast makes them, without a
+    numpy warning, whichever way (a short list checked in Python, a longer one under errstate)."""
+    got = codec.to_array(values, "FP32", bools=False, within=True)
+    with np.errstate(over="ignore"):
+        expected = np.asarray(values, dtype=np.float64).astype(np.float32)
+    assert got.dtype == np.float32 and got.shape == expected.shape
+    assert got.tobytes() == expected.tobytes()
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
