@@ -316,13 +316,14 @@ class AnswerForm:
     any other answer is None, and the caller decodes it as before. tests/unit/test_upstream_codec.py
     holds the two to each other."""
 
-    __slots__ = ("prefix", "middle", "entries", "version")
+    __slots__ = ("prefix", "middle", "entries", "version", "rest")
 
     def __init__(self, prefix: bytes, middle: bytes, entries: tuple, version: str):
-        self.prefix = prefix  # the fields before ``id`` (with no id: before the first raw entry)
+        self.prefix = prefix  # the fields before ``id`` (or before where it would be: name and version)
         self.middle = middle  # the fields between ``id`` and the first raw entry
         self.entries = entries  # per raw entry: (its tag and length, its size, numpy type, shape)
         self.version = version  # the answer's model_version
+        self.rest = len(middle) + sum(len(head) + size for head, size, _, _ in entries)  # bytes after the id
 
     @classmethod
     def learn(cls, data: bytes, arrays: list[np.ndarray], version: str) -> AnswerForm | None:
@@ -359,10 +360,11 @@ class AnswerForm:
         if pos < len(data) and data[pos] == _ID_TAG:
             try:
                 n, pos = read_varint(data, pos + 1)
-            except DecodeError:
+                str(data[pos:pos + n], "utf-8")  # a string field: protobuf refuses an answer whose id is not UTF-8
+            except (DecodeError, UnicodeDecodeError):
                 return None
             pos += n
-        if not data.startswith(self.middle, pos):
+        if len(data) - pos != self.rest or not data.startswith(self.middle, pos):
             return None
         pos += len(self.middle)
         view = memoryview(data) if len(data) >= SPLIT_MIN else data  # as parse_response: views of a large one
@@ -373,7 +375,7 @@ class AnswerForm:
             pos += len(head)
             arrays.append(np.frombuffer(view[pos:pos + size], dtype).reshape(shape))
             pos += size
-        return arrays if pos == len(data) else None
+        return arrays
 
 
 def _top_fields(data: bytes) -> list[tuple[int, int, int, int]]:

@@ -339,6 +339,18 @@ def test_an_answer_form_reads_what_decoding_reads_or_nothing(pair):
         assert a.dtype == t.data.dtype and a.shape == t.data.shape and a.tobytes() == t.data.tobytes()
 
 
+def test_an_answer_form_reads_no_answer_protobuf_would_refuse():
+    outs = [("y", "FP32", [2])]
+    first = _answer("m", "1", "r", outs, 1)
+    form = codec.AnswerForm.learn(first, [np.zeros(2, np.float32)], "1")
+    bad_id = first.replace(b"\x1a\x01r", b"\x1a\x01\xff")  # an id that is not UTF-8
+    with pytest.raises(DecodeError):
+        service_pb2.ModelInferResponse.FromString(bad_id)
+    assert form.read(bad_id) is None
+    assert form.read(first[:-1]) is None and form.read(first + b"\x00") is None
+    assert form.read(first.replace(b"\x1a\x01r", b"\x1a\x7fr")) is None  # an id running past the end
+
+
 def test_an_answer_form_is_not_learned_from_an_answer_laid_out_otherwise():
     outs = [("y", "FP32", [2])]
     arrays = [np.zeros(2, np.float32)]
