@@ -64,10 +64,9 @@ async def dispatch(service: Service, request: Request) -> bytes:
         return b""
     route = _inference_route(path) if method == "POST" else None
     if route is not None:
-        name, version, label, verb = route
         call = current()
-        call.model, call.route = name, verb
-        return await _infer(service, name, version, label, verb, request.body)
+        call.model, call.route = route[0], route[3]
+        return await _infer(service, route, request.body)
     m = _STATUS.fullmatch(path) if method == "GET" else None
     if m:
         spec = ServableRef(unquote(m[1]) if m[1] else "", _version(m[2]), unquote(m[3]) if m[3] else None)
@@ -81,14 +80,15 @@ async def dispatch(service: Service, request: Request) -> bytes:
     raise errors.PageError(errors.ErrorKind.NOT_FOUND, f"Not found: {method} {path}")
 
 
-_routes: dict[str, tuple[str, int | None, str | None, str]] = {}  # POST path -> its _inference_route
+Route = tuple[str, int | None, str | None, str, ServableRef]
+_routes: dict[str, Route] = {}  # POST path -> its _inference_route
 MAX_ROUTES, MAX_ROUTE_PATH = 1024, 512  # bounded: paths are the clients'
 
 
-def _inference_route(path: str) -> tuple[str, int | None, str | None, str] | None:
-    """(model, version, label, verb) of a classify/regress/predict path, None for any other path
-    (a refused name or version raises). A path once read is remembered (the hot path parses each
-    client's few paths once)."""
+def _inference_route(path: str) -> Route | None:
+    """(model, version, label, verb, the servable it names with the default signature) of a
+    classify/regress/predict path, None for any other path (a refused name or version raises). A
+    path once read is remembered (the hot path parses each client's few paths once)."""
     hit = _routes.get(path)
     if hit is not None:
         return hit
@@ -100,7 +100,7 @@ def _inference_route(path: str) -> tuple[str, int | None, str | None, str] | Non
     version, label = _version(m[2]), unquote(m[3]) if m[3] else None
     if m[4] not in _VERBS:
         return None
-    route = (name, version, label, m[4])
+    route = (name, version, label, m[4], ServableRef(name, version, label))
     if len(path) <= MAX_ROUTE_PATH:
         if len(_routes) >= MAX_ROUTES:
             _routes.clear()
@@ -108,17 +108,17 @@ def _inference_route(path: str) -> tuple[str, int | None, str | None, str] | Non
     return route
 
 
-async def _infer(service: Service, name: str, version: int | None, label: str | None, verb: str,
-                 body: bytes) -> bytes:
+async def _infer(service: Service, route: Route, body: bytes) -> bytes:
     """Parsing and writing run in the worker's thread pool when the body or the answer is larger
     than limits.offload_bytes (``offload.run``), so a large one never holds up the event loop; a
     small body or answer (the common request) is read or written inline, without a coroutine."""
+    name, version, label, verb, servable = route
     size = len(body)
     small = offload.inline(size)
     if verb == "predict" and size >= codec.DENSE_MIN:  # an image as JSON lists: read without a float object each
         dense = await offload.run(size, codec.dense_body, body, bounded.LIMITS.max_json_depth)
         if dense is not None:
-            target = await service.resolve(ServableRef(name, version, label), method="predict")
+            target = await service.resolve(servable, method="predict")
             inputs = codec.dense_inputs(dense[0], target.signature)
             if inputs is not None:
                 return await _predict(service, target, inputs, dense[1])
@@ -128,7 +128,8 @@ async def _infer(service: Service, name: str, version: int | None, label: str | 
         doc = await offload.run(size, jsonio.loads, body, bounded.LIMITS.max_json_depth)
     if not isinstance(doc, dict):
         raise invalid(f"JSON Value: {jsonio.debug_string(doc)} Is not object")
-    spec = ServableRef(name, version, label, codec.signature_name(doc))  # the signature is named in the body
+    signature = codec.signature_name(doc)  # the signature is named in the body
+    spec = servable if not signature else ServableRef(name, version, label, signature)
     if verb == "predict":
         target = await service.resolve(spec, method="predict")
         bools, within = codec.may_hold_bools(body), codec.within_limit(size)

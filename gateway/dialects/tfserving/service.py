@@ -45,10 +45,9 @@ class Service:
         self.servables = Servables(conf, ctx.upstream)
         self.errors = errors.Rendering()
         self._plans: dict[tuple, _Plan] = {}  # predict: per target, output filter, inputs' names, shapes, dtypes
-        self._wire = True  # plans may take Upstream.infer_wire (tests turn it off to compare with the neutral path)
-
-    async def resolve(self, spec: ServableRef, *, grpc: bool = False, method: str | None = None) -> Target:
-        return await self.servables.resolve(spec, grpc=grpc, method=method)
+        self._wire = True  # plans may take Upstream.infer_bytes (tests turn it off to compare with the neutral path)
+        # resolve(spec, *, grpc=False, method=None) -> Target: Servables.resolve itself (no coroutine of its own)
+        self.resolve = self.servables.resolve
 
     async def _infer(self, req: InferRequest) -> InferResponse:
         return await self.ctx.upstream.infer(req)

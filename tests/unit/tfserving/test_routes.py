@@ -6,6 +6,7 @@ import pytest
 
 from gateway.core.errors import GatewayError
 from gateway.dialects.tfserving import http
+from gateway.dialects.tfserving.mapping import ServableRef
 
 
 @pytest.fixture
@@ -16,8 +17,9 @@ def routes(monkeypatch):
 
 
 def test_paths_are_read_as_tf_serving_reads_them(routes):
-    assert http._inference_route("/v1/models/m/versions/3:predict") == ("m", 3, None, "predict")
-    assert http._inference_route("/V1/MODELS/m/labels/l%20x:classify") == ("m", None, "l x", "classify")
+    assert http._inference_route("/v1/models/m/versions/3:predict") == ("m", 3, None, "predict", ServableRef("m", 3))
+    assert http._inference_route("/V1/MODELS/m/labels/l%20x:classify") == (
+        "m", None, "l x", "classify", ServableRef("m", None, "l x"))
     assert http._inference_route("/v1/models/m:PREDICT") is None  # the verb is compared as written
     assert http._inference_route("/v1/models/m") is None
     assert list(routes) == ["/v1/models/m/versions/3:predict", "/V1/MODELS/m/labels/l%20x:classify"]
@@ -35,7 +37,7 @@ def test_a_refused_path_raises_every_time_and_is_not_kept(routes):
 
 def test_the_remembered_paths_are_bounded(routes):
     for i in range(10):
-        assert http._inference_route(f"/v1/models/m{i}:predict") == (f"m{i}", None, None, "predict")
+        assert http._inference_route(f"/v1/models/m{i}:predict")[:4] == (f"m{i}", None, None, "predict")
     assert 0 < len(routes) <= 4
     long = "/v1/models/" + "m" * http.MAX_ROUTE_PATH + ":regress"
     assert http._inference_route(long)[3] == "regress" and long not in routes
