@@ -123,6 +123,8 @@ class Monitor:
     def advance(self) -> None:
         """Close every second that has ended (at most one hour's worth after a long pause)."""
         now = int(self.clock())
+        if now <= self.now:  # the second already open (nearly every request)
+            return
         start = max(self.now + 1, now - 3600)
         for t in range(start, now + 1):
             for track in (*self.tracks.values(), *self.gauges.values()):

@@ -229,18 +229,37 @@ def answerable(name: str, datatype: str) -> bool:
 def write(outputs: list[tuple[str, str, np.ndarray]], pretty: bool) -> bytes | None:
     """``answer``'s text for outputs already checked (``answerable``) and in the metadata's order, as
     (name, V2 type, array); None for a shape GenericTensor cannot hold."""
+    laid = layout([(name, datatype, data.shape) for name, datatype, data in outputs], pretty)
+    return None if laid is None else write_laid(laid, [data for _, _, data in outputs])
+
+
+Layout = tuple[str, tuple[tuple[str, str, str, str], ...], str, str]
+
+
+def layout(outputs: list[tuple[str, str, tuple[int, ...]]], pretty: bool) -> Layout | None:
+    """The text around the values of outputs of these names, V2 types and shapes (in the metadata's
+    order): (before the first, per output (its head, the separator of its values, its tail, how its
+    values are written), between two, after the last); None for a shape GenericTensor cannot hold."""
     before, between, after = _FRAMES[pretty]
-    parts = [before]
-    for i, (name, datatype, data) in enumerate(outputs):
-        if i:
-            parts.append(between)
-        shape = data.shape
+    each = []
+    for name, datatype, shape in outputs:
         if shape and max(shape) >= _UINT32:  # GenericTensor.shape is uint32: the general path refuses it
             return None
-        head, sep, tail = _head(pretty, name, datatype, shape, data.size == 0)
+        empty = 0 in shape
+        head, sep, tail = _head(pretty, name, datatype, tuple(shape), empty)
+        each.append((head, sep, tail, "" if empty else _ANSWER[datatype][2]))
+    return before, tuple(each), between, after
+
+
+def write_laid(laid: Layout, arrays: list[np.ndarray]) -> bytes:
+    """The answer's text: ``layout``'s text around the arrays' values (one array per output)."""
+    before, each, between, after = laid
+    parts = [before]
+    for i, ((head, sep, tail, how), data) in enumerate(zip(each, arrays, strict=True)):
+        if i:
+            parts.append(between)
         parts.append(head)
-        if data.size:
-            how = _ANSWER[datatype][2]
+        if how:
             flat = data.reshape(-1)
             if how == "float":
                 if flat.dtype == np.float16:

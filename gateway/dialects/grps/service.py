@@ -98,14 +98,12 @@ class GrpsService:
                 call = current()
                 data = await self.ctx.upstream.infer_bytes(
                     plan.model, plan.request(call.request_id if call is not None else "", inputs))
-                outputs = plan.read(data)
-                if outputs is not None and offload.inline(sum(a.nbytes for _, _, a in outputs)):
-                    body = plain.write(outputs, pretty)
-                    if body is not None:
-                        ok = True
-                        return body
+                arrays = plan.read(data)
+                if arrays is not None and offload.inline(sum(a.nbytes for a in arrays)):
+                    ok = True
+                    return plain.write_laid(plan.layout, arrays)
                 resp = codec_v2.decode_response(*codec_v2.parse_answer(data))
-                if outputs is None:
+                if arrays is None:
                     plan.learn(data, resp)
             size = sum(t.data.nbytes for t in resp.outputs)
             body = (plain.answer(resp, meta, pretty) if offload.inline(size)  # a large answer: in a thread

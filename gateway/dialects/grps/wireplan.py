@@ -27,17 +27,19 @@ MAX_PLANS = 1024  # per worker: the layouts clients send
 
 
 class Plan:
-    __slots__ = ("meta", "model", "header", "defaults", "dtypes", "form", "named", "order")
+    __slots__ = ("meta", "model", "header", "defaults", "dtypes", "pretty", "form", "order", "layout")
 
-    def __init__(self, meta: ModelMetadata, model: str, header: bytes, defaults: bytes, dtypes: tuple):
+    def __init__(self, meta: ModelMetadata, model: str, header: bytes, defaults: bytes, dtypes: tuple,
+                 pretty: bool):
         self.meta = meta  # the metadata object it was worked out under (a new one: a new plan)
         self.model = model  # the Triton model
         self.header = header  # codec.header(...) of the request: the client's inputs, then the defaults
         self.defaults = defaults  # the default inputs' raw contents entries
         self.dtypes = dtypes  # the numpy type each client input is sent as
+        self.pretty = pretty  # grps.pretty_json: how the answer is written
         self.form: codec.AnswerForm | None = None  # the form of the last answer read, once learned
-        self.named: tuple[tuple[str, str], ...] = ()  # its outputs' (name, V2 type), as Triton sends them
-        self.order: tuple[int, ...] = ()  # their indices in the metadata's order (mapping.ordered)
+        self.order: tuple[int, ...] = ()  # its outputs' indices in the metadata's order (mapping.ordered)
+        self.layout: plain.Layout | None = None  # the answer's text around their values (plain.layout)
 
     def request(self, request_id: str, inputs: list[Tensor]) -> bytes:
         """The request's ModelInfer bytes: ``serialize_request`` of ``gtensors_request``'s request."""
@@ -45,16 +47,15 @@ class Plan:
                   for t, want in zip(inputs, self.dtypes, strict=True)]
         return codec.wire_request_many(self.header, request_id, arrays, self.defaults)
 
-    def read(self, data: bytes) -> list[tuple[str, str, np.ndarray]] | None:
-        """The answer's outputs as ``plain.write`` takes them (in the metadata's order) when the
-        answer has the form learned last (``codec.AnswerForm``), else None: ``learn`` from
-        ``decode_response``'s answer."""
+    def read(self, data: bytes) -> list[np.ndarray] | None:
+        """The answer's outputs in the metadata's order, as ``plain.write_laid`` takes them with
+        ``layout``, when the answer has the form learned last (``codec.AnswerForm``), else None:
+        ``learn`` from ``decode_response``'s answer."""
         form = self.form
         arrays = form.read(data) if form is not None else None
         if arrays is None:
             return None
-        named = self.named
-        return [(named[i][0], named[i][1], arrays[i]) for i in self.order]
+        return [arrays[i] for i in self.order]
 
     def learn(self, data: bytes, resp: InferResponse) -> None:
         """Remember the form of an answer (its bytes, decoded) ``plain.write`` writes: fixed-size
@@ -66,8 +67,10 @@ class Plan:
             return
         rank = {s.name: i for i, s in enumerate(self.meta.outputs)}
         self.order = tuple(sorted(range(len(outs)), key=lambda i: rank.get(outs[i].name, len(rank))))
-        self.named = tuple((t.name, t.datatype) for t in outs)
-        self.form = codec.AnswerForm.learn(data, [t.data for t in outs], resp.version)
+        self.layout = plain.layout([(outs[i].name, outs[i].datatype, outs[i].data.shape) for i in self.order],
+                                   self.pretty)
+        if self.layout is not None:
+            self.form = codec.AnswerForm.learn(data, [t.data for t in outs], resp.version)
 
 
 def make(inputs: list[Tensor], meta: ModelMetadata, target: mapping.Target, cfg: GrpsSettings,
@@ -86,4 +89,4 @@ def make(inputs: list[Tensor], meta: ModelMetadata, target: mapping.Target, cfg:
         return None
     header = codec.header(req.model, req.version, [(t.name, t.datatype, t.data.shape) for t in req.inputs])
     dtypes = tuple(np.dtype(codec.RAW_NUMPY[t.datatype]) for t in inputs)
-    return Plan(meta, req.model, header, b"".join(defaults), dtypes)
+    return Plan(meta, req.model, header, b"".join(defaults), dtypes, cfg.pretty_json)
