@@ -83,6 +83,8 @@ class FakeUpstream:
         self.requests: list[tuple[InferRequest, float | None]] = []
         self.closed = 0
         self.consumed = 0
+        self.shared: int | None = None  # shared_from(): inputs from this size go through shared memory
+        self.wired = 0  # requests that came as ModelInfer bytes (infer_wire / infer_bytes)
 
     async def connect(self) -> None:
         pass
@@ -91,7 +93,7 @@ class FakeUpstream:
         return None  # large bodies in a buffer of the edge's own
 
     def shared_from(self):
-        return None  # no shared memory
+        return self.shared
 
     async def close(self) -> None:
         pass
@@ -107,6 +109,7 @@ class FakeUpstream:
     async def infer_wire(self, model: str, data: bytes):
         """``infer`` of a request given as ModelInfer bytes: recorded and answered as ``infer``'s
         (the bytes decoded), the answer as Triton's ModelInferResponse with raw contents."""
+        self.wired += 1
         msg = service_pb2.ModelInferRequest.FromString(data)
         assert msg.model_name == model
         tensors = [Tensor(t.name, _from_raw(raw, t.datatype, tuple(t.shape)), t.datatype)

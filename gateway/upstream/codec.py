@@ -451,27 +451,12 @@ def parse_response(data: bytes) -> tuple[service_pb2.ModelInferResponse, list[me
     view = memoryview(data)
     kept: list = []
     raws: list[memoryview] = []
-    pos = start = 0
-    end = len(data)
-    while pos < end:
-        tag, p = read_varint(data, pos)
-        wire = tag & 7
-        if wire == 2:
-            n, p = read_varint(data, p)
-            q = p + n
-        elif wire == 0:
-            q = read_varint(data, p)[1]
-        elif wire in (1, 5):
-            q = p + (8 if wire == 1 else 4)
-        else:
-            raise DecodeError(f"unexpected wire type {wire}")
-        if q > end:
-            raise DecodeError("field runs past the end of the message")
+    start = 0
+    for tag, begin, payload, end in _top_fields(data):
         if tag == RAW_OUTPUT_TAG:
-            kept.append(view[start:pos])
-            raws.append(view[p:q])
-            start = q
-        pos = q
+            kept.append(view[start:begin])
+            raws.append(view[payload:end])
+            start = end
     kept.append(view[start:])
     return service_pb2.ModelInferResponse.FromString(b"".join(kept)), raws
 

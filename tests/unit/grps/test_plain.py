@@ -327,19 +327,11 @@ async def test_predict_plain_answers_as_predict(doc, pretty):
         assert await outcome(fast, svc) == expected
 
 
-class _Answers(FakeUpstream):
-    """Triton's answers to the echo as a test scripts them; ``shared_from`` as configured."""
-
-    def __init__(self, answer, shared=None):
-        super().__init__(metas=[ECHO], infer=answer)
-        self.shared, self.wired = shared, 0
-
-    def shared_from(self):
-        return self.shared
-
-    async def infer_wire(self, model, data):
-        self.wired += 1
-        return await super().infer_wire(model, data)
+def _answers(answer, shared=None) -> FakeUpstream:
+    """Triton's answers to the echo as a test scripts them; ``shared_from`` as given."""
+    upstream = FakeUpstream(metas=[ECHO], infer=answer)
+    upstream.shared = shared
+    return upstream
 
 
 async def test_predict_plain_reads_answers_of_another_form_as_the_general_path(monkeypatch):
@@ -369,7 +361,7 @@ async def test_predict_plain_reads_answers_of_another_form_as_the_general_path(m
         return decode_response(msg, raws, views)
 
     monkeypatch.setattr(service_module.codec_v2, "decode_response", decode)
-    upstream = _Answers(answer)
+    upstream = _answers(answer)
     svc = GrpsService(GatewayContext(Settings(), upstream), config.GrpsSettings())
     for _ in sequence:
         model, inputs = plain.tensors(BENCH_BODY)
@@ -386,7 +378,7 @@ async def test_predict_plain_reads_answers_of_another_form_as_the_general_path(m
 
 
 async def test_predict_plain_leaves_inputs_for_shared_memory_to_the_general_path():
-    upstream = _Answers(_echo, shared=48)  # in2's 9 doubles (72 bytes) would go through shared memory
+    upstream = _answers(_echo, shared=48)  # in2's 9 doubles (72 bytes) would go through shared memory
     svc = GrpsService(GatewayContext(Settings(), upstream), config.GrpsSettings())
     model, inputs = plain.tensors(BENCH_BODY)
     text = await svc.predict_plain(model, inputs)

@@ -210,25 +210,11 @@ async def test_a_resolution_is_reused_without_a_call_while_the_cache_holds_its_s
     assert (await svc.resolve(ServableRef("hp3", version=124))).version == 124
 
 
-class _SharedFrom(FakeUpstream):
-    """An upstream that sends inputs of ``shared`` bytes or more through shared memory: the wire
-    plan leaves them to ``infer`` (which places them); smaller ones are written to the wire."""
-
-    def __init__(self, shared: int):
-        super().__init__(metas=[META], infer=_infer, index=INDEX)
-        self.shared, self.wired = shared, 0
-
-    def shared_from(self):
-        return self.shared
-
-    async def infer_wire(self, model, data):
-        self.wired += 1
-        return await super().infer_wire(model, data)
-
-
 async def test_an_input_for_shared_memory_takes_upstream_infer_not_the_wire_plan():
-    up = _SharedFrom(16)
-    svc = Service(GatewayContext(Settings(), up), config.TFServingConfig())
+    """Inputs of ``shared_from()`` bytes or more go through shared memory: the wire plan leaves them
+    to ``Upstream.infer`` (which places them); smaller ones are written to the wire."""
+    svc, up = service()
+    up.shared = 16
     target = await svc.resolve(ServableRef("hp3"))
     _, small = await svc.predict(target, {"x": np.array([1.0, 2.0, 3.0], np.float32)})  # 12 bytes: the wire
     assert up.wired == 1 and small["y"][0].tolist() == [3.5, 4.0, 4.5]
