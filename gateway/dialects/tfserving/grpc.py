@@ -65,7 +65,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
             if want is not None and want != v2:
                 raise invalid(f"Expects arg[{i}] to be {tf_type(want)} but {tf_type(v2)} is provided")
             inputs[alias] = arr
-        version, outs = await self.service.predict(target, inputs, list(request.output_filter))
+        version, outs = await self.service.predict(target, inputs, request.output_filter[:])  # sliced: a list, at once
         resp = predict_pb2.PredictResponse()
         protocodec.model_spec(target.model, version or target.version, target.signature.name, into=resp.model_spec)
         for alias, (arr, v2) in outs.items():
