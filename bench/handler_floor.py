@@ -33,7 +33,7 @@ from gateway.dialects.tfserving.http import dispatch
 from gateway.dialects.tfserving.service import Service
 from gateway.edge import Edge
 from gateway.settings import Settings
-from gateway.upstream import TritonUpstream, codec
+from gateway.upstream import TritonUpstream
 
 MODEL = "saved_model_half_plus_three"
 BODY = b'{"instances": [1.0, 2.0, 5.0, 7.0]}'
@@ -58,13 +58,10 @@ class CannedTriton(TritonUpstream):
     async def connect(self) -> None:
         self._channel = object()
 
-        async def model_infer(data: bytes, timeout: float, **_grpc_kw):
-            return codec.parse_response(ANSWER)  # what the channel's deserializer gives
-
         async def model_infer_bytes(data: bytes, timeout: float, **_grpc_kw):
             return ANSWER  # the answer as gRPC receives it (infer_bytes)
 
-        self._model_infer, self._model_infer_bytes = model_infer, model_infer_bytes
+        self._model_infer_bytes = model_infer_bytes
 
     async def _idempotent(self, method: str, request, timeout: float | None = None):
         if method == "RepositoryIndex":

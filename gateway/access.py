@@ -263,10 +263,6 @@ class ModelScope:
         self._check(req.model)
         return await self.upstream.infer(req, views)
 
-    async def infer_wire(self, model: str, data: bytes):
-        self._check(model)
-        return await self.upstream.infer_wire(model, data)
-
     async def infer_bytes(self, model: str, data: bytes):
         self._check(model)
         return await self.upstream.infer_bytes(model, data)

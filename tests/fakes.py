@@ -84,7 +84,7 @@ class FakeUpstream:
         self.closed = 0
         self.consumed = 0
         self.shared: int | None = None  # shared_from(): inputs from this size go through shared memory
-        self.wired = 0  # requests that came as ModelInfer bytes (infer_wire / infer_bytes)
+        self.wired = 0  # requests that came as ModelInfer bytes (infer_bytes)
 
     async def connect(self) -> None:
         pass
@@ -106,9 +106,9 @@ class FakeUpstream:
             raise GatewayError(ErrorKind.UNAVAILABLE, "no infer scripted")
         return self._infer(req)
 
-    async def infer_wire(self, model: str, data: bytes):
+    async def infer_bytes(self, model: str, data: bytes) -> bytes:
         """``infer`` of a request given as ModelInfer bytes: recorded and answered as ``infer``'s
-        (the bytes decoded), the answer as Triton's ModelInferResponse with raw contents."""
+        (the bytes decoded), the answer as Triton's ModelInferResponse bytes with raw contents."""
         self.wired += 1
         msg = service_pb2.ModelInferRequest.FromString(data)
         assert msg.model_name == model
@@ -121,12 +121,7 @@ class FakeUpstream:
             out.outputs.add(name=t.name, datatype=t.datatype, shape=t.shape)
             out.raw_output_contents.append(datatypes.encode_bytes(t.data) if t.datatype == "BYTES"
                                            else np.ascontiguousarray(t.data).tobytes())
-        return out, None
-
-    async def infer_bytes(self, model: str, data: bytes) -> bytes:
-        """``infer_wire``'s answer as Triton's bytes."""
-        msg, _ = await self.infer_wire(model, data)
-        return msg.SerializeToString()
+        return out.SerializeToString()
 
     async def stream(self, req):
         self.requests.append((req, _deadline(stream=True)))

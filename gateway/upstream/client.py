@@ -64,14 +64,11 @@ class Upstream(Protocol):
         received (``codec.decode_response``), for a caller that writes them out as they are."""
         ...
 
-    async def infer_wire(self, model: str, data: bytes) -> tuple[Any, list | None]:
-        """ModelInfer of a request already written as wire bytes: the ModelInferResponse and its raw
-        contents (None: the message's own)."""
-        ...
-
     async def infer_bytes(self, model: str, data: bytes) -> bytes:
-        """``infer_wire`` answering the ModelInferResponse's wire bytes, not parsed (for a caller that
-        reads answers of a form it knows: ``codec.AnswerForm``)."""
+        """ModelInfer of a request already written as wire bytes (``codec.wire_request``), with
+        ``infer``'s deadline, errors, metrics and tracing: the ModelInferResponse's bytes as gRPC
+        received them (``codec.parse_answer`` parses them; a planned request's answers are read by
+        their learned form, ``codec.AnswerForm``)."""
         ...
 
     def stream(self, req: InferRequest) -> AsyncIterator[InferResponse]: ...
@@ -83,7 +80,7 @@ class Upstream(Protocol):
 
     def shared_from(self) -> int | None:
         """The size from which ``infer`` hands an input to Triton through shared memory (None: never);
-        a caller writing its own request bytes for ``infer_wire`` writes only smaller inputs."""
+        a caller writing its own request bytes for ``infer_bytes`` writes only smaller inputs."""
         ...
 
     async def model_metadata(self, model: str, version: str = "") -> ModelMetadata: ...
@@ -208,13 +205,10 @@ class TritonUpstream:
             else:
                 self._channel = grpc.aio.insecure_channel(self.target, options=self.options)
             self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
-            # ModelInfer with requests serialized by codec.serialize_request (tensor data copied once),
-            # answers parsed by codec.parse_response (a large answer's tensor data not copied)
+            # ModelInfer with requests written as wire bytes (codec.serialize_request, codec.wire_request),
+            # answers as gRPC received them (codec.parse_answer: a large answer's tensor data not copied)
             # (a registered method, as generated stubs declare theirs: gRPC interns its path once)
-            self._model_infer = self._channel.unary_unary(
-                "/inference.GRPCInferenceService/ModelInfer", response_deserializer=codec.parse_response,
-                _registered_method=True)
-            self._model_infer_bytes = self._channel.unary_unary(  # the answer as gRPC received it
+            self._model_infer_bytes = self._channel.unary_unary(
                 "/inference.GRPCInferenceService/ModelInfer", _registered_method=True)
             if self._shm_sizes is not None and self.arena is None:
                 # registered in the background: a worker starts at once, Triton up or not
@@ -303,28 +297,19 @@ class TritonUpstream:
         arena, leases = self.arena, []  # slices of the shared-memory region this request's inputs took
         try:
             try:
-                resp, raws = await self.infer_wire(req.model, codec.serialize_request(req, arena, leases))
+                answer = await self.infer_bytes(req.model, codec.serialize_request(req, arena, leases))
             except GatewayError as err:
                 if not leases or not arena.lost(err.message):
                     raise
                 # Triton restarted and forgot the region; the request never ran: once more, over the wire
-                resp, raws = await self.infer_wire(req.model, codec.serialize_request(req))
+                answer = await self.infer_bytes(req.model, codec.serialize_request(req))
         finally:
             if leases:
                 arena.free(leases)
-        return codec.decode_response(resp, raws, views)
-
-    async def infer_wire(self, model: str, data: bytes) -> tuple[service_pb2.ModelInferResponse, list | None]:
-        """ModelInfer of a request already in wire bytes (``codec.wire_request``): Triton's answer
-        and its raw contents (``codec.parse_response``), with ``infer``'s deadline, errors, metrics
-        and tracing."""
-        if self._channel is None:
-            raise GatewayError(ErrorKind.INTERNAL, "upstream used before connect()")
-        with _translate("ModelInfer", model), tracing.upstream("ModelInfer", model) as md:
-            return await self._model_infer(data, timeout=self._timeout(), metadata=md)
+        return codec.decode_response(*codec.parse_answer(answer), views)
 
     async def infer_bytes(self, model: str, data: bytes) -> bytes:
-        """``infer_wire`` whose answer is the ModelInferResponse's bytes as gRPC received them."""
+        """ModelInfer of a request already in wire bytes: the answer's bytes as gRPC received them."""
         if self._channel is None:
             raise GatewayError(ErrorKind.INTERNAL, "upstream used before connect()")
         with _translate("ModelInfer", model), tracing.upstream("ModelInfer", model) as md:

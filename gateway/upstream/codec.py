@@ -133,18 +133,10 @@ def header(model: str, version: str, inputs, outputs=()) -> bytes:
     return b"".join(out)
 
 
-def wire_request(head: bytes, request_id: str, arr: np.ndarray) -> bytes:
-    """The ModelInferRequest of ``header(...)`` with one input, ``id`` and ``arr`` (already of the
-    input's numpy type) as its raw contents: what ``serialize_request`` writes for the same request,
-    the contents copied once."""
-    rid = _delimited(3, request_id.encode()) if request_id else b""
-    raw = contents(arr)
-    return b"".join((head, rid, RAW_INPUT_TAG, varint(raw.nbytes if type(raw) is memoryview else len(raw)), raw))
-
-
-def wire_request_many(head: bytes, request_id: str, arrays, tail: bytes = b"") -> bytes:
-    """``wire_request`` of several inputs: ``header(...)``, ``id``, each array (already of its
-    input's numpy type) as a raw contents entry, then ``tail`` (entries written once: ``raw_entry``)."""
+def wire_request(head: bytes, request_id: str, arrays, tail: bytes = b"") -> bytes:
+    """The ModelInferRequest of ``header(...)`` with ``id`` and each array (already of its input's
+    numpy type) as a raw contents entry, then ``tail`` (entries written once: ``raw_entry``): what
+    ``serialize_request`` writes for the same request, the contents copied once."""
     pieces = [head, _delimited(3, request_id.encode()) if request_id else b""]
     for arr in arrays:
         raw = contents(arr)

@@ -218,19 +218,13 @@ def answer(resp: InferResponse, meta: ModelMetadata, pretty: bool) -> bytes | No
             return None
     if len(outputs) > 1:
         outputs = mapping.ordered(outputs, meta)
-    return write([(t.name, t.datatype, t.data) for t in outputs], pretty)
+    laid = layout([(t.name, t.datatype, t.data.shape) for t in outputs], pretty)
+    return None if laid is None else write_laid(laid, [t.data for t in outputs])
 
 
 def answerable(name: str, datatype: str) -> bool:
-    """Whether ``write`` takes an output of this name and V2 type (a numeric type GRPS expresses)."""
+    """Whether ``answer`` writes an output of this name and V2 type (a numeric type GRPS expresses)."""
     return bool(name) and datatype in _ANSWER
-
-
-def write(outputs: list[tuple[str, str, np.ndarray]], pretty: bool) -> bytes | None:
-    """``answer``'s text for outputs already checked (``answerable``) and in the metadata's order, as
-    (name, V2 type, array); None for a shape GenericTensor cannot hold."""
-    laid = layout([(name, datatype, data.shape) for name, datatype, data in outputs], pretty)
-    return None if laid is None else write_laid(laid, [data for _, _, data in outputs])
 
 
 Layout = tuple[str, tuple[tuple[str, str, str, str], ...], str, str]

@@ -99,12 +99,14 @@ class GrpsService:
                 data = await self.ctx.upstream.infer_bytes(
                     plan.model, plan.request(call.request_id if call is not None else "", inputs))
                 arrays = plan.read(data)
-                if arrays is not None and offload.inline(sum(a.nbytes for a in arrays)):
+                if arrays is not None:
+                    size = sum(a.nbytes for a in arrays)
+                    body = (plain.write_laid(plan.layout, arrays) if offload.inline(size)  # a large one: in a thread
+                            else await offload.run(size, plain.write_laid, plan.layout, arrays))
                     ok = True
-                    return plain.write_laid(plan.layout, arrays)
+                    return body
                 resp = codec_v2.decode_response(*codec_v2.parse_answer(data))
-                if arrays is None:
-                    plan.learn(data, resp)
+                plan.learn(data, resp)
             size = sum(t.data.nbytes for t in resp.outputs)
             body = (plain.answer(resp, meta, pretty) if offload.inline(size)  # a large answer: in a thread
                     else await offload.run(size, plain.answer, resp, meta, pretty))

@@ -45,7 +45,7 @@ class Plan:
         """The request's ModelInfer bytes: ``serialize_request`` of ``gtensors_request``'s request."""
         arrays = [t.data if t.data.dtype == want else t.data.astype(want)
                   for t, want in zip(inputs, self.dtypes, strict=True)]
-        return codec.wire_request_many(self.header, request_id, arrays, self.defaults)
+        return codec.wire_request(self.header, request_id, arrays, self.defaults)
 
     def read(self, data: bytes) -> list[np.ndarray] | None:
         """The answer's outputs in the metadata's order, as ``plain.write_laid`` takes them with
@@ -58,15 +58,15 @@ class Plan:
         return [arrays[i] for i in self.order]
 
     def learn(self, data: bytes, resp: InferResponse) -> None:
-        """Remember the form of an answer (its bytes, decoded) ``plain.write`` writes: fixed-size
+        """Remember the form of an answer (its bytes, decoded) ``plain.answer`` writes: fixed-size
         types only, each with its raw contents; of any other answer, nothing."""
         outs = resp.outputs
         self.form = None
         if not outs or any(t.datatype not in codec.RAW_NUMPY or not plain.answerable(t.name, t.datatype)
                            or type(t.data) is not np.ndarray for t in outs):
             return
-        rank = {s.name: i for i, s in enumerate(self.meta.outputs)}
-        self.order = tuple(sorted(range(len(outs)), key=lambda i: rank.get(outs[i].name, len(rank))))
+        at = {id(t): i for i, t in enumerate(outs)}
+        self.order = tuple(at[id(t)] for t in mapping.ordered(outs, self.meta))
         self.layout = plain.layout([(outs[i].name, outs[i].datatype, outs[i].data.shape) for i in self.order],
                                    self.pretty)
         if self.layout is not None:

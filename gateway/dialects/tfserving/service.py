@@ -87,8 +87,8 @@ class Service:
         data = await self.ctx.upstream.infer_bytes(
             plan.target.signature.triton,
             codec.wire_request(wire.header, call.request_id if call is not None else "",
-                               arr if arr.dtype == want else arr.astype(want)))
-        form = wire.form[0]
+                               (arr if arr.dtype == want else arr.astype(want),)))
+        form = wire.form
         arrays = form.read(data) if form is not None else None
         if arrays is not None:  # the form of the answers before it: read without parsing the message
             version = form.version
@@ -98,7 +98,7 @@ class Service:
             if arrays is None:  # not the answer the metadata promised: as any other answer
                 return msg.model_version, _outputs(plan, codec.decode_response(msg, raws))
             version = msg.model_version
-            wire.form[0] = codec.AnswerForm.learn(data, arrays, version)
+            wire.form = codec.AnswerForm.learn(data, arrays, version)
         return version, {alias: (_shaped(plan, a), datatype) for (alias, _), (_, datatype, _), a
                          in zip(plan.outputs, wire.outputs, arrays, strict=True)}
 
@@ -162,7 +162,7 @@ class _Plan:
     wire: _Wire | None  # the request's bytes and the answer's arrays without neutral tensors (None: through them)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Wire:
     """A predict of one input and outputs of fixed-size numeric types, none converted (no
     half_as_float): the request header (``codec.header``: an element-wise input in the shape it is
@@ -173,7 +173,7 @@ class _Wire:
     header: bytes
     dtype: np.dtype
     outputs: tuple[tuple[str, str, np.dtype], ...]
-    form: list = field(default_factory=lambda: [None], compare=False)  # [the AnswerForm last learned]
+    form: codec.AnswerForm | None = field(default=None, compare=False)  # learned from the last answer decoded
 
 
 def _outputs(plan: _Plan, resp: InferResponse) -> Outputs:
@@ -218,13 +218,13 @@ def _plan(target: Target, inputs: dict[str, np.ndarray], output_filter, wire_cap
     names = [s.name for _, s in outs]
     wire = None
     if wire_capable and len(planned) == 1 and not sig.half_as_float \
-            and planned[0][1] in codec.RAW_NUMPY and all(s.datatype in codec.RAW_NUMPY for _, s in outs) \
-            and (shared_from is None
-                 or next(iter(inputs.values())).size * np.dtype(codec.RAW_NUMPY[planned[0][1]]).itemsize < shared_from):
+            and planned[0][1] in codec.RAW_NUMPY and all(s.datatype in codec.RAW_NUMPY for _, s in outs):
         (name, datatype, _, sent), arr = planned[0], next(iter(inputs.values()))
-        head = codec.header(sig.triton, target.triton_version, [(name, datatype, arr.shape if sent is None else sent)], names)
-        wire = _Wire(head, np.dtype(codec.RAW_NUMPY[datatype]),
-                     tuple((s.name, s.datatype, np.dtype(codec.RAW_NUMPY[s.datatype])) for _, s in outs))
+        dtype = np.dtype(codec.RAW_NUMPY[datatype])
+        if shared_from is None or arr.size * dtype.itemsize < shared_from:
+            head = codec.header(sig.triton, target.triton_version, [(name, datatype, arr.shape if sent is None else sent)],
+                                names)
+            wire = _Wire(head, dtype, tuple((s.name, s.datatype, np.dtype(codec.RAW_NUMPY[s.datatype])) for _, s in outs))
     return _Plan(target, tuple(planned), tuple((alias, spec.name) for alias, spec in outs), names,
                  bool(added) and all(added), like, wire)
 

@@ -21,7 +21,7 @@ from gateway.dialects.tfserving import config
 from gateway.dialects.tfserving.mapping import Signature, Target
 from gateway.dialects.tfserving.service import Service
 from gateway.settings import Settings
-from gateway.upstream import TritonUpstream, codec
+from gateway.upstream import TritonUpstream
 
 NUMERIC = ["FP32", "FP64", "INT32", "INT64", "UINT8", "INT8", "BOOL", "FP16"]
 TYPES = NUMERIC + ["BYTES"]
@@ -30,7 +30,7 @@ TYPES = NUMERIC + ["BYTES"]
 class RecordingTriton(TritonUpstream):
     """The real upstream client but for the wire: every ModelInfer's bytes recorded, the answer made
     by ``answer(request message) -> ModelInferResponse`` (or by each of a list of them in turn) and
-    handed over as grpc would: parsed (``infer_wire``) or as its bytes (``infer_bytes``)."""
+    handed over as grpc would: as its bytes."""
 
     def __init__(self, answer):
         super().__init__("127.0.0.1:1")
@@ -43,13 +43,10 @@ class RecordingTriton(TritonUpstream):
             turn = answers[(len(self.sent) - 1) % len(answers)]
             return turn(service_pb2.ModelInferRequest.FromString(data)).SerializeToString()
 
-        async def model_infer(data: bytes, timeout: float, **_grpc_kw):
-            return codec.parse_response(answered(data))
-
         async def model_infer_bytes(data: bytes, timeout: float, **_grpc_kw):
             return answered(data)
 
-        self._model_infer, self._model_infer_bytes = model_infer, model_infer_bytes
+        self._model_infer_bytes = model_infer_bytes
 
 
 def _raw(datatype: str, shape: tuple[int, ...], seed: int) -> bytes:
