@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from sanic import Sanic, response
 
-from gateway import metrics
+from gateway import httpbody, metrics
 from gateway.context import GatewayContext
 from gateway.dialect import DefaultRendering, Dialect, ListenerSpec
 from gateway.edge import Edge
@@ -50,7 +50,7 @@ def attach(app: Sanic, edge: Edge, state: State) -> None:
     async def prometheus(_request):
         metrics.UPSTREAM_READY.set(1 if await ctx.upstream.server_ready() else 0)
         body, content_type = metrics.exposition()
-        return response.raw(body, content_type=content_type)
+        return httpbody.raw(body, content_type=content_type)
 
     # probes stay open on a listener with API keys; /metrics asks for a key there
     edge.route(app, health, "/health", ["GET"], "health", admit=False, public=True)

@@ -1,6 +1,7 @@
-"""A large answer written after its header (gateway/httpbody.py ``Unjoined``: GRPS bin_data, V2 REST) is,
-on the wire, the answer sanic writes for the same HTTPResponse: same status line, headers and body,
-GET and HEAD."""
+"""The gateway's answers (gateway/httpbody.py) are, on the wire, what sanic writes for the same
+HTTPResponse: ``Answer``'s header lines are sanic's for any names and values, and a large answer
+written after its header (``Unjoined``: GRPS bin_data, V2 REST) has the same status line, headers
+and body, GET and HEAD."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import asyncio
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sanic import HTTPResponse
 
 from gateway.http import make_app
-from gateway.httpbody import Unjoined
+from gateway.httpbody import Answer, Unjoined
 from tests.support import free_port, worker_settings
 
 SIZES = [0, 1, 70_000, 3 * 2**20 + 1]
@@ -62,3 +65,33 @@ async def test_an_unjoined_answer_is_the_same_bytes_on_the_wire(port, method):
         plain = await _exchange(port, reqs["plain"], 2)
         unjoined = await _exchange(port, reqs["unjoined"], 2)  # twice: the connection stays usable
         assert unjoined == plain and len(plain[0]) >= n * (method == "GET")
+
+
+# header names and values as clients and handlers may give them: printable text, CR/LF/NUL, tabs,
+# non-ASCII, lone surrogates (sanic's surrogateescape), numbers (content-length)
+_TEXT = st.text(st.sampled_from(list("aZ0-_ :;,=/\"é\t\r\n\x00\x7f\x85") + ["\udc80", "\ud800"]), max_size=12)
+_HEADERS = st.lists(st.tuples(_TEXT.filter(bool), st.one_of(_TEXT, st.integers(0, 10**12))), max_size=6)
+
+
+def _lines(cls, status: int, pairs: list) -> tuple[str, object]:
+    resp = cls(b"x", status=status, content_type="application/json")
+    for name, value in pairs:
+        resp.headers.add(name, value)
+    try:
+        return "ok", list(resp.processed_headers)
+    except UnicodeError as exc:
+        return "error", type(exc)
+
+
+@settings(max_examples=600, deadline=None)
+@given(_HEADERS, st.sampled_from([200, 204, 304, 404]))
+def test_an_answers_header_lines_are_sanics(pairs, status):
+    """``Answer.processed_headers`` encodes a printable name or value as it is, the rest through
+    sanic's stripping: the lines (or the encoding error) are sanic's own for any headers."""
+    assert _lines(Answer, status, pairs) == _lines(HTTPResponse, status, pairs)
+
+
+def test_a_header_value_with_a_line_break_is_stripped_as_sanic_strips_it():
+    pairs = [("x-request-id", "a\r\nset-cookie: b"), ("x-n", 38)]
+    assert _lines(Answer, 200, pairs) == ("ok", [(b"x-request-id", b"aset-cookie: b"), (b"x-n", b"38"),
+                                                 (b"content-type", b"application/json")])

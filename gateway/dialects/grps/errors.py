@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 
 import grpc
-from sanic import response
 
+from gateway import httpbody
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.dialect import GrpcStatus
 
@@ -93,7 +93,7 @@ class Rendering:
         if not self.cfg.http_error_status and err.kind not in _BEFORE_GRPS:
             code = 200  # the C++ server answers HTTP 200 with the failure in the body
         body = codec.message_to_json(msg, self.cfg.pretty_json)
-        return response.raw(body, status=code, content_type="application/json")
+        return httpbody.raw(body, status=code, content_type="application/json")
 
     def grpc(self, err: GatewayError) -> GrpcStatus | codec.GrpsMessage:
         if err.kind in _BEFORE_GRPS:

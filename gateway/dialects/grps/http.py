@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import numpy as np
-from sanic import Request, Sanic, response
+from sanic import Request, Sanic
 
 from gateway import httpbody, offload
 from gateway.call import stream_headers
@@ -46,12 +46,12 @@ def _answer(request: Request, msg: codec.GrpsMessage, ndarray: np.ndarray | byte
         return httpbody.raw(ndarray, content_type=OCTET)  # a large one: not joined to its header
     pretty = _svc(request).cfg.pretty_json
     if ndarray is not None:
-        return response.raw(codec.ndarray_to_json(msg, ndarray, pretty), content_type=JSON)
+        return httpbody.raw(codec.ndarray_to_json(msg, ndarray, pretty), content_type=JSON)
     if msg.WhichOneof("data_oneof") == "bin_data":
-        return response.raw(msg.bin_data, content_type=OCTET)
+        return httpbody.raw(msg.bin_data, content_type=OCTET)
     status = msg.status.code if msg.status.status == codec.FAILURE else 200
     body = codec.message_to_json(msg, pretty)
-    return response.raw(body, status=_http_status(request, status), content_type=JSON)
+    return httpbody.raw(body, status=_http_status(request, status), content_type=JSON)
 
 
 def _http_status(request: Request, code: int) -> int:
@@ -84,7 +84,7 @@ async def _predict(request: Request):
         if found is not None and not _streaming(request, svc, doc):
             model, inputs = found
             body = await svc.predict_plain(model or request.args.get("model", ""), inputs)
-            return response.raw(body, content_type=JSON)
+            return httpbody.raw(body, content_type=JSON)
     msg, ndarray, streaming = await _decode_predict(request, svc, doc)
     if streaming and return_ndarray:
         raise invalid("Streaming and ret ndarray are not supported at the same time.")

@@ -10,8 +10,9 @@ from __future__ import annotations
 from importlib import resources
 
 import orjson
-from sanic import Request, Sanic, response
+from sanic import Request, Sanic
 
+from gateway import httpbody
 from gateway.edge import Edge
 
 from . import codec
@@ -24,19 +25,19 @@ def add_routes(app: Sanic, edge: Edge, monitor: Monitor) -> None:
     html = PAGE.read_bytes()
 
     async def page(_request: Request):
-        return response.raw(html, content_type="text/html; charset=utf-8")
+        return httpbody.raw(html, content_type="text/html; charset=utf-8")
 
     async def series(request: Request):
         name = request.args.get("name", "")
         data = monitor.series(name)
         if data is None:
             msg = codec.failure(404, f"Not found metric: {name}")
-            return response.raw(codec.message_to_json(msg), status=404, content_type="application/json")
-        return response.raw(orjson.dumps(data), content_type="application/json")
+            return httpbody.raw(codec.message_to_json(msg), status=404, content_type="application/json")
+        return httpbody.raw(orjson.dumps(data), content_type="application/json")
 
     async def names(_request: Request):
         monitor.advance()
-        return response.raw(orjson.dumps(monitor.names()), content_type="application/json")
+        return httpbody.raw(orjson.dumps(monitor.names()), content_type="application/json")
 
     edge.route(app, page, "/", ["GET"], "monitor_root", admit=False)
     edge.route(app, page, "/grps/v1/monitor/metrics", ["GET"], "monitor_metrics", admit=False)

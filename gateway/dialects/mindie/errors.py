@@ -13,8 +13,8 @@ openai SDK to a retried RateLimitError.
 from __future__ import annotations
 
 import orjson
-from sanic import response
 
+from gateway import httpbody
 from gateway.call import current
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.dialect import DefaultRendering
@@ -72,4 +72,4 @@ class Rendering(DefaultRendering):
         call = current()
         if err.kind is ErrorKind.UNAUTHENTICATED and call is not None and call.route in OPENAI_ROUTES:
             body = openai_unauthenticated(err)
-        return response.raw(orjson.dumps(body), status=status or code, content_type="application/json")
+        return httpbody.raw(orjson.dumps(body), status=status or code, content_type="application/json")

@@ -17,6 +17,7 @@ import re
 import orjson
 from sanic import Request, Sanic, response
 
+from gateway import httpbody
 from gateway.edge import Edge
 
 from . import validate as v
@@ -29,7 +30,7 @@ VERSION = "gateway"  # /info's "version" too: this is not a MindIE release
 
 
 def _json(obj) -> response.HTTPResponse:
-    return response.raw(orjson.dumps(obj), content_type="application/json")
+    return httpbody.raw(orjson.dumps(obj), content_type="application/json")
 
 
 class TritonMeta:
@@ -84,7 +85,7 @@ class TritonMeta:
         if not _ID.match(stop_id):
             raise v.invalid(BAD_ID)
         if not self.h.running.stop(stop_id):
-            return response.raw(orjson.dumps({"error": f"RequestId is {stop_id} not found.",
+            return httpbody.raw(orjson.dumps({"error": f"RequestId is {stop_id} not found.",
                                               "error_type": "NotFoundError"}),
                                 status=404, content_type="application/json")
         return _json(body)  # MindIE echoes the request body

@@ -10,8 +10,8 @@ full" (shared_batch_scheduler.h), so REST answers 503 and gRPC UNAVAILABLE.
 from __future__ import annotations
 
 import grpc
-from sanic import response
 
+from gateway import httpbody
 from gateway.core.bounded import clip
 from gateway.core.errors import ErrorKind, GatewayError, invalid, not_found
 from gateway.dialect import GrpcStatus
@@ -92,7 +92,7 @@ class Rendering:
     def http(self, err: GatewayError, status: int | None = None):
         code, body = http_error(err)
         ctype = PAGE_CONTENT_TYPE if isinstance(err, PageError) else "application/json"
-        return response.raw(body, status=status or code, content_type=ctype)
+        return httpbody.raw(body, status=status or code, content_type=ctype)
 
     def grpc(self, err: GatewayError) -> GrpcStatus:
         return GrpcStatus(*grpc_error(err))

@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote
 
-from sanic import Request, Sanic, response
+from sanic import Request, Sanic
 
-from gateway import offload
+from gateway import httpbody, offload
 from gateway.call import current
 from gateway.core import bounded
 from gateway.core.bounded import check_name
@@ -35,7 +35,7 @@ JSON = "application/json"
 
 def attach(app: Sanic, edge: Edge, service: Service) -> None:
     async def tfserving(request: Request, path: str):
-        return response.raw(await dispatch(service, request), content_type=JSON)
+        return httpbody.raw(await dispatch(service, request), content_type=JSON)
 
     edge.route(app, tfserving, "/<path:path>", ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"], "rest")
 

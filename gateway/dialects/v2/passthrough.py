@@ -23,10 +23,9 @@ from dataclasses import dataclass
 
 import grpc
 from google.protobuf.message import DecodeError
-from sanic import response
 from tritonclient.grpc import service_pb2
 
-from gateway import tracing
+from gateway import httpbody, tracing
 from gateway.access import AUTHORIZATION, ModelScope, unknown_model
 from gateway.call import current
 from gateway.context import DialectContext
@@ -153,7 +152,7 @@ class Rendering(DefaultRendering):
                 status = 403
             else:
                 status = getattr(err, "http_status", None) or HTTP_STATUS[err.kind]
-        return response.raw(rjson.error(err.message), status=status, content_type="application/json")
+        return httpbody.raw(rjson.error(err.message), status=status, content_type="application/json")
 
     def grpc(self, err: GatewayError) -> GrpcStatus:
         if isinstance(err, UpstreamStatus):

@@ -35,6 +35,7 @@ import aiohttp
 import orjson
 from sanic import Request, Sanic, response
 
+from gateway import httpbody
 from gateway.call import current, stream_headers
 from gateway.context import GatewayContext
 from gateway.core.errors import ErrorKind, GatewayError
@@ -289,7 +290,7 @@ class Coordinator:
             async with self.session.post(inst.url + self._path(request), data=raw, headers=headers) as r:
                 ctype = r.headers.get("Content-Type", "application/json")
                 if not ctype.startswith("text/event-stream"):
-                    return response.raw(await r.read(), status=r.status, content_type=ctype)
+                    return httpbody.raw(await r.read(), status=r.status, content_type=ctype)
                 resp = await request.respond(status=r.status, content_type=ctype, headers=stream_headers(STREAM_HEADERS))
                 async for data in r.content.iter_any():
                     await resp.send(data)
@@ -355,7 +356,7 @@ class Coordinator:
                 p_busy = False
                 if status != 200:  # P's own answer (validation, hand-off failure): forwarded unchanged
                     if resp is None:
-                        return response.raw(data, status=status, content_type=ctype or "application/json")
+                        return httpbody.raw(data, status=status, content_type=ctype or "application/json")
                     return await fail(data.decode("utf-8", "replace"), status)
                 try:
                     env = orjson.loads(data)
@@ -372,7 +373,7 @@ class Coordinator:
                         await resp.eof()
                         return None
                 elif last:
-                    return response.raw(output.encode(), content_type="application/json")
+                    return httpbody.raw(output.encode(), content_type="application/json")
                 first = True
                 while True:
                     try:
@@ -396,13 +397,13 @@ class Coordinator:
                             await resp.send(item.body)
                     elif item.kind == rec.LAST:
                         if not stream:
-                            return response.raw(item.body, content_type="application/json")
+                            return httpbody.raw(item.body, content_type="application/json")
                         await resp.send(item.body)
                         await resp.eof()
                         return None
                     elif item.kind == rec.ERROR:
                         if not stream:  # MindIE answers 200; an error status lets clients raise
-                            return response.raw(item.body, status=500, content_type="application/json")
+                            return httpbody.raw(item.body, status=500, content_type="application/json")
                         await resp.send(item.body)
                         await resp.eof()
                         return None
