@@ -164,7 +164,7 @@ def _fast(value, v2: str, bools: bool) -> np.ndarray | None:
     if v2 in _FLOATS:
         if kind not in "iuf":
             return None
-        if v2 == "FP64" or kind != "f" or arr.size <= _SHORT and _within_float32(arr):
+        if v2 == "FP64" or kind != "f" or arr.size <= _SHORT and _within_float32(arr, value):
             return arr.astype(datatypes.by_v2(v2).numpy, copy=False)  # no value past float32's range
         with np.errstate(over="ignore"):  # such a value becomes inf, as TF's cast makes it
             return arr.astype(np.float32)
@@ -180,9 +180,11 @@ _SHORT = 32  # arrays up to this size are checked against float32's range in Pyt
 _FLT_MAX = float(np.finfo(np.float32).max)
 
 
-def _within_float32(arr: np.ndarray) -> bool:
-    """Whether no value of a float64 array is past float32's range (casting it then warns of nothing)."""
-    return max(map(abs, arr.ravel().tolist()), default=0.0) <= _FLT_MAX
+def _within_float32(arr: np.ndarray, value: list) -> bool:
+    """Whether no value of a float64 array (numpy's reading of the JSON list ``value``) is past
+    float32's range (casting it then warns of nothing). A flat list's own numbers are compared
+    (ints among floats compare as numpy reads them), not copied out of the array first."""
+    return max(map(abs, value if arr.ndim == 1 else arr.ravel().tolist()), default=0.0) <= _FLT_MAX
 
 
 def _check_size(value, v2: str, name: str) -> None:
