@@ -16,6 +16,9 @@ left as sanic's own reader leaves it at the end of the body. Routes that take a 
 ``request.body`` as a ``memoryview`` (bytes-like: ``len``, slices, ``bytes()``, orjson,
 ``b"".join`` take it). Chunked bodies, HTTP/2+ and small bodies take sanic's reader.
 
+A small body that has already arrived whole (with its header, nearly always) is taken as it is
+(``received``), without sanic's reader and its chunk list.
+
 ``raw(body, ...)`` is ``sanic.response.raw``, and every dialect's answers are made by it: an
 ``Answer``, whose header lines are encoded without sanic's character stripping where there is
 nothing to strip (printable names and values: the same bytes, ~4 µs less for an answer's four
@@ -43,6 +46,26 @@ from sanic.http.http1 import HTTP_CONTINUE, Http
 
 MIN_BYTES = 1 << 20  # smaller bodies: sanic's reader (the copies cost less than the difference)
 UNJOINED_MIN = 1 << 16  # smaller answers: one write of header and body
+
+
+def received(stream) -> bytes | None:
+    """The whole body when sanic has already received all of it (a small request's body nearly
+    always comes in the same read as its header), else None for sanic's reader to read: the bytes
+    and the stream's state are what ``request.receive_body()`` leaves, without its async generator
+    and its list of chunks (about 3 µs of a small predict in a loop, 6–7 µs live). Not for a chunked
+    body, one over the size limit (sanic's reader refuses it), nor one waiting for its ``100 Continue``.
+    Sanic's reader would also dispatch the ``http.lifecycle.read_body`` signal, which no gateway
+    app handles."""
+    if type(stream) is not Http or stream.request_body is not True or stream.expecting_continue:
+        return None
+    left, buf = stream.request_bytes_left, stream.recv_buffer
+    if not left or len(buf) < left or stream.request_bytes > stream.request_max_size:
+        return None
+    data = bytes(buf[:left])
+    del buf[:left]
+    stream.request_bytes_left = 0
+    stream.request_body = None  # the body is consumed, as at the end of sanic's reader
+    return data
 
 
 def wants_buffer(stream) -> bool:

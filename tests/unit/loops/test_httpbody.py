@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import hashlib
 import io
+import json
 import ssl
 
 import aiohttp
@@ -30,13 +31,17 @@ def _make_server(tls: ssl.SSLContext | None = None):
         stream = request.stream
         stream.request_max_size = request.app.config.REQUEST_MAX_SIZE  # as the edge does
         buffered = httpbody.wants_buffer(stream)
+        reader = "buffer"
         if buffered:
             body = await httpbody.read_into_buffer(stream)
+        elif (body := httpbody.received(stream)) is not None:  # the edge's order (gateway/edge.py _read_body)
+            reader = "received"
         else:
+            reader = "sanic"
             await request.receive_body()
             body = request.body
         return response.json({"buffered": buffered, "type": type(body).__name__, "size": len(body),
-                              "sha": hashlib.sha256(body).hexdigest()})
+                              "sha": hashlib.sha256(body).hexdigest(), "reader": reader})
 
     app.add_route(echo, "/echo", methods=["POST"], stream=True)
     return app
@@ -76,6 +81,7 @@ async def test_the_body_is_the_bytes_sent_whichever_reader_takes_it(server, size
                                                                  "Content-Length": str(size)}) as r:
             got = await r.json()
         assert r.status == 200
+        got.pop("reader")
         assert got == {"buffered": size >= httpbody.MIN_BYTES, "type": "memoryview" if size >= httpbody.MIN_BYTES
                        else "bytes", "size": size, "sha": hashlib.sha256(body).hexdigest()}
 
@@ -110,7 +116,8 @@ async def test_a_chunked_body_takes_sanics_reader(server):
 
     async with http.post(url, data=chunks()) as r:
         got = await r.json()
-    assert got == {"buffered": False, "type": "bytes", "size": len(body), "sha": hashlib.sha256(body).hexdigest()}
+    assert got == {"buffered": False, "type": "bytes", "size": len(body), "sha": hashlib.sha256(body).hexdigest(),
+                   "reader": "sanic"}
 
 
 async def test_a_body_over_the_limit_is_refused_before_it_is_read(server):
@@ -163,7 +170,7 @@ async def test_over_tls_a_large_body_is_read_into_the_buffer_too():
             body = _body(size, 6)
             async with http.post(url, data=io.BytesIO(body), headers={"Content-Length": str(size)}) as r:
                 assert await r.json() == {"buffered": True, "type": "memoryview", "size": size,
-                                          "sha": hashlib.sha256(body).hexdigest()}
+                                          "sha": hashlib.sha256(body).hexdigest(), "reader": "buffer"}
 
 
 async def test_a_body_sent_slowly_in_pieces_is_read_whole(server):
@@ -185,4 +192,50 @@ async def test_a_body_sent_slowly_in_pieces_is_read_whole(server):
         doc = await reader.readexactly(length)
         assert head_out.startswith(b"HTTP/1.1 200") and hashlib.sha256(expected).hexdigest().encode() in doc
         writer.write(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\n\r\n" + body[:17])
+    writer.close()
+
+
+async def _answers(reader, n: int) -> list[dict]:
+    out = []
+    for _ in range(n):
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        assert head.startswith(b"HTTP/1.1 200"), head
+        out.append(json.loads(await reader.readexactly(length)))
+    return out
+
+
+async def test_a_small_body_that_came_whole_is_taken_as_sanic_would_read_it(server):
+    """``httpbody.received``: a small body in the same read as its header is taken as it is, and a
+    request pipelined right behind it stays for the next round; a body still on its way, one
+    awaiting its 100 Continue, an empty one and a chunked one take sanic's reader, with the same
+    bytes."""
+    url, _http = server
+    port = int(url.split(":")[2].split("/")[0])
+    small, other = _body(333, 8), _body(41, 9)
+
+    def post(body: bytes, extra: str = "") -> bytes:
+        return f"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n{extra}\r\n".encode() + body
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(post(small) + post(other) + post(b""))  # pipelined, all in one write
+    got = await _answers(reader, 3)
+    assert [(g["reader"], g["size"], g["sha"]) for g in got] == [
+        ("received", 333, hashlib.sha256(small).hexdigest()), ("received", 41, hashlib.sha256(other).hexdigest()),
+        ("sanic", 0, hashlib.sha256(b"").hexdigest())]
+    head = post(small)[: -len(small)]
+    writer.write(head + small[:100])  # the rest of the body later
+    await writer.drain()
+    await asyncio.sleep(0.05)
+    writer.write(small[100:])
+    writer.write(post(other, "Expect: 100-continue\r\n")[: -len(other)])
+    (late,) = await _answers(reader, 1)
+    assert (late["reader"], late["sha"]) == ("sanic", hashlib.sha256(small).hexdigest())
+    assert await reader.readuntil(b"\r\n\r\n") == b"HTTP/1.1 100 Continue\r\n\r\n"
+    writer.write(other)
+    writer.write(b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                 + f"{len(other):x}\r\n".encode() + other + b"\r\n0\r\n\r\n")
+    continued, chunked = await _answers(reader, 2)
+    assert (continued["reader"], continued["sha"]) == ("sanic", hashlib.sha256(other).hexdigest())
+    assert (chunked["reader"], chunked["sha"]) == ("sanic", hashlib.sha256(other).hexdigest())
     writer.close()
