@@ -9,6 +9,7 @@ regress/classify results -> ``results`` bytes.
 
 from __future__ import annotations
 
+import array
 import base64
 import binascii
 import math
@@ -154,6 +155,11 @@ def _fast(value, v2: str, bools: bool) -> np.ndarray | None:
         return None
     if bools and v2 != "BOOL":  # numpy would read true/false among numbers as 1/0
         return None
+    if v2 == "FP32" and 0 < len(value) <= _SHORT:
+        try:  # a short flat list of numbers (the common small predict); anything else raises
+            return np.frombuffer(array.array("f", value), np.float32)
+        except (TypeError, OverflowError):
+            pass
     try:
         arr = np.asarray(value)
     except (ValueError, OverflowError, TypeError):
@@ -164,9 +170,11 @@ def _fast(value, v2: str, bools: bool) -> np.ndarray | None:
     if v2 in _FLOATS:
         if kind not in "iuf":
             return None
-        if v2 == "FP64" or kind != "f" or arr.size <= _SHORT and _within_float32(arr, value):
-            return arr.astype(datatypes.by_v2(v2).numpy, copy=False)  # no value past float32's range
-        with np.errstate(over="ignore"):  # such a value becomes inf, as TF's cast makes it
+        if v2 == "FP64":
+            return arr.astype(np.float64, copy=False)
+        if kind != "f":  # each int as a double first, as rapidjson's GetFloat reads it (not int64 -> float32)
+            return arr.astype(np.float64).astype(np.float32)
+        with np.errstate(over="ignore"):  # a value past float32's range becomes inf, as TF's cast makes it
             return arr.astype(np.float32)
     if kind not in "iu":
         return None
@@ -176,15 +184,11 @@ def _fast(value, v2: str, bools: bool) -> np.ndarray | None:
     return arr.astype(datatypes.by_v2(v2).numpy, copy=False)
 
 
-_SHORT = 32  # arrays up to this size are checked against float32's range in Python (numpy's errstate costs more)
-_FLT_MAX = float(np.finfo(np.float32).max)
-
-
-def _within_float32(arr: np.ndarray, value: list) -> bool:
-    """Whether no value of a float64 array (numpy's reading of the JSON list ``value``) is past
-    float32's range (casting it then warns of nothing). A flat list's own numbers are compared
-    (ints among floats compare as numpy reads them), not copied out of the array first."""
-    return max(map(abs, value if arr.ndim == 1 else arr.ravel().tolist()), default=0.0) <= _FLT_MAX
+# Flat float32 lists up to this length are read by array('f'): each number as a C double cast to
+# float (TF Serving's rapidjson GetFloat: static_cast<float>(GetDouble())), past float32's range
+# inf with no numpy warning (numpy's errstate took 1 µs), ints as doubles first; 0.5 µs where
+# numpy's reading, its range check and its cast took 1.6–2.
+_SHORT = 32
 
 
 def _check_size(value, v2: str, name: str) -> None:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.core.errors import ErrorKind, GatewayError, check_table
 from gateway.core.tensors import TensorSpec
@@ -181,3 +185,34 @@ def test_float32_values_past_its_range_become_inf_without_a_warning(values, recw
     assert got.dtype == np.float32 and got.shape == expected.shape
     assert got.tobytes() == expected.tobytes()
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+_NUMBER = st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.floats(-1e39, 1e39),
+                    st.integers(-(2**70), 2**70), st.integers(-(2**25), 2**25), st.sampled_from([2**53 + 1, -(2**60) - 1]))
+
+
+@settings(max_examples=800, deadline=None)
+@given(st.one_of(st.lists(_NUMBER, min_size=1, max_size=40),
+                 st.lists(st.lists(_NUMBER, min_size=2, max_size=2), min_size=1, max_size=3),
+                 st.lists(st.one_of(_NUMBER, st.text(max_size=2), st.none()), min_size=1, max_size=4)))
+def test_a_float32_input_reads_numbers_as_tf_servings_walk_does(values):
+    """numpy's reading and array('f') (flat lists up to _SHORT) give the exact walk's array, itself
+    TF Serving's reading (each number a double, then cast to float: ints past 2**53 round twice),
+    or leave the list to the walk's error; never a numpy warning."""
+    outcomes = []
+    for bools in (False, True):  # True: the exact walk
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            try:
+                got = codec.to_array(values, "FP32", "x", bools=bools, within=True)
+                outcomes.append(("ok", got.dtype, got.shape, got.tobytes()))
+            except GatewayError as e:
+                outcomes.append(("error", str(e)))
+    assert outcomes[0] == outcomes[1]
+
+
+def test_ints_past_2_53_are_read_as_doubles_first():
+    big = 2**53 + 2**29 + 1  # as a double: 2**53 + 2**29 + 2 ... then to float: not int64 -> float32's rounding
+    for values in ([big], [big] * 40, [[big, 1]]):
+        got = codec.to_array(values, "FP32", bools=False, within=True)
+        assert got.reshape(-1)[0] == np.float32(float(big))
