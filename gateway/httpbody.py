@@ -14,10 +14,10 @@ decrypted chunks are copied once out of sanic's buffer instead. The stream is
 left as sanic's own reader leaves it at the end of the body. Routes that take a large binary body
 (GRPS ``bin_data``, V2 REST) opt in (``Edge.route(..., buffered=True)``); their handlers get
 ``request.body`` as a ``memoryview`` (bytes-like: ``len``, slices, ``bytes()``, orjson,
-``b"".join`` take it). Chunked bodies, HTTP/2+ and small bodies take sanic's reader.
-
-A small body that has already arrived whole (with its header, nearly always) is taken as it is
-(``received``), without sanic's reader and its chunk list.
+``b"".join`` take it). Chunked bodies, HTTP/2+ and small bodies take sanic's reader, but for a
+small body that has already arrived whole (with its header, nearly always): that one is taken out
+of sanic's buffer as it is (``received``, every route), without the reader's async generator and
+its chunk list.
 
 ``raw(body, ...)`` is ``sanic.response.raw``, and every dialect's answers are made by it: an
 ``Answer``, whose header lines are encoded without sanic's character stripping where there is
@@ -167,7 +167,7 @@ class Answer(HTTPResponse):
     which took ~1 µs a line: most of the 7 µs its headers cost an answer of four. A printable name
     or value holds none of the three, so it is encoded as it is, and only one that is not goes
     through sanic's own stripping: the bytes are sanic's in every case
-    (tests/unit/test_httpbody_headers.py holds them to sanic's for generated headers)."""
+    (tests/unit/test_httpbody_answer.py holds them to sanic's for generated headers)."""
 
     __slots__ = ()
 
