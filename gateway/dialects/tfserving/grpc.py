@@ -66,6 +66,13 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
                 raise invalid(f"Expects arg[{i}] to be {tf_type(want)} but {tf_type(v2)} is provided")
             inputs[alias] = arr
         version, outs = await self.service.predict(target, inputs, request.output_filter[:])  # sliced: a list, at once
+        if len(outs) == 1 and not self.content:  # one float output: its answer's bytes, no message built
+            ((alias, (arr, v2)),) = outs.items()
+            if offload.inline(arr.nbytes):
+                spec = (target.model, version or target.version, target.signature.name)
+                data = protocodec.predict_answer(alias, arr, v2, spec)
+                if data is not None:
+                    return data
         resp = predict_pb2.PredictResponse()
         protocodec.model_spec(target.model, version or target.version, target.signature.name, into=resp.model_spec)
         for alias, (arr, v2) in outs.items():
@@ -162,10 +169,29 @@ def _behind(edge: Edge, servicer, methods: tuple[str, ...]) -> SimpleNamespace:
     return SimpleNamespace(**{m: edge.unary(m, getattr(servicer, m), _model_name) for m in methods})
 
 
+class _Handlers:
+    """Stands in for the server while a generated ``add_*Servicer_to_server`` registers: keeps its handlers."""
+
+    def add_generic_rpc_handlers(self, _handlers) -> None:
+        pass
+
+    def add_registered_method_handlers(self, service: str, handlers: dict) -> None:
+        self.service, self.handlers = service, dict(handlers)
+
+
+def _message_bytes(answer) -> bytes:
+    """Predict's answer serializer: a message, or the bytes ``protocodec.predict_answer`` wrote."""
+    return answer if answer.__class__ is bytes else answer.SerializeToString()
+
+
 def attach(server: grpc.aio.Server, edge: Edge, service: Service) -> None:
     prediction = _behind(edge, PredictionServicer(service),
                          ("Predict", "Classify", "Regress", "MultiInference", "GetModelMetadata"))
-    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(prediction, server)
+    kept = _Handlers()  # the generated handlers, Predict's serializer taking bytes too
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(prediction, kept)
+    kept.handlers["Predict"] = kept.handlers["Predict"]._replace(response_serializer=_message_bytes)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(kept.service, kept.handlers),))
+    server.add_registered_method_handlers(kept.service, kept.handlers)
     models = _behind(edge, ModelServicer(service), ("GetModelStatus", "HandleReloadConfigRequest"))
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(models, server)
 

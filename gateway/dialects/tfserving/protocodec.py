@@ -14,11 +14,17 @@ import numpy as np
 
 from gateway._proto.tensorflow.core.framework import tensor_pb2, tensor_shape_pb2
 from gateway._proto.tensorflow.core.protobuf import error_codes_pb2, meta_graph_pb2
-from gateway._proto.tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, model_pb2
+from gateway._proto.tensorflow_serving.apis import (
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_pb2,
+    predict_pb2,
+)
 from gateway.core import datatypes
 from gateway.core.bounded import check_name, clip, dims_text
 from gateway.core.errors import invalid
 from gateway.core.tensors import TensorSpec, element_count, too_large
+from gateway.upstream.codec import varint
 
 from .examples import Feature, Features
 from .mapping import ServableRef, Signature
@@ -134,6 +140,44 @@ def shape_proto(shape, unknown_rank: bool = False,
     for d in shape:
         dims.add(size=int(d))
     return sp
+
+
+# -- a predict's answer as bytes ---------------------------------------------------------------
+_PACKED = {"FP32": (5 << 3 | 2, "<f4"), "FP64": (6 << 3 | 2, "<f8")}  # float_val, double_val: packed
+_answer_parts: dict[tuple, tuple[bytes, bytes, bytes]] = {}
+MAX_ANSWER_PARTS = 1024
+
+
+def predict_answer(alias: str, arr: np.ndarray, v2: str, spec: tuple[str, int | str | None, str]) -> bytes | None:
+    """The PredictResponse of one FP32 or FP64 output ``arr`` named ``alias``, under the model spec
+    ``spec`` (name, version, signature), as the bytes protobuf writes for the message Predict builds
+    (``tensor_to_proto`` into ``outputs[alias]``, ``model_spec`` into ``model_spec``), without
+    building it: the parts that depend on the alias, the shape and the spec are serialized by
+    protobuf once and kept, and each answer only adds its values, packed as protobuf packs them.
+    None for any other output (the caller builds the message). The values are the array's bytes:
+    a signalling NaN stays one, as in TF Serving's own float_val copy (a Python float would quiet it)."""
+    packed = _PACKED.get(v2)
+    if packed is None or not arr.size:
+        return None
+    key = (alias, v2, arr.shape, spec)
+    parts = _answer_parts.get(key)
+    if parts is None:
+        tp = tensor_pb2.TensorProto()
+        tp.dtype = datatypes.by_v2(v2).tf
+        shape_proto(arr.shape, into=tp.tensor_shape)
+        resp = predict_pb2.PredictResponse()
+        model_spec(*spec, into=resp.model_spec)
+        name = alias.encode()
+        if len(_answer_parts) >= MAX_ANSWER_PARTS:  # bounded: the models' outputs and shapes
+            _answer_parts.clear()
+        parts = _answer_parts[key] = (b"\x0a" + varint(len(name)) + name, tp.SerializeToString(),
+                                      resp.SerializeToString())
+    key_field, head, spec_field = parts
+    tag, little = packed
+    data = arr.astype(little, copy=False).tobytes()
+    tensor = head + bytes((tag,)) + varint(len(data)) + data
+    entry = key_field + b"\x12" + varint(len(tensor)) + tensor  # the map entry: key, then value
+    return b"\x0a" + varint(len(entry)) + entry + spec_field  # outputs (1), then model_spec (2)
 
 
 # -- examples ----------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway._proto.tensorflow_serving.apis import predict_pb2
 from gateway.core.errors import ErrorKind, GatewayError, check_table
 from gateway.core.tensors import TensorSpec
 from gateway.dialects.tfserving import codec, errors, jsonio, protocodec, shapes
@@ -216,3 +217,35 @@ def test_ints_past_2_53_are_read_as_doubles_first():
     for values in ([big], [big] * 40, [[big, 1]]):
         got = codec.to_array(values, "FP32", bools=False, within=True)
         assert got.reshape(-1)[0] == np.float32(float(big))
+
+
+_FLOAT32 = st.floats(width=32, allow_nan=False)
+_SHAPES = st.lists(st.integers(1, 4), max_size=3).map(tuple)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(min_size=1, max_size=20), st.sampled_from(["FP32", "FP64"]), _SHAPES, st.data(),
+       st.text(max_size=30), st.one_of(st.none(), st.integers(0, 2**40), st.just("")), st.text(max_size=20))
+def test_a_predict_answer_written_as_bytes_is_protobufs_message(alias, v2, shape, data, model, version, signature):
+    """``protocodec.predict_answer`` gives, byte for byte, the PredictResponse Predict builds for the
+    same output and model spec (tensor_to_proto into outputs[alias], model_spec into model_spec)."""
+    size = int(np.prod(shape))
+    values = data.draw(st.lists(_FLOAT32 if v2 == "FP32" else st.floats(allow_nan=False), min_size=size,
+                                max_size=size))
+    arr = np.array(values, dtype=np.float32 if v2 == "FP32" else np.float64).reshape(shape)
+    spec = (model, version, signature)
+    built = predict_pb2.PredictResponse()
+    protocodec.model_spec(*spec, into=built.model_spec)
+    protocodec.tensor_to_proto(arr, v2, into=built.outputs[alias])
+    for _ in range(2):  # written, then from the kept parts
+        assert protocodec.predict_answer(alias, arr, v2, spec) == built.SerializeToString()
+
+
+def test_a_predict_answer_is_written_only_for_float_outputs_with_values():
+    spec = ("m", 1, "serving_default")
+    assert protocodec.predict_answer("y", np.zeros((2, 0), np.float32), "FP32", spec) is None
+    assert protocodec.predict_answer("y", np.arange(3, dtype=np.int32), "INT32", spec) is None
+    assert protocodec.predict_answer("y", np.arange(3, dtype=np.float16), "FP16", spec) is None
+    answer = predict_pb2.PredictResponse.FromString(
+        protocodec.predict_answer("y", np.array([3.5, 4.0], np.float32), "FP32", spec))
+    assert list(answer.outputs["y"].float_val) == [3.5, 4.0] and answer.model_spec.version.value == 1
