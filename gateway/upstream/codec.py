@@ -106,7 +106,7 @@ def contents(arr: np.ndarray) -> bytes | memoryview:
     return memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
 
 
-def _delimited(field: int, payload: bytes) -> bytes:
+def delimited(field: int, payload: bytes) -> bytes:
     """A length-delimited field (wire type 2) of a protobuf message."""
     return varint(field << 3 | 2) + varint(len(payload)) + payload
 
@@ -121,15 +121,15 @@ def header(model: str, version: str, inputs, outputs=()) -> bytes:
     """A ModelInferRequest without parameters, ``id`` and raw contents, as protobuf writes it
     (model_name 1, model_version 2, inputs 5 {name 1, datatype 2, shape 3 packed}, outputs 6 {name 1}):
     ``inputs`` as (name, datatype, shape), ``outputs`` as names. ``wire_request`` completes it."""
-    out = [_delimited(1, model.encode())] if model else []
+    out = [delimited(1, model.encode())] if model else []
     if version:
-        out.append(_delimited(2, version.encode()))
+        out.append(delimited(2, version.encode()))
     for name, datatype, shape in inputs:
         dims = b"".join(varint(int(d) & 0xFFFFFFFFFFFFFFFF) for d in shape)  # int64: negatives as 10 bytes
-        body = _delimited(1, name.encode()) + _delimited(2, datatype.encode()) + (_delimited(3, dims) if dims else b"")
-        out.append(_delimited(5, body))
+        body = delimited(1, name.encode()) + delimited(2, datatype.encode()) + (delimited(3, dims) if dims else b"")
+        out.append(delimited(5, body))
     for name in outputs:
-        out.append(_delimited(6, _delimited(1, name.encode())))
+        out.append(delimited(6, delimited(1, name.encode())))
     return b"".join(out)
 
 
@@ -137,7 +137,7 @@ def wire_request(head: bytes, request_id: str, arrays, tail: bytes = b"") -> byt
     """The ModelInferRequest of ``header(...)`` with ``id`` and each array (already of its input's
     numpy type) as a raw contents entry, then ``tail`` (entries written once: ``raw_entry``): what
     ``serialize_request`` writes for the same request, the contents copied once."""
-    pieces = [head, _delimited(3, request_id.encode()) if request_id else b""]
+    pieces = [head, delimited(3, request_id.encode()) if request_id else b""]
     for arr in arrays:
         raw = contents(arr)
         pieces += (RAW_INPUT_TAG, varint(raw.nbytes if type(raw) is memoryview else len(raw)), raw)
@@ -199,7 +199,7 @@ def serialize_request(req: InferRequest, arena=None, leases: list | None = None)
         pieces += (RAW_INPUT_TAG, varint(size), *parts)
     if plain:
         head = _cached_header(req)
-        pieces[0] = head + _delimited(3, req.id.encode()) if req.id else head
+        pieces[0] = head + delimited(3, req.id.encode()) if req.id else head
         return b"".join(pieces)
     msg = service_pb2.ModelInferRequest(model_name=req.model, model_version=req.version, id=req.id)
     for i, t in enumerate(req.inputs):

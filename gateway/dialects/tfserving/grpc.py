@@ -66,15 +66,15 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
                 raise invalid(f"Expects arg[{i}] to be {tf_type(want)} but {tf_type(v2)} is provided")
             inputs[alias] = arr
         version, outs = await self.service.predict(target, inputs, request.output_filter[:])  # sliced: a list, at once
+        spec = (target.model, version or target.version, target.signature.name)  # the answer's model_spec
         if len(outs) == 1 and not self.content:  # one float output: its answer's bytes, no message built
             ((alias, (arr, v2)),) = outs.items()
             if offload.inline(arr.nbytes):
-                spec = (target.model, version or target.version, target.signature.name)
                 data = protocodec.predict_answer(alias, arr, v2, spec)
                 if data is not None:
                     return data
         resp = predict_pb2.PredictResponse()
-        protocodec.model_spec(target.model, version or target.version, target.signature.name, into=resp.model_spec)
+        protocodec.model_spec(*spec, into=resp.model_spec)
         for alias, (arr, v2) in outs.items():
             if offload.inline(arr.nbytes):  # written into the answer's own entry: no copy of a finished proto
                 protocodec.tensor_to_proto(arr, v2, self.content, into=resp.outputs[alias])

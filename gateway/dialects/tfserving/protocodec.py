@@ -24,7 +24,7 @@ from gateway.core import datatypes
 from gateway.core.bounded import check_name, clip, dims_text
 from gateway.core.errors import invalid
 from gateway.core.tensors import TensorSpec, element_count, too_large
-from gateway.upstream.codec import varint
+from gateway.upstream.codec import delimited
 
 from .examples import Feature, Features
 from .mapping import ServableRef, Signature
@@ -143,16 +143,16 @@ def shape_proto(shape, unknown_rank: bool = False,
 
 
 # -- a predict's answer as bytes ---------------------------------------------------------------
-_PACKED = {"FP32": (5 << 3 | 2, "<f4"), "FP64": (6 << 3 | 2, "<f8")}  # float_val, double_val: packed
+_PACKED = {"FP32": (5, "<f4"), "FP64": (6, "<f8")}  # float_val, double_val (packed) and their wire type
 _answer_parts: dict[tuple, tuple[bytes, bytes, bytes]] = {}
 MAX_ANSWER_PARTS = 1024
 
 
 def predict_answer(alias: str, arr: np.ndarray, v2: str, spec: tuple[str, int | str | None, str]) -> bytes | None:
     """The PredictResponse of one FP32 or FP64 output ``arr`` named ``alias``, under the model spec
-    ``spec`` (name, version, signature), as the bytes protobuf writes for the message Predict builds
-    (``tensor_to_proto`` into ``outputs[alias]``, ``model_spec`` into ``model_spec``), without
-    building it: the parts that depend on the alias, the shape and the spec are serialized by
+    ``spec`` (``model_spec``'s name, version, signature), as the bytes protobuf writes for the message
+    Predict builds (``tensor_to_proto`` into ``outputs[alias]``, ``model_spec`` into ``model_spec``),
+    without building it: the parts that depend on the alias, the shape and the spec are serialized by
     protobuf once and kept, and each answer only adds its values, packed as protobuf packs them.
     None for any other output (the caller builds the message). The values are the array's bytes:
     a signalling NaN stays one, as in TF Serving's own float_val copy (a Python float would quiet it)."""
@@ -167,17 +167,14 @@ def predict_answer(alias: str, arr: np.ndarray, v2: str, spec: tuple[str, int | 
         shape_proto(arr.shape, into=tp.tensor_shape)
         resp = predict_pb2.PredictResponse()
         model_spec(*spec, into=resp.model_spec)
-        name = alias.encode()
         if len(_answer_parts) >= MAX_ANSWER_PARTS:  # bounded: the models' outputs and shapes
             _answer_parts.clear()
-        parts = _answer_parts[key] = (b"\x0a" + varint(len(name)) + name, tp.SerializeToString(),
-                                      resp.SerializeToString())
+        parts = _answer_parts[key] = (delimited(1, alias.encode()), tp.SerializeToString(), resp.SerializeToString())
     key_field, head, spec_field = parts
-    tag, little = packed
-    data = arr.astype(little, copy=False).tobytes()
-    tensor = head + bytes((tag,)) + varint(len(data)) + data
-    entry = key_field + b"\x12" + varint(len(tensor)) + tensor  # the map entry: key, then value
-    return b"\x0a" + varint(len(entry)) + entry + spec_field  # outputs (1), then model_spec (2)
+    field, little = packed
+    tensor = head + delimited(field, arr.astype(little, copy=False).tobytes())
+    # outputs (field 1: a map entry, key then value), then model_spec (field 2)
+    return delimited(1, key_field + delimited(2, tensor)) + spec_field
 
 
 # -- examples ----------------------------------------------------------------------------------
