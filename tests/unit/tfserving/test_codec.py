@@ -132,6 +132,89 @@ def test_tensor_proto_round_trip_and_broadcast():
     assert protocodec.tensor_from_proto(half, "x")[0].tolist() == [1.5]
 
 
+def _outcome(fn, *args):
+    """What ``fn(*args)`` gives: its value, or the error's kind and message."""
+    try:
+        return "ok", fn(*args)
+    except GatewayError as e:
+        return "error", (e.kind, e.message)
+
+
+_PROTO_TYPES = [1, 2, 3, 4, 5, 6, 7, 9, 10, 17, 19, 22, 23, 14, 99]  # TF DataType numbers, 99 unknown
+_TYPED_FIELD = {1: "float_val", 2: "double_val", 3: "int_val", 4: "int_val", 5: "int_val", 6: "int_val",
+                7: "string_val", 9: "int64_val", 10: "bool_val", 17: "int_val", 19: "half_val", 22: "uint32_val",
+                23: "uint64_val", 14: "half_val"}
+_AS_IS = {1: np.float32, 2: np.float64, 3: np.int32, 9: np.int64, 10: np.bool_, 22: np.uint32, 23: np.uint64}
+_tensor_protos = st.tuples(st.sampled_from(_PROTO_TYPES), st.lists(st.integers(-2, 4), max_size=3),
+                           st.integers(0, 12), st.booleans(), st.integers(0, 40))
+
+
+def _tensor_proto(dtype, dims, count, content, content_bytes):
+    tp = predict_pb2.PredictRequest().inputs["x"]
+    tp.dtype = dtype
+    for d in dims:
+        tp.tensor_shape.dim.add(size=d)
+    if content:
+        tp.tensor_content = bytes(range(content_bytes))
+    elif (field := _TYPED_FIELD.get(dtype)) is not None:
+        getattr(tp, field).extend([bytes([65 + i]) for i in range(count)] if field == "string_val" else
+                                  [bool(i % 2) for i in range(count)] if field == "bool_val" else list(range(count)))
+    return tp
+
+
+@settings(max_examples=300, deadline=None)
+@given(protos=st.lists(_tensor_protos, min_size=1, max_size=5), name=st.sampled_from(["x", "in put", "n" * 300]))
+def test_kept_tensor_layouts_read_as_fresh_ones(protos, name):
+    """tensor_from_proto keeps what a dtype and shape give (checked) by their bytes: protos read one
+    after another, layouts kept, give the same arrays or the same errors as each read with nothing
+    kept; a proto holding every value of a type read as it comes is those values in its shape."""
+    tps = [_tensor_proto(*p) for p in protos]
+    fresh = []
+    for tp in tps:
+        protocodec._layouts.clear()
+        fresh.append(_outcome(protocodec.tensor_from_proto, tp, name))
+    protocodec._layouts.clear()
+    for (dtype, dims, count, content, _), tp, want in zip(protos, tps, fresh, strict=True):
+        got = _outcome(protocodec.tensor_from_proto, tp, name)
+        assert got[0] == want[0]
+        if want[0] == "error":
+            assert got == want
+            continue
+        (a, v2), (b, w2) = want[1], got[1]
+        assert v2 == w2 and a.dtype == b.dtype and a.shape == b.shape
+        assert a.tolist() == b.tolist() if a.dtype == object else a.tobytes() == b.tobytes()
+        if dtype in _AS_IS and not content and count == int(np.prod(dims)):
+            expected = np.array(list(getattr(tp, _TYPED_FIELD[dtype])), dtype=_AS_IS[dtype]).reshape(dims)
+            assert b.shape == expected.shape and b.tobytes() == expected.tobytes()
+
+
+_model_specs = st.tuples(st.sampled_from(["half", "", "m" * 300]), st.sampled_from(["", "serving_default", "s" * 300]),
+                         st.sampled_from([None, "version", "label"]), st.integers(0, 3),
+                         st.sampled_from(["", "stable", "l" * 300]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(specs=st.lists(_model_specs, min_size=1, max_size=5))
+def test_kept_model_specs_read_as_fresh_ones(specs):
+    """spec_from_proto keeps a spec that passed by its bytes: specs read one after another, kept,
+    read as each read alone (what its uncached reading gives), and a refused one is refused every time."""
+    from gateway._proto.tensorflow_serving.apis import model_pb2
+
+    protos = []
+    for name, signature, choice, version, label in specs:
+        ms = model_pb2.ModelSpec(name=name, signature_name=signature)
+        if choice == "version":
+            ms.version.value = version
+        elif choice == "label":
+            ms.version_label = label
+        protos.append(ms)
+    protocodec._specs.clear()
+    for ms in protos + protos:
+        want = _outcome(protocodec._spec_from_proto, ms)
+        assert _outcome(protocodec.spec_from_proto, ms) == want
+        assert _outcome(protocodec.spec_from_proto, model_pb2.ModelSpec.FromString(ms.SerializeToString())) == want
+
+
 @pytest.mark.parametrize("v2", ["FP32", "INT64", "BOOL", "FP16", "BYTES"])
 @pytest.mark.parametrize("shape", [(), (0,), (2, 2)])
 @pytest.mark.parametrize("content", [False, True])
