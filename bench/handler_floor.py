@@ -1,4 +1,4 @@
-"""The gateway's own work per small TF REST predict, against the floor's, without sockets.
+"""The gateway's own work per small TF REST predict and TF gRPC Predict, against the floor's, without sockets.
 
 Both handlers run in one process on the same canned Triton answer, so what differs is only the
 work each does around Sanic and grpc.aio (whose cost is the same for both and left out here):
@@ -8,6 +8,10 @@ work each does around Sanic and grpc.aio (whose cost is the same for both and le
               request serialized by hand, the answer decoded and written in TF's float text
     floor     the least a Sanic + grpc.aio gateway does for the same predict: orjson, a
               ModelInferRequest built with protobuf, the answer through numpy and orjson
+
+TF gRPC Predict: the edge around the PredictionServicer's Predict and its answer serializer, from
+the request's bytes parsed as grpc.aio parses them (a stand-in context: no metadata, no deadline),
+against ``bench/floor.py``'s Predict and its serializer.
 
 Triton's side is a coroutine answering canned bytes (decoded by protobuf as grpc would). Prints
 CPU µs per request for each (best of several rounds) and their ratio.
@@ -128,6 +132,67 @@ async def floor_loop(n: int) -> float:
     return (time.thread_time() - t0) / n * 1e6
 
 
+def _predict_request() -> bytes:
+    from gateway._proto.tensorflow.core.framework import types_pb2
+    from gateway._proto.tensorflow_serving.apis import predict_pb2
+
+    r = predict_pb2.PredictRequest()
+    r.model_spec.name = MODEL
+    t = r.inputs["x"]
+    t.dtype = types_pb2.DT_FLOAT
+    t.tensor_shape.dim.add(size=4)
+    t.float_val.extend([1.0, 2.0, 5.0, 7.0])
+    return r.SerializeToString()
+
+
+class _Context:
+    """What the edge asks of a grpc.aio servicer context."""
+
+    def invocation_metadata(self):
+        return ()
+
+    def time_remaining(self):
+        return None
+
+    def set_trailing_metadata(self, _md) -> None:
+        pass
+
+
+async def grpc_gateway_loop(n: int) -> float:
+    from gateway._proto.tensorflow_serving.apis import predict_pb2
+    from gateway.dialects.tfserving import grpc as tf_grpc
+
+    up = CannedTriton("127.0.0.1:1", cache_ttl=3600)
+    await up.connect()
+    service = Service(type("Ctx", (), {"upstream": up, "settings": Settings()})(), tf_config.TFServingConfig())
+    edge = Edge("tfserving", "tfserving_grpc", tf_errors.Rendering(), Admission(1024), 30.0, 600.0)
+    handler = edge.unary("Predict", tf_grpc.PredictionServicer(service).Predict, tf_grpc._model_name)
+    data, parse, ctx = _predict_request(), predict_pb2.PredictRequest.FromString, _Context()
+    first = await handler(parse(data), ctx)
+    assert isinstance(first, bytes), first  # one float output: the answer written as bytes
+    t0 = time.thread_time()
+    for _ in range(n):
+        tf_grpc._message_bytes(await handler(parse(data), ctx))
+    return (time.thread_time() - t0) / n * 1e6
+
+
+async def grpc_floor_loop(n: int) -> float:
+    from bench import floor
+    from gateway._proto.tensorflow_serving.apis import predict_pb2
+
+    async def stub_infer(req):
+        req.SerializeToString()
+        return service_pb2.ModelInferResponse.FromString(ANSWER)
+
+    f = floor.Floor.__new__(floor.Floor)  # its handlers only: no channel
+    f.infer = stub_infer
+    data, parse, write = _predict_request(), predict_pb2.PredictRequest.FromString, predict_pb2.PredictResponse.SerializeToString
+    t0 = time.thread_time()
+    for _ in range(n):
+        write(await f.predict(parse(data), None))
+    return (time.thread_time() - t0) / n * 1e6
+
+
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
     from gateway import logs
@@ -136,6 +201,9 @@ def main() -> None:
     gw = min(asyncio.run(gateway_loop(n)) for _ in range(5))
     fl = min(asyncio.run(floor_loop(n)) for _ in range(5))
     print(f"handler CPU µs per small TF REST predict: gateway {gw:.1f}, floor {fl:.1f}, ratio {gw / fl:.2f}")
+    gw = min(asyncio.run(grpc_gateway_loop(n)) for _ in range(5))
+    fl = min(asyncio.run(grpc_floor_loop(n)) for _ in range(5))
+    print(f"handler CPU µs per small TF gRPC Predict: gateway {gw:.1f}, floor {fl:.1f}, ratio {gw / fl:.2f}")
 
 
 if __name__ == "__main__":

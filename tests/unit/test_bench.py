@@ -467,6 +467,14 @@ async def test_the_handler_floor_bench_runs_both_handlers_on_the_canned_answer()
     assert await handler_floor.floor_loop(3) > 0
 
 
+async def test_the_handler_floor_bench_runs_both_grpc_predict_handlers_on_the_canned_answer():
+    """bench/handler_floor.py: the gateway's TF gRPC Predict (answered as bytes) and the floor's both run."""
+    from bench import handler_floor
+
+    assert await handler_floor.grpc_gateway_loop(3) > 0
+    assert await handler_floor.grpc_floor_loop(3) > 0
+
+
 def test_the_floor_runs_the_gateways_grpc_runtime(monkeypatch):
     """The floor's process gets GRPC_EXPERIMENTS as a gateway worker sets it (the bench's own process
     loaded grpc before it could), and an operator's own value is kept."""
