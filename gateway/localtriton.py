@@ -7,7 +7,9 @@ The wheel needs hand-holding (docs/local-triton.md):
     interpreter's ``lib`` directory (so the stub loads the right libpython);
   * the stub venv's ``bin`` goes first on PATH so the embedded interpreter finds its site-packages
     (numpy<2 there: the 2.51 stub returns empty outputs with numpy 2).
-Triton is started in its own process group so that stopping it also ends every stub process.
+Triton is started in its own process group so that stopping it also ends every stub process; the
+python backend's shared-memory regions it leaves behind when stopped before it unloads its models
+are given back once the group is gone (gateway/stubregions.py).
 
 Start-up says what is happening: Triton loads every model before it opens its HTTP and gRPC ports
 (so its repository index cannot be polled meanwhile), hence progress comes from its log, read as it
@@ -32,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway import grpcruntime
+from gateway import grpcruntime, stubregions
 from gateway.settings import LocalTriton
 from gateway.startup import port_in_use, port_in_use_message
 
@@ -109,6 +111,8 @@ class TritonProcess:
     cfg: LocalTriton
     proc: subprocess.Popen
     log_path: Path
+    workdir: Path | None = None  # where the list of its python backend regions is kept (None: not kept)
+    regions_before: frozenset[str] = frozenset()  # the python backend regions there were before it started
 
     @property
     def grpc_target(self) -> str:
@@ -153,6 +157,20 @@ class TritonProcess:
             pass
         if self.proc.poll() is None:
             self.proc.wait(5)
+        self._give_back_regions()
+
+    def _give_back_regions(self, wait_s: float = 2.0) -> None:
+        """Once the group's last stub is gone, unlink the python backend regions it left (unmapped)."""
+        if self.workdir is None:
+            return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(self.proc.pid, 0)  # a stub still exiting: its mappings go with it
+            except (ProcessLookupError, PermissionError):
+                break
+            time.sleep(0.05)
+        stubregions.forget(self.workdir, stubregions.present() - self.regions_before)
 
 
 def _get(url: str) -> tuple[int, bytes]:
@@ -287,14 +305,19 @@ def start(cfg: LocalTriton, root: Path | None = None, log_path: Path | None = No
     progress = LoadProgress(total=count_models((root / cfg.model_repository).resolve()))
     if on_progress:
         on_progress(f"Triton: loading {progress.total} models from {cfg.model_repository} (log: {log_path})")
+    workdir = (root / cfg.workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    stubregions.forget(workdir, ())  # a run that could not clean up (SIGKILLed) left its list here
+    before = frozenset(stubregions.present())
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    tp = TritonProcess(cfg, proc, log_path)
+    tp = TritonProcess(cfg, proc, log_path, workdir, before)
     try:
         _wait_ready(tp, progress, on_progress or (lambda _line: None))
     except BaseException:
         tp.stop()
         raise
+    stubregions.remember(workdir, stubregions.present() - before)  # for the next start, if this run is killed
     return tp
 
 

@@ -234,8 +234,20 @@ def _local_config(tmp_path) -> tuple[dict, object]:
     return cfg, path
 
 
+def _regions_left(before: set[str]) -> set[str]:
+    """The python backend's shared-memory regions that appeared since ``before`` and that no process
+    maps: what a stopped Triton left in /dev/shm (gateway/stubregions.py gives them back)."""
+    from gateway import stubregions
+
+    return (stubregions.present() - before) - stubregions.mapped()
+
+
 def test_local_stops_everything_when_its_parent_dies(tmp_path):
-    """`make run` does not pass SIGTERM on: when the parent (make) dies, gateway local must stop anyway."""
+    """`make run` does not pass SIGTERM on: when the parent (make) dies, gateway local must stop anyway,
+    and give back the shared memory its Triton's python backend held."""
+    from gateway import stubregions
+
+    regions = stubregions.present()
     cfg, path = _local_config(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     # bash stays the parent (a second command follows), like make does for `make run`
@@ -256,9 +268,13 @@ def test_local_stops_everything_when_its_parent_dies(tmp_path):
         time.sleep(0.5)
     _reap(alive)
     assert not alive, [(p.pid, p.cmdline()[:2]) for p in alive]
+    assert not _regions_left(regions)
 
 
 def test_sigterm_while_triton_is_starting_leaves_nothing_behind(tmp_path):
+    from gateway import stubregions
+
+    regions = stubregions.present()
     cfg, path = _local_config(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     with open(tmp_path / "l.log", "wb") as log:
@@ -278,6 +294,7 @@ def test_sigterm_while_triton_is_starting_leaves_nothing_behind(tmp_path):
     _reap(leftovers)  # a failing run must not leave a Triton behind for the next test
     assert family, "tritonserver never started"
     assert not leftovers, [(p.pid, p.cmdline()[:2]) for p in leftovers]
+    assert not _regions_left(regions)  # Triton stopped while loading its python models: their regions given back
 
 
 def _reap(procs) -> None:
