@@ -104,7 +104,7 @@ def _plain_doc(request: Request) -> dict | None:
     if not offload.inline(len(body)):
         return None
     ctype = request.headers.get("content-type")
-    if not ctype or ctype.split(";", 1)[0].strip().lower() != JSON:
+    if ctype != JSON and (not ctype or ctype.split(";", 1)[0].strip().lower() != JSON):
         return None
     return codec.load_json(body)
 

@@ -46,6 +46,7 @@ _ROWS = _request_rows()
 _INT_RANGE = {row.v2: (int(np.iinfo(row.numpy).min), int(np.iinfo(row.numpy).max))
               for row, _ in _ROWS.values() if row.numpy.kind in "iu"}
 _DOC_KEYS = frozenset(("model", "gtensors"))
+_F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 
 
 def tensors(doc: dict) -> tuple[str, list[Tensor]] | None:
@@ -71,7 +72,10 @@ def tensors(doc: dict) -> tuple[str, list[Tensor]] | None:
 
 
 def _tensor(t) -> Tensor | None:
-    if type(t) is not dict or not 3 <= len(t) <= 4:
+    if type(t) is not dict:
+        return None
+    keys = len(t)
+    if keys != 3 and keys != 4:
         return None
     name, dtype = t.get("name"), t.get("dtype")
     if type(name) is not str or not name or len(name) > LIMITS.max_name_chars or type(dtype) is not str:
@@ -83,28 +87,29 @@ def _tensor(t) -> Tensor | None:
     values = t.get(field)
     if values is None and field == "flat_float64":
         values = t.get("flat_double")  # GRPS's alias (codec._alias_flat_double)
-        field = "flat_double"
     shape = t.get("shape")
-    if type(values) is not list or len(t) != (3 if shape is None else 4):
+    if type(values) is not list or keys != (3 if shape is None else 4):
         return None
     count = len(values)
     if shape is None or shape == []:
-        dims = [count]
-    elif type(shape) is list and all(type(d) is int and 0 <= d < _UINT32 for d in shape):
-        dims = shape
+        dims = None  # one dimension: the array as it is read
+    elif type(shape) is list:
         expected = 1
-        for d in dims:
+        for d in shape:  # GenericTensor.shape is uint32
+            if type(d) is not int or not 0 <= d < _UINT32:
+                return None
             expected *= d
         if expected != count:
             return None
+        dims = shape
     else:
         return None
-    if count > MAX_ELEMENTS or too_large(count, row, dims) is not None:
+    if count > MAX_ELEMENTS or too_large(count, row, dims or (count,)) is not None:
         return None
-    data = _ints(values, row) if row.numpy.kind in "iu" else _floats(values, row)
+    data = _ints(values, row) if row.v2 in _INT_RANGE else _floats(values, row)
     if data is None:
         return None
-    return Tensor(name, data.reshape(dims), row.v2, {})
+    return Tensor(name, data if dims is None else data.reshape(dims), row.v2, {})
 
 
 def _ints(values: list, row: datatypes.DType) -> np.ndarray | None:
@@ -130,7 +135,7 @@ def _floats(values: list, row: datatypes.DType) -> np.ndarray | None:
     field's cast to float32 (flat_float32, flat_float16); FP16 then from that float32."""
     top = _DBL_MAX if row.v2 == "FP64" else codec.FLT_MAX
     if len(values) <= codec.SHORT:
-        if not codec.short_values_fit(values, np.dtype(np.float64 if row.v2 == "FP64" else np.float32)):
+        if not codec.short_values_fit(values, _F64 if row.v2 == "FP64" else _F32):
             return None
         wide = np.array(values, dtype=np.float64)  # an int as float(v): correctly rounded
     else:

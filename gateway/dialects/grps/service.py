@@ -28,6 +28,7 @@ from . import codec, config, errors, mapping, plain, wireplan
 from .monitor import Monitor
 
 VERSION = "v1.1.0"  # the GRPS version this dialect imitates
+MAX_TARGETS = 1024  # per worker: the model names plain predicts resolved (bounded: the names are the clients')
 
 
 class GrpsService:
@@ -38,6 +39,7 @@ class GrpsService:
         self.monitor = Monitor()
         self.errors = errors.Rendering(cfg)
         self._plans: dict[tuple, wireplan.Plan | None] = {}  # plain predicts: per target and input layout
+        self._targets: dict[str, mapping.Target] = {}  # the names plain predicts give (mapping.resolve)
 
     async def start(self) -> None:
         self.monitor.start()
@@ -84,11 +86,18 @@ class GrpsService:
         """``predict`` of a plain gtensors body (``plain.tensors``: the model it names, its decoded
         inputs), answered as the JSON text the HTTP listener sends: ``plain.answer``, else the general
         writer. The same lookups, checks, errors and monitoring as ``predict``."""
-        target = mapping.resolve(model, self.cfg)
+        target = self._targets.get(model)
+        if target is None:  # the configuration is fixed: a name resolves the same way every time
+            target = mapping.resolve(model, self.cfg)  # a refused name raises, every time
+            if len(self._targets) >= MAX_TARGETS:
+                self._targets.clear()
+            self._targets[model] = target
         _name_model(target.name)
         start, ok, known = time.perf_counter(), False, ""
         try:
-            meta = await self._metadata(target)
+            meta = self.ctx.upstream.cached_metadata(target.model, target.version)  # fresh in the cache: no call
+            if meta is None:
+                meta = await self._metadata(target)
             known = target.name
             pretty = self.cfg.pretty_json
             plan = None if meta.decoupled else self._plan(inputs, meta, target)
@@ -100,7 +109,9 @@ class GrpsService:
                     plan.model, plan.request(call.request_id if call is not None else "", inputs))
                 arrays = plan.read(data)
                 if arrays is not None:
-                    size = sum(a.nbytes for a in arrays)
+                    size = 0
+                    for a in arrays:
+                        size += a.nbytes
                     body = (plain.write_laid(plan.layout, arrays) if offload.inline(size)  # a large one: in a thread
                             else await offload.run(size, plain.write_laid, plan.layout, arrays))
                     ok = True

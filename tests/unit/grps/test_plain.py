@@ -292,6 +292,13 @@ def _echo(req):
     return InferResponse(req.model, "1", [Tensor("out" + t.name[2:], t.data, t.datatype) for t in req.inputs])
 
 
+class _Cached(FakeUpstream):
+    """Metadata as the real upstream's cache serves it while fresh (``cached_metadata``, no call)."""
+
+    def cached_metadata(self, model, version=""):
+        return self.metas.get(model)
+
+
 @pytest.mark.parametrize("doc", [
     BENCH_BODY,
     {"model": "grps_echo-1", **BENCH_BODY},
@@ -301,10 +308,11 @@ def _echo(req):
     {"gtensors": {"tensors": [{"name": "in2", "dtype": "DT_INT32", "flat_int32": [1]}]}},
 ])
 @pytest.mark.parametrize("pretty", [True, False])
-async def test_predict_plain_answers_as_predict(doc, pretty):
+@pytest.mark.parametrize("upstream", [FakeUpstream, _Cached])
+async def test_predict_plain_answers_as_predict(doc, pretty, upstream):
     def service():
         cfg = config.GrpsSettings(pretty_json=pretty)
-        return GrpsService(GatewayContext(Settings(), FakeUpstream(metas=[ECHO], infer=_echo)), cfg)
+        return GrpsService(GatewayContext(Settings(), upstream(metas=[ECHO], infer=_echo)), cfg)
 
     async def general():
         svc = service()
