@@ -1,4 +1,5 @@
-"""The gateway's own work per small TF REST predict and TF gRPC Predict, against the floor's, without sockets.
+"""The gateway's own work per small TF REST predict, TF gRPC Predict and GRPS gtensors predict, against
+the floor's, without sockets.
 
 Both handlers run in one process on the same canned Triton answer, so what differs is only the
 work each does around Sanic and grpc.aio (whose cost is the same for both and left out here):
@@ -8,6 +9,9 @@ work each does around Sanic and grpc.aio (whose cost is the same for both and le
               request serialized by hand, the answer decoded and written in TF's float text
     floor     the least a Sanic + grpc.aio gateway does for the same predict: orjson, a
               ModelInferRequest built with protobuf, the answer through numpy and orjson
+
+GRPS: the edge around GRPS's HTTP predict of the bench's two gtensors (``grps_echo``), against
+``bench/floor.py``'s ``grps_predict``.
 
 TF gRPC Predict: the edge around the PredictionServicer's Predict and its answer serializer, from
 the request's bytes parsed as grpc.aio parses them (a stand-in context: no metadata, no deadline),
@@ -54,6 +58,21 @@ def _answer(x: np.ndarray) -> bytes:
 
 
 ANSWER = _answer(np.array([1.0, 2.0, 5.0, 7.0], np.float32))
+GRPS_MODEL = "grps_echo"
+GRPS_BODY = (b'{"gtensors":{"tensors":[{"name":"in1","dtype":"DT_INT32","shape":[3,2],"flat_int32":[1,2,3,4,5,6]},'
+             b'{"name":"in2","dtype":"DT_FLOAT64","shape":[3,3],"flat_double":[1.0,2.0,3.0,4.0,5.0,6.0,7.0,8.0,9.0]}]}}')
+
+
+def _grps_answer() -> bytes:
+    resp = service_pb2.ModelInferResponse(model_name=GRPS_MODEL, model_version="1", id="r")
+    for name, arr in (("out1", np.arange(1, 7, dtype=np.int32).reshape(3, 2)),
+                      ("out2", np.arange(1, 10, dtype=np.float64).reshape(3, 3))):
+        resp.outputs.add(name=name, datatype="INT32" if arr.dtype == np.int32 else "FP64", shape=list(arr.shape))
+        resp.raw_output_contents.append(arr.tobytes())
+    return resp.SerializeToString()
+
+
+GRPS_ANSWER = _grps_answer()
 
 
 class CannedTriton(TritonUpstream):
@@ -63,7 +82,8 @@ class CannedTriton(TritonUpstream):
         self._channel = object()
 
         async def model_infer_bytes(data: bytes, timeout: float, **_grpc_kw):
-            return ANSWER  # the answer as gRPC receives it (infer_bytes)
+            # the answer as gRPC receives it (infer_bytes): the request's model is its first field
+            return GRPS_ANSWER if data[2:2 + data[1]] == GRPS_MODEL.encode() else ANSWER
 
         self._model_infer_bytes = model_infer_bytes
 
@@ -72,13 +92,20 @@ class CannedTriton(TritonUpstream):
             r = service_pb2.RepositoryIndexResponse()
             r.models.add(name=MODEL, version="123", state="READY")
             return r
+        if method == "ModelMetadata" and request.name == GRPS_MODEL:
+            r = service_pb2.ModelMetadataResponse(name=GRPS_MODEL, versions=["1"], platform="python")
+            r.inputs.add(name="in1", datatype="INT32", shape=[-1, -1])
+            r.inputs.add(name="in2", datatype="FP64", shape=[-1, -1])
+            r.outputs.add(name="out1", datatype="INT32", shape=[-1, -1])
+            r.outputs.add(name="out2", datatype="FP64", shape=[-1, -1])
+            return r
         if method == "ModelMetadata":
             r = service_pb2.ModelMetadataResponse(name=MODEL, versions=["123"], platform="python")
             r.inputs.add(name="x", datatype="FP32", shape=[-1])
             r.outputs.add(name="y", datatype="FP32", shape=[-1])
             return r
         if method == "ModelConfig":
-            return service_pb2.ModelConfigResponse(config=model_config_pb2.ModelConfig(name=MODEL))
+            return service_pb2.ModelConfigResponse(config=model_config_pb2.ModelConfig(name=request.name))
         raise AssertionError(method)
 
 
@@ -193,6 +220,54 @@ async def grpc_floor_loop(n: int) -> float:
     return (time.thread_time() - t0) / n * 1e6
 
 
+class GrpsRequest:
+    """What GRPS's predict route reads of a Sanic request."""
+
+    __slots__ = ("path", "method", "headers", "body", "stream", "app", "query_string", "content_type")
+
+    def __init__(self, app=None):
+        self.path, self.method, self.body, self.stream, self.app = "/grps/v1/infer/predict", "POST", GRPS_BODY, None, app
+        self.headers, self.query_string = {"content-type": "application/json"}, ""
+        self.content_type = "application/json"
+
+
+async def grps_gateway_loop(n: int) -> float:
+    from types import SimpleNamespace
+
+    from gateway.context import GatewayContext
+    from gateway.dialects.grps import config as grps_config
+    from gateway.dialects.grps import http as grps_http
+    from gateway.dialects.grps.service import GrpsService
+
+    up = CannedTriton("127.0.0.1:1", cache_ttl=3600)
+    await up.connect()
+    svc = GrpsService(GatewayContext(Settings(), up), grps_config.GrpsSettings())
+    app = SimpleNamespace(ctx=SimpleNamespace(grps=svc))
+    edge = Edge("grps", "grps_http", svc.errors, Admission(1024), 30.0, 600.0)
+    endpoint = edge.http("predict", grps_http._predict)
+    first = await endpoint(GrpsRequest(app))
+    assert first.status == 200 and b'"out2"' in first.body, first.body
+    t0 = time.thread_time()
+    for _ in range(n):
+        await endpoint(GrpsRequest(app))
+    return (time.thread_time() - t0) / n * 1e6
+
+
+async def grps_floor_loop(n: int) -> float:
+    from bench import floor
+
+    async def stub_infer(req):
+        req.SerializeToString()
+        return service_pb2.ModelInferResponse.FromString(GRPS_ANSWER)
+
+    f = floor.Floor.__new__(floor.Floor)  # its handlers only: no channel
+    f.infer = stub_infer
+    t0 = time.thread_time()
+    for _ in range(n):
+        await f.grps_predict(GrpsRequest())
+    return (time.thread_time() - t0) / n * 1e6
+
+
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
     from gateway import logs
@@ -204,6 +279,9 @@ def main() -> None:
     gw = min(asyncio.run(grpc_gateway_loop(n)) for _ in range(5))
     fl = min(asyncio.run(grpc_floor_loop(n)) for _ in range(5))
     print(f"handler CPU µs per small TF gRPC Predict: gateway {gw:.1f}, floor {fl:.1f}, ratio {gw / fl:.2f}")
+    gw = min(asyncio.run(grps_gateway_loop(n)) for _ in range(5))
+    fl = min(asyncio.run(grps_floor_loop(n)) for _ in range(5))
+    print(f"handler CPU µs per GRPS gtensors predict: gateway {gw:.1f}, floor {fl:.1f}, ratio {gw / fl:.2f}")
 
 
 if __name__ == "__main__":

@@ -475,6 +475,14 @@ async def test_the_handler_floor_bench_runs_both_grpc_predict_handlers_on_the_ca
     assert await handler_floor.grpc_floor_loop(3) > 0
 
 
+async def test_the_handler_floor_bench_runs_both_grps_handlers_on_the_canned_answer():
+    """bench/handler_floor.py: GRPS's gtensors predict (its plain path, 200) and the floor's both run."""
+    from bench import handler_floor
+
+    assert await handler_floor.grps_gateway_loop(3) > 0
+    assert await handler_floor.grps_floor_loop(3) > 0
+
+
 def test_the_floor_runs_the_gateways_grpc_runtime(monkeypatch):
     """The floor's process gets GRPC_EXPERIMENTS as a gateway worker sets it (the bench's own process
     loaded grpc before it could), and an operator's own value is kept."""
