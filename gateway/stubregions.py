@@ -5,9 +5,9 @@ Triton's python backend talks to each model's stub through a region under /dev/s
 the model. A Triton stopped before it unloads its models (SIGTERM while it is still loading, a
 shutdown past ``stop``'s grace, SIGKILL) leaves its regions behind: memory nothing frees until the
 machine restarts. ``gateway local`` (gateway/localtriton.py) notes the regions that appear while
-its Triton starts (``created``), keeps the list in Triton's work dir, and once Triton and its stubs
-are gone unlinks those no process maps any more (``release``); a list left by a run that could
-not clean up (its supervisor SIGKILLed) is released at the next start.
+its Triton runs, keeps their list in Triton's work dir (``remember``), and once Triton and its
+stubs are gone unlinks those no process maps any more (``forget``, ``release``); a list left by a
+run that could not clean up (its supervisor SIGKILLed) is released at the next start.
 
 Only regions that appeared while our Triton started are candidates, and only those no process maps
 (read from /proc/<pid>/maps) are unlinked: another Triton's live regions stay. A region this
@@ -90,9 +90,9 @@ def remembered(workdir: Path) -> set[str]:
 
 def forget(workdir: Path, names: Iterable[str], shm_dir: Path = SHM_DIR, proc: Path = PROC) -> list[str]:
     """``release`` these and the list kept in ``workdir``; what is still there (mapped) stays listed."""
-    gone = release(set(names) | remembered(workdir), shm_dir, proc)
-    left = (set(names) | remembered(workdir)) - set(gone)
-    left &= present(shm_dir)
+    wanted = set(names) | remembered(workdir)
+    gone = release(wanted, shm_dir, proc)
+    left = (wanted - set(gone)) & present(shm_dir)
     if left:
         remember(workdir, left)
     else:
