@@ -203,16 +203,23 @@ async def grpc_gateway_loop(n: int) -> float:
     return (time.thread_time() - t0) / n * 1e6
 
 
-async def grpc_floor_loop(n: int) -> float:
+def _canned_floor(answer: bytes):
+    """``bench/floor.py``'s handlers (no channel), Triton's answer canned, the request serialized as grpc would."""
     from bench import floor
-    from gateway._proto.tensorflow_serving.apis import predict_pb2
 
     async def stub_infer(req):
         req.SerializeToString()
-        return service_pb2.ModelInferResponse.FromString(ANSWER)
+        return service_pb2.ModelInferResponse.FromString(answer)
 
-    f = floor.Floor.__new__(floor.Floor)  # its handlers only: no channel
+    f = floor.Floor.__new__(floor.Floor)
     f.infer = stub_infer
+    return f
+
+
+async def grpc_floor_loop(n: int) -> float:
+    from gateway._proto.tensorflow_serving.apis import predict_pb2
+
+    f = _canned_floor(ANSWER)
     data, parse, write = _predict_request(), predict_pb2.PredictRequest.FromString, predict_pb2.PredictResponse.SerializeToString
     t0 = time.thread_time()
     for _ in range(n):
@@ -254,14 +261,7 @@ async def grps_gateway_loop(n: int) -> float:
 
 
 async def grps_floor_loop(n: int) -> float:
-    from bench import floor
-
-    async def stub_infer(req):
-        req.SerializeToString()
-        return service_pb2.ModelInferResponse.FromString(GRPS_ANSWER)
-
-    f = floor.Floor.__new__(floor.Floor)  # its handlers only: no channel
-    f.infer = stub_infer
+    f = _canned_floor(GRPS_ANSWER)
     t0 = time.thread_time()
     for _ in range(n):
         await f.grps_predict(GrpsRequest())
