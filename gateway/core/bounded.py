@@ -4,7 +4,8 @@
 depth, prompt length, the offload threshold); the worker sets them once from its settings
 (``configure``). A message is built for every refused request: rendering a 100 MB name, shape or
 document into it would cost what parsing it did, so every dialect cuts what it quotes (``clip``,
-``clip_repr``, ``dims_text``).
+``clip_repr``, ``dims_text``). What is worked out once per client-given key (a layout, a path, a
+model spec) is kept in a dict of bounded size (``keep``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,15 @@ from types import SimpleNamespace
 # the defaults of gateway.settings.Limits (a test checks they agree)
 LIMITS = SimpleNamespace(max_tensor_bytes=256 << 20, max_json_depth=1 << 20, max_prompt_chars=40 << 20,
                          max_name_chars=1024, offload_bytes=64 << 10, offload_threads=2)
+
+
+def keep(cache: dict, key, value, most: int):
+    """``cache[key] = value``, the cache emptied first when it holds ``most`` entries (its keys come
+    from clients: a worker must not grow it without bound); ``value``."""
+    if len(cache) >= most:
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 def configure(limits) -> None:

@@ -13,6 +13,7 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import model_config_pb2, service_pb2
 
 from gateway.core import datatypes
+from gateway.core.bounded import keep
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.core.tensors import (
     InferRequest,
@@ -160,11 +161,7 @@ def _cached_header(req: InferRequest) -> bytes:
     key = (req.model, req.version, tuple([(t.name, t.datatype, t.data.shape) for t in req.inputs]),
            tuple(req.outputs) if req.outputs else ())
     hit = _headers.get(key)
-    if hit is None:
-        if len(_headers) >= MAX_HEADERS:  # bounded: the shapes clients send
-            _headers.clear()
-        hit = _headers[key] = _header(req)
-    return hit
+    return hit if hit is not None else keep(_headers, key, _header(req), MAX_HEADERS)  # bounded: the shapes clients send
 
 
 def serialize_request(req: InferRequest, arena=None, leases: list | None = None) -> bytes:

@@ -329,3 +329,13 @@ def test_tf_signature_errors_quote_many_long_client_names_from_a_bounded_prefix(
         tf_service._filter(sig, ["z" * 1_000_000])
     assert len(e.value.message) < 2000
     assert len(tf_errors.unknown_label("l" * 1_000_000).message) < 2000
+
+
+def test_keep_bounds_a_cache_of_client_keys():
+    from gateway.core.bounded import keep
+
+    cache: dict = {}
+    for i in range(5):
+        assert keep(cache, i, str(i), 3) == str(i)
+        assert len(cache) <= 3 and cache[i] == str(i)
+    assert cache == {3: "3", 4: "4"}  # emptied when full, then the new entry

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from gateway.core import datatypes, floattext
-from gateway.core.bounded import LIMITS
+from gateway.core.bounded import LIMITS, keep
 from gateway.core.tensors import MAX_ELEMENTS, InferResponse, ModelMetadata, Tensor, too_large
 
 from . import codec, jsonwrite, mapping
@@ -206,10 +206,7 @@ def _head(pretty: bool, name: str, datatype: str, shape: tuple[int, ...], empty:
         fields.append(f'"{field}"{p.colon}[' + p.pad(5))
     head = "{" + p.pad(4) + ("," + p.pad(4)).join(fields)
     tail = (p.pad(4) + "]" if not empty else "") + p.pad(3) + "}"
-    if len(_heads) >= _MAX_HEADS:  # bounded: the shapes models answer
-        _heads.clear()
-    hit = _heads[key] = (head, "," + p.pad(5), tail)
-    return hit
+    return keep(_heads, key, (head, "," + p.pad(5), tail), _MAX_HEADS)  # bounded: the shapes models answer
 
 
 def answer(resp: InferResponse, meta: ModelMetadata, pretty: bool) -> bytes | None:

@@ -20,6 +20,7 @@ import yaml
 from gateway import offload, shared
 from gateway.call import current
 from gateway.context import GatewayContext
+from gateway.core.bounded import keep
 from gateway.core.errors import ErrorKind, GatewayError, invalid, not_found
 from gateway.core.tensors import InferResponse, ModelMetadata, Tensor
 from gateway.upstream import codec as codec_v2
@@ -28,7 +29,7 @@ from . import codec, config, errors, mapping, plain, wireplan
 from .monitor import Monitor
 
 VERSION = "v1.1.0"  # the GRPS version this dialect imitates
-MAX_TARGETS = 1024  # per worker: the model names plain predicts resolved (bounded: the names are the clients')
+MAX_TARGETS = 1024  # per worker: the model names resolved (bounded: the names are the clients')
 
 
 class GrpsService:
@@ -39,7 +40,7 @@ class GrpsService:
         self.monitor = Monitor()
         self.errors = errors.Rendering(cfg)
         self._plans: dict[tuple, wireplan.Plan | None] = {}  # plain predicts: per target and input layout
-        self._targets: dict[str, mapping.Target] = {}  # the names plain predicts give (mapping.resolve)
+        self._targets: dict[str, mapping.Target] = {}  # model names resolved (_resolve)
 
     async def start(self) -> None:
         self.monitor.start()
@@ -70,7 +71,7 @@ class GrpsService:
         large binary is not copied into the protobuf and out again; the answer's bytes then come
         back as the second element, outside the message, too (a large one as a view of the bytes
         gRPC received, not copied)."""
-        target = mapping.resolve(msg.model, self.cfg)
+        target = self._resolve(msg.model)
         async with self._measured(target) as known:
             meta = await self._metadata(target)
             known.append(target.name)
@@ -86,12 +87,7 @@ class GrpsService:
         """``predict`` of a plain gtensors body (``plain.tensors``: the model it names, its decoded
         inputs), answered as the JSON text the HTTP listener sends: ``plain.answer``, else the general
         writer. The same lookups, checks, errors and monitoring as ``predict``."""
-        target = self._targets.get(model)
-        if target is None:  # the configuration is fixed: a name resolves the same way every time
-            target = mapping.resolve(model, self.cfg)  # a refused name raises, every time
-            if len(self._targets) >= MAX_TARGETS:
-                self._targets.clear()
-            self._targets[model] = target
+        target = self._resolve(model)
         _name_model(target.name)
         start, ok, known = time.perf_counter(), False, ""
         try:
@@ -129,22 +125,26 @@ class GrpsService:
         finally:
             self.monitor.record(known, time.perf_counter() - start, ok)
 
+    def _resolve(self, name: str) -> mapping.Target:
+        """``mapping.resolve`` of a model name, once per name: the configuration is fixed, so a name
+        resolves the same way every time (a refused name raises, every time, and is not kept)."""
+        target = self._targets.get(name)
+        return target if target is not None else keep(self._targets, name, mapping.resolve(name, self.cfg), MAX_TARGETS)
+
     def _plan(self, inputs: list[Tensor], meta: ModelMetadata, target: mapping.Target) -> wireplan.Plan | None:
         """The plan of these inputs' layout under this metadata (made once; refusals raise every time)."""
         key = (target.name, target.model, target.version, *[(t.name, t.datatype, t.data.shape) for t in inputs])
         plan = self._plans.get(key, _NO_PLAN)
         if plan is _NO_PLAN or plan is not None and plan.meta is not meta:
-            plan = wireplan.make(inputs, meta, target, self.cfg, self.ctx.upstream.shared_from())
-            if len(self._plans) >= wireplan.MAX_PLANS:  # bounded: the layouts clients send
-                self._plans.clear()
-            self._plans[key] = plan
+            plan = keep(self._plans, key, wireplan.make(inputs, meta, target, self.cfg, self.ctx.upstream.shared_from()),
+                        wireplan.MAX_PLANS)  # bounded: the layouts clients send
         return plan
 
     async def predict_stream(
         self, msg: codec.GrpsMessage, ndarray: np.ndarray | None = None
     ) -> AsyncIterator[codec.GrpsMessage]:
         """Each model response as one message; an error (first or midway) ends with one FAILURE."""
-        target = mapping.resolve(msg.model, self.cfg)
+        target = self._resolve(msg.model)
         _name_model(target.name)
         start, ok, known = time.perf_counter(), False, ""
         try:
@@ -191,7 +191,7 @@ class GrpsService:
     async def model_metadata(self, msg: codec.GrpsMessage) -> codec.GrpsMessage:
         if not msg.HasField("str_data") or not msg.str_data:
             raise invalid("No model name: send it in str_data.")
-        target = mapping.resolve(msg.str_data, self.cfg)
+        target = self._resolve(msg.str_data)
         _name_model(target.name)
         meta = await self._metadata(target, predicting=False)
         doc = {

@@ -16,7 +16,7 @@ from sanic import Request, Sanic
 from gateway import httpbody, offload
 from gateway.call import current
 from gateway.core import bounded
-from gateway.core.bounded import check_name
+from gateway.core.bounded import check_name, keep
 from gateway.core.errors import invalid
 from gateway.edge import Edge
 
@@ -102,9 +102,7 @@ def _inference_route(path: str) -> Route | None:
         return None
     route = (name, version, label, m[4], ServableRef(name, version, label))
     if len(path) <= MAX_ROUTE_PATH:
-        if len(_routes) >= MAX_ROUTES:
-            _routes.clear()
-        _routes[path] = route
+        keep(_routes, path, route, MAX_ROUTES)
     return route
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from gateway.core.bounded import keep
 from gateway.core.errors import ErrorKind, GatewayError, invalid
 from gateway.core.tensors import ModelMetadata, TensorSpec
 from gateway.upstream import Upstream
@@ -193,9 +194,7 @@ class Servables:
             return None
         conf = self._exposed.get(name)
         if conf is None:
-            if len(self._exposed) >= 1024:  # bounded by the names Triton has had
-                self._exposed.clear()
-            conf = self._exposed[name] = ModelConf(triton=name)
+            conf = keep(self._exposed, name, ModelConf(triton=name), 1024)  # bounded by the names Triton has had
         return conf
 
     async def _versions(self, triton: str, ready_only: bool = True) -> list[int]:
@@ -242,9 +241,7 @@ class Servables:
                 out[name] = realise(name, sc, own)
             else:
                 out[name] = replace(realise(name, sc, other_meta[sc.triton]), own=False)
-        if len(self._sigs) >= 1024:  # bounded, like the metadata cache it follows
-            self._sigs.clear()
-        self._sigs[key] = (metas, out)
+        keep(self._sigs, key, (metas, out), 1024)  # bounded, like the metadata cache it follows
         return out, sources
 
     async def resolve(self, spec: ServableRef, *, grpc: bool = False, method: str | None = None) -> Target:
@@ -261,9 +258,7 @@ class Servables:
             return hit[3]
         index = await self.upstream.repository_index()
         target, sources = await self._resolve(spec, grpc, method)
-        if len(self._resolved) >= 1024:  # bounded, like the caches it follows
-            self._resolved.clear()
-        self._resolved[key] = (index, sources[0], sources[1], target)
+        keep(self._resolved, key, (index, sources[0], sources[1], target), 1024)  # bounded, like the caches it follows
         return target
 
     def _fresh(self, hit: tuple) -> bool:

@@ -21,7 +21,7 @@ from gateway._proto.tensorflow_serving.apis import (
     predict_pb2,
 )
 from gateway.core import datatypes
-from gateway.core.bounded import check_name, clip, dims_text
+from gateway.core.bounded import check_name, clip, dims_text, keep
 from gateway.core.errors import invalid
 from gateway.core.tensors import TensorSpec, element_count, too_large
 from gateway.upstream.codec import delimited
@@ -36,9 +36,10 @@ _FIELD = {
 }
 # the types whose typed field holds their values as they are (no bytes, no 16-bit patterns, no
 # narrowing of int_val): ``np.fromiter`` of the field is the array
-_DIRECT = {v2: f for v2, f in _FIELD.items()
-           if v2 not in ("BYTES", "FP16", "BF16") and not (f == "int_val" and datatypes.by_v2(v2).numpy.itemsize < 4)}
-MAX_KEPT = 1024  # model specs and tensor layouts kept, each
+_DIRECT = frozenset(v2 for v2, f in _FIELD.items()
+                    if v2 not in ("BYTES", "FP16", "BF16")
+                    and not (f == "int_val" and datatypes.by_v2(v2).numpy.itemsize < 4))
+MAX_KEPT = 1024  # model specs, tensor layouts and answer parts kept, each
 _specs: dict[bytes, ServableRef] = {}
 _layouts: dict[tuple[int, bytes], tuple] = {}
 
@@ -49,12 +50,7 @@ def spec_from_proto(ms: model_pb2.ModelSpec) -> ServableRef:
     MAX_KEPT), so a request costs one serialization and a lookup (1.3 -> 0.3 µs)."""
     key = ms.SerializeToString()
     ref = _specs.get(key)
-    if ref is None:
-        ref = _spec_from_proto(ms)
-        if len(_specs) >= MAX_KEPT:  # bounded: the specs clients send
-            _specs.clear()
-        _specs[key] = ref
-    return ref
+    return ref if ref is not None else keep(_specs, key, _spec_from_proto(ms), MAX_KEPT)
 
 
 def _spec_from_proto(ms: model_pb2.ModelSpec) -> ServableRef:
@@ -92,11 +88,8 @@ def tensor_from_proto(tp: tensor_pb2.TensorProto, name: str) -> tuple[np.ndarray
     key = (tp.dtype, tp.tensor_shape.SerializeToString())
     layout = _layouts.get(key)
     if layout is None:
-        layout = _layout(tp, name)  # a refusal raises, every time (never kept)
-        if len(_layouts) >= MAX_KEPT:  # bounded: the layouts clients send
-            _layouts.clear()
-        _layouts[key] = layout
-    row, shape, size, field = layout
+        layout = keep(_layouts, key, _layout(tp, name), MAX_KEPT)  # a refusal raises, every time (never kept)
+    row, shape, size, direct = layout
     if tp.tensor_content:
         shown = clip(name)
         if row.is_bytes:
@@ -107,16 +100,12 @@ def tensor_from_proto(tp: tensor_pb2.TensorProto, name: str) -> tuple[np.ndarray
         if flat.size != size:
             raise invalid(f"Input '{shown}': tensor_content holds {flat.size} values for shape {dims_text(shape)}")
         return flat.reshape(shape), row.v2
-    if field is not None:  # a type read as it comes
-        values = getattr(tp, field)
-        if len(values) == size:  # every value given: nothing to fill
-            return np.fromiter(values, row.numpy, size).reshape(shape), row.v2
-    return _typed(tp, row, shape, size, name), row.v2
+    return _typed(tp, row, shape, size, name, direct), row.v2
 
 
-def _layout(tp: tensor_pb2.TensorProto, name: str) -> tuple[datatypes.DType, tuple[int, ...], int, str | None]:
-    """(the dtype's row, the shape, its element count, the typed field its values are read from as
-    they come, else None), checked as TF Serving checks them."""
+def _layout(tp: tensor_pb2.TensorProto, name: str) -> tuple[datatypes.DType, tuple[int, ...], int, bool]:
+    """(the dtype's row, the shape, its element count, whether its typed field holds the values as
+    they are), checked as TF Serving checks them."""
     try:
         row = datatypes.by_tf(tp.dtype)
     except KeyError:
@@ -129,12 +118,14 @@ def _layout(tp: tensor_pb2.TensorProto, name: str) -> tuple[datatypes.DType, tup
     why = too_large(size, row, shape)
     if why is not None:
         raise invalid(f"tensor parsing error: {clip(name)}: {why}")
-    return row, shape, size, _DIRECT.get(row.v2)
+    return row, shape, size, row.v2 in _DIRECT
 
 
-def _typed(tp, row, shape, size: int, name: str) -> np.ndarray:
+def _typed(tp, row, shape, size: int, name: str, direct: bool) -> np.ndarray:
     values = getattr(tp, _FIELD[row.v2])
     n = len(values)
+    if direct and n == size:  # every value given, as it is: nothing to convert or fill
+        return np.fromiter(values, row.numpy, n).reshape(shape)
     if n > size:
         raise invalid(f"Input '{clip(name)}': {n} values do not fit shape {dims_text(shape)}")
     if row.is_bytes:
@@ -188,8 +179,7 @@ def shape_proto(shape, unknown_rank: bool = False,
 
 # -- a predict's answer as bytes ---------------------------------------------------------------
 _PACKED = {"FP32": (5, "<f4"), "FP64": (6, "<f8")}  # float_val, double_val (packed) and their wire type
-_answer_parts: dict[tuple, tuple[bytes, bytes, bytes]] = {}
-MAX_ANSWER_PARTS = 1024
+_answer_parts: dict[tuple, tuple[bytes, bytes, bytes]] = {}  # by alias, type, shape and spec
 
 
 def predict_answer(alias: str, arr: np.ndarray, v2: str, spec: tuple[str, int | str | None, str]) -> bytes | None:
@@ -211,9 +201,8 @@ def predict_answer(alias: str, arr: np.ndarray, v2: str, spec: tuple[str, int | 
         shape_proto(arr.shape, into=tp.tensor_shape)
         resp = predict_pb2.PredictResponse()
         model_spec(*spec, into=resp.model_spec)
-        if len(_answer_parts) >= MAX_ANSWER_PARTS:  # bounded: the models' outputs and shapes
-            _answer_parts.clear()
-        parts = _answer_parts[key] = (delimited(1, alias.encode()), tp.SerializeToString(), resp.SerializeToString())
+        parts = keep(_answer_parts, key, (delimited(1, alias.encode()), tp.SerializeToString(),
+                                          resp.SerializeToString()), MAX_KEPT)
     key_field, head, spec_field = parts
     field, little = packed
     tensor = head + delimited(field, arr.astype(little, copy=False).tobytes())

@@ -14,7 +14,7 @@ import numpy as np
 from gateway.call import current
 from gateway.context import GatewayContext
 from gateway.core import datatypes
-from gateway.core.bounded import DIMS, clip
+from gateway.core.bounded import DIMS, clip, keep
 from gateway.core.errors import invalid
 from gateway.core.tensors import InferRequest, InferResponse, Tensor
 from gateway.upstream import codec
@@ -61,11 +61,9 @@ class Service:
         key = (id(target), tuple(output_filter), *[(alias, arr.shape, arr.dtype) for alias, arr in inputs.items()])
         plan = self._plans.get(key)
         if plan is None or plan.target is not target:  # the plan holds its target: an id is not reused under it
-            plan = _plan(target, inputs, output_filter, self._wire,  # refusals raise here, every time (never kept)
-                         self.ctx.upstream.shared_from())
-            if len(self._plans) >= MAX_PLANS:  # bounded: the shapes clients send
-                self._plans.clear()
-            self._plans[key] = plan
+            # refusals raise here, every time (never kept); bounded: the shapes clients send
+            plan = keep(self._plans, key, _plan(target, inputs, output_filter, self._wire,
+                                                self.ctx.upstream.shared_from()), MAX_PLANS)
         if plan.wire is not None:  # one numeric input, numeric outputs: straight to wire bytes and back
             return await self._predict_wire(plan, next(iter(inputs.values())))
         tensors = []

@@ -20,6 +20,7 @@ import numpy as np
 from tritonclient.grpc import service_pb2
 
 from gateway.core import datatypes
+from gateway.core.bounded import keep
 from gateway.core.errors import ErrorKind, GatewayError, invalid
 from gateway.core.tensors import check_bytes
 
@@ -353,11 +354,7 @@ def _output_head(name: str, datatype: str, shape: tuple) -> bytes:
 def _head(cache: dict, key: tuple, write) -> bytes:
     """A piece of the answer written once per key (bounded: the models and shapes Triton answers)."""
     hit = cache.get(key)
-    if hit is None:
-        if len(cache) >= MAX_HEADS:
-            cache.clear()
-        hit = cache[key] = write(*key)
-    return hit
+    return hit if hit is not None else keep(cache, key, write(*key), MAX_HEADS)
 
 
 def render(resp: service_pb2.ModelInferResponse, parsed: Parsed, raws=None) -> tuple[list, int | None]:

@@ -23,7 +23,7 @@ from array import array
 from tritonclient.grpc import service_pb2
 
 from gateway.core import datatypes
-from gateway.core.bounded import LIMITS
+from gateway.core.bounded import LIMITS, keep
 from gateway.upstream.codec import RAW_INPUT_TAG, varint
 
 from .jsontensor import INT64_MAX, UINT64_MAX, Output, Parsed
@@ -76,9 +76,7 @@ def _header(model: str, version: str, inputs: tuple, outputs: tuple) -> tuple[by
             msg.outputs.add(name=name)
         hit = (service_pb2.ModelInferRequest(model_name=model, model_version=version).SerializeToString(),
                msg.SerializeToString())
-        if len(_headers) >= MAX_HEADERS:  # bounded: the shapes clients send
-            _headers.clear()
-        _headers[key] = hit
+        keep(_headers, key, hit, MAX_HEADERS)  # bounded: the shapes clients send
     return hit
 
 
