@@ -493,3 +493,50 @@ def test_the_floor_runs_the_gateways_grpc_runtime(monkeypatch):
     assert floor_env()[grpcruntime.ENV] == grpcruntime.EXPERIMENTS
     monkeypatch.setenv(grpcruntime.ENV, "-some_experiment")
     assert floor_env()[grpcruntime.ENV] == "-some_experiment"
+
+
+def test_grpc_features_parses_variants_and_refuses_a_misspelt_feature():
+    from bench.grpc_features import Features
+
+    assert Features.parse("plain") == Features() == Features.parse("")
+    assert Features.parse("TIMEOUT+TRAIL") == Features(timeout=True, trailing=True)
+    assert Features.parse("TIMEOUT+MD+TRAIL+CTX") == Features(True, True, True, True)
+    with pytest.raises(ValueError, match="TIMOUT"):
+        Features.parse("TIMOUT")
+
+
+@pytest.mark.parametrize("variant", ["plain", "TIMEOUT", "MD", "TRAIL", "CTX", "TIMEOUT+MD+TRAIL+CTX"])
+async def test_grpc_features_handler_does_exactly_its_variants_work(variant):
+    """bench/grpc_features.py: each feature turned on changes the upstream call or the context as the
+    gateway's passthrough would, and nothing else; the answer is Triton's bytes."""
+    from bench.grpc_features import Features, handler
+
+    calls, seen = [], []
+
+    async def forward(request, **kwargs):
+        calls.append((request, kwargs))
+        return b"answer:" + request
+
+    class Context:
+        def invocation_metadata(self):
+            seen.append("metadata")
+            return ()
+
+        def time_remaining(self):
+            seen.append("remaining")
+            return None
+
+        def set_trailing_metadata(self, md):
+            seen.append(("trailing", md))
+
+    f = Features.parse(variant)
+    fn = handler(forward, f)
+    assert await fn(b"req", Context()) == b"answer:req"
+    assert await fn(b"req", Context()) == b"answer:req"
+    request, kwargs = calls[-1]
+    assert request == b"req"
+    assert ("timeout" in kwargs) == f.timeout and kwargs.get("timeout", 30.0) == 30.0
+    assert kwargs.get("metadata") == ((("x-request-id", "2"),) if f.metadata else None)
+    assert (("trailing", (("x-request-id", "2"),)) in seen) == f.trailing
+    assert ("metadata" in seen and "remaining" in seen) == f.context
+    assert len(seen) == 2 * (2 * f.context + f.trailing)
