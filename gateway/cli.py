@@ -165,7 +165,7 @@ def local(settings: Settings, config: str | None) -> int:
     # While Triton starts, SIGTERM becomes an exception so that start() stops what it started;
     # afterwards serve() handles signals itself and the finally below stops Triton.
     signal.signal(signal.SIGTERM, launch.raise_exit)
-    launch.exit_with_parent()
+    parent = launch.exit_with_parent()
     if not startup.preflight(settings, upstream=False):  # a listener's port taken: say so before Triton loads
         return 1
     tp = launch.start_triton(settings, on_progress=lambda line: print(line, flush=True))
@@ -178,6 +178,7 @@ def local(settings: Settings, config: str | None) -> int:
     finally:
         tp.stop()
         print("stopped gateway and Triton", file=sys.stderr, flush=True)
+        launch.say_if_parent_gone(parent)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,18 +39,36 @@ def raise_exit(signum, _frame) -> None:
     raise SystemExit(128 + signum)
 
 
-def exit_with_parent() -> None:
-    """Get SIGTERM when the starting process dies (Linux PR_SET_PDEATHSIG); also a ``preexec_fn``."""
+PARENT_GONE = ("the process that started it exited, so it stops too (on purpose: an interrupted `make run` "
+               "leaves no Triton behind); for a server that outlives its shell, run `gateway serve` under a "
+               "supervisor: systemd, compose or Kubernetes (docs/deploy.md)")
+
+
+def exit_with_parent() -> int:
+    """Get SIGTERM when the starting process dies (Linux PR_SET_PDEATHSIG); also a ``preexec_fn``.
+    Returns the parent's pid, for ``say_if_parent_gone`` at the end."""
     import os
 
+    ppid = os.getppid()
     try:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # not Linux: nothing to do
-        return
-    if os.getppid() == 1:  # the parent died before prctl took effect
+        return ppid
+    if os.getppid() == 1:  # the parent died before prctl took effect (or it was never there: setsid -f)
+        print(f"stopping: {PARENT_GONE}", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGTERM)
+    return ppid
+
+
+def say_if_parent_gone(ppid: int) -> None:
+    """Why a stop came when nobody asked for one: the process that started this one (``ppid``, from
+    ``exit_with_parent``) is gone, and PR_SET_PDEATHSIG sent the SIGTERM."""
+    import os
+
+    if os.getppid() != ppid:
+        print(f"stopped: {PARENT_GONE}", file=sys.stderr, flush=True)
 
 
 def start_triton(settings: Settings, on_progress: Callable[[str], None] | None = None,
@@ -111,7 +129,7 @@ def pd_plan(triton: str, ports: list[int], admin_base: int) -> list[tuple[str, d
 def run_pd(settings: Settings, ports: list[int], admin_base: int) -> int:
     """Triton, then each instance of ``pd_plan`` as a ``gateway serve`` process; until Ctrl-C/SIGTERM."""
     signal.signal(signal.SIGTERM, raise_exit)
-    exit_with_parent()
+    parent = exit_with_parent()
     workdir = Path(".run/pd").resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     procs: list[subprocess.Popen] = []
@@ -159,3 +177,4 @@ def run_pd(settings: Settings, ports: list[int], admin_base: int) -> int:
         if tp is not None:
             tp.stop()
         print("stopped the PD instances and Triton", file=sys.stderr, flush=True)
+        say_if_parent_gone(parent)

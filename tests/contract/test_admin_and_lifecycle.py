@@ -269,6 +269,8 @@ def test_local_stops_everything_when_its_parent_dies(tmp_path):
     _reap(alive)
     assert not alive, [(p.pid, p.cmdline()[:2]) for p in alive]
     assert not _regions_left(regions)
+    log = (tmp_path / "l.log").read_text()  # and its last line says why it stopped
+    assert "stopped: the process that started it exited" in log.splitlines()[-1], log[-2000:]
 
 
 def test_sigterm_while_triton_is_starting_leaves_nothing_behind(tmp_path):

@@ -4,7 +4,10 @@ names the listener and its setting; an unreachable or wrong upstream is a warnin
 from __future__ import annotations
 
 import io
+import os
 import socket
+import subprocess
+import sys
 from concurrent import futures
 
 import grpc
@@ -12,7 +15,7 @@ import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from gateway import cli, launch, localtriton, startup
-from tests.support import free_port, worker_settings
+from tests.support import ROOT, free_port, worker_settings
 
 
 @pytest.fixture
@@ -43,7 +46,7 @@ def test_local_refuses_a_taken_listener_port_before_starting_triton(held_port, m
         raise AssertionError("Triton must not start when a listener's port is taken")
 
     monkeypatch.setattr(localtriton, "start", never)
-    monkeypatch.setattr(launch, "exit_with_parent", lambda: None)
+    monkeypatch.setattr(launch, "exit_with_parent", os.getppid)
     s = worker_settings({"grps_http": held_port}, "127.0.0.1:1")
     assert cli.local(s, None) == 1
     err = capsys.readouterr().err
@@ -55,7 +58,7 @@ def test_local_prints_tritons_start_error_and_exits_1(monkeypatch, capsys):
         raise localtriton.TritonStartError("model 'x' failed to load: boom")
 
     monkeypatch.setattr(localtriton, "start", fails)
-    monkeypatch.setattr(launch, "exit_with_parent", lambda: None)
+    monkeypatch.setattr(launch, "exit_with_parent", os.getppid)
     s = worker_settings({"grps_http": free_port()}, "127.0.0.1:1")
     assert cli.local(s, None) == 1
     assert "error: model 'x' failed to load: boom" in capsys.readouterr().err
@@ -109,3 +112,24 @@ def test_preflight_warns_about_the_upstream_but_goes_on():
     s = worker_settings({"admin_http": free_port()}, f"127.0.0.1:{free_port()}")
     assert startup.preflight(s, out=out) is True
     assert out.getvalue().startswith("warning: upstream Triton at")
+
+
+def test_a_local_stop_caused_by_the_parent_exiting_says_so(capsys):
+    """PR_SET_PDEATHSIG's SIGTERM looks like any other stop: the last line says why, and only then."""
+    launch.say_if_parent_gone(os.getppid())
+    assert capsys.readouterr().err == ""
+    launch.say_if_parent_gone(os.getppid() + 1)  # the parent it was started by is no longer its parent
+    err = capsys.readouterr().err
+    assert err.startswith("stopped: the process that started it exited") and "`gateway serve`" in err
+
+
+def test_a_parent_already_gone_at_start_is_said_before_the_stop():
+    """Started by a process that exited at once (setsid -f, a daemonizing wrapper): `gateway local`
+    stops at once, saying why (in a child process: PR_SET_PDEATHSIG is set for real)."""
+    code = ("import os, signal; from gateway import launch; os.getppid = lambda: 1; "
+            "os.kill = lambda pid, sig: print('signal', signal.Signals(sig).name, pid == os.getpid(), flush=True); "
+            "launch.exit_with_parent()")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "signal SIGTERM True\n"
+    assert out.stderr.startswith("stopping: the process that started it exited")
