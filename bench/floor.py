@@ -39,7 +39,9 @@ import numpy as np
 import orjson
 import uvloop
 from sanic import Sanic
+from sanic.application.state import ApplicationServerInfo
 from sanic.http import Http
+from sanic.http.constants import HTTP
 from sanic.response import raw
 from sanic.touchup import TouchUp
 from tritonclient.grpc import service_pb2
@@ -238,9 +240,15 @@ async def serve(triton: str, http_port: int, grpc_port: int) -> None:
     await server.start()
     app = floor.http_app()
     srv = await app.create_server(host="127.0.0.1", port=http_port, return_asyncio_server=True, access_log=False)
-    await srv.startup()  # runs Sanic's TouchUp (TOUCHUP is on), as the gateway's worker does once
-    if not getattr(Http, "__touched__", False):
-        TouchUp.run(app)
+    # Sanic's TouchUp drops its empty ``alt-svc:`` header only when server_info names one HTTP
+    # version, which create_server does not record: named here while it runs, as the gateway does
+    recorded, app.state.server_info = app.state.server_info, [ApplicationServerInfo(settings={"version": HTTP.VERSION_1})]
+    try:
+        await srv.startup()  # runs Sanic's TouchUp (TOUCHUP is on), as the gateway's worker does once
+        if not getattr(Http, "__touched__", False):
+            TouchUp.run(app)
+    finally:
+        app.state.server_info = recorded
     await srv.before_start()
     await srv.after_start()
     stop = asyncio.Event()

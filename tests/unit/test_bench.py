@@ -540,3 +540,41 @@ async def test_grpc_features_handler_does_exactly_its_variants_work(variant):
     assert (("trailing", (("x-request-id", "2"),)) in seen) == f.trailing
     assert ("metadata" in seen and "remaining" in seen) == f.context
     assert len(seen) == 2 * (2 * f.context + f.trailing)
+
+
+def test_the_floor_answers_without_sanics_empty_alt_svc_header():
+    """bench/floor.py's HTTP answers carry no empty ``alt-svc:`` line (the gateway's carry none either):
+    the floor writes no byte more than it must (Triton unreachable: /ready needs no Triton)."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from tests.support import ROOT, free_port
+
+    http_port, grpc_port = free_port(), free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "bench.floor", "127.0.0.1:1", str(http_port), str(grpc_port)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", http_port), timeout=5) as s:
+                    s.sendall(b"GET /ready HTTP/1.1\r\nhost: x\r\n\r\n")
+                    answer = b""
+                    while not answer.endswith(b"ready"):
+                        chunk = s.recv(4096)
+                        if not chunk:
+                            break
+                        answer += chunk
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.1)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    head = answer.split(b"\r\n\r\n")[0].lower()
+    assert head.startswith(b"http/1.1 200 ok") and answer.endswith(b"ready")
+    assert b"alt-svc" not in head, head
