@@ -1,4 +1,6 @@
-"""Bounded gRPC load: a closed loop of ``concurrency`` callers on one grpc.aio channel.
+"""Bounded gRPC load: a closed loop of ``concurrency`` callers on one grpc.aio channel (or, for a
+unary load, spread over ``channels`` channels, each its own connection: the several clients a gateway
+with several workers, each a process of its own, needs to be loaded as a whole).
 
 Requests are serialised once, before the run, and sent as raw bytes (no serializer on either
 side), so the client spends as little CPU as a Python client can: it shares the machine's cores
@@ -57,18 +59,32 @@ async def stream_once(target: str, method: str, request: bytes, timeout: float =
         return answer
 
 
+def channel_options(own_connection: bool) -> list[tuple[str, int]]:
+    """A channel's options; ``own_connection``: its own subchannel pool, so that channels to the same
+    target do not share one connection (grpc's global pool would), and the kernel can hand each to
+    another worker (SO_REUSEPORT)."""
+    return CHANNEL_OPTIONS + ([("grpc.use_local_subchannel_pool", 1)] if own_connection else [])
+
+
 async def unary(target: str, method: str, request: bytes, concurrency: int, duration_s: float,
-                timeout: float = 30) -> LoadResult:
-    """``concurrency`` callers each send ``request`` again as soon as the last answer came."""
+                timeout: float = 30, channels: int = 1, start_at: float | None = None) -> LoadResult:
+    """``concurrency`` callers each send ``request`` again as soon as the last answer came; caller i
+    uses channel i mod ``channels``. ``start_at``: the wall-clock time (``time.time()``) the run
+    starts at, once every channel is ready (several client processes start together)."""
     _check_target(target)
+    if channels < 1:
+        raise ValueError(f"channels must be at least 1, not {channels}")
     res = LoadResult()
-    async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as ch:
-        await asyncio.wait_for(ch.channel_ready(), 10)
-        rpc = ch.unary_unary(method)
+    chans = [grpc.aio.insecure_channel(target, options=channel_options(channels > 1)) for _ in range(channels)]
+    try:
+        await asyncio.wait_for(asyncio.gather(*(ch.channel_ready() for ch in chans)), 10)
+        rpcs = [ch.unary_unary(method) for ch in chans]
+        if start_at is not None and start_at > time.time():
+            await asyncio.sleep(start_at - time.time())
         start = time.perf_counter()
         end = start + duration_s
 
-        async def caller() -> None:
+        async def caller(rpc) -> None:
             while True:
                 t0 = time.perf_counter()
                 if t0 >= end:
@@ -83,9 +99,53 @@ async def unary(target: str, method: str, request: bytes, concurrency: int, dura
                 res.requests += 1
                 res.latencies_s.append(t1 - t0)
 
-        await asyncio.gather(*(caller() for _ in range(concurrency)))
+        await asyncio.gather(*(caller(rpcs[i % channels]) for i in range(concurrency)))
         res.duration_s = time.perf_counter() - start
+    finally:
+        await asyncio.gather(*(ch.close() for ch in chans))
     return res
+
+
+def merged(parts: list[LoadResult]) -> LoadResult:
+    """Runs made side by side (one per client process) as one: the requests and errors added, the
+    latencies pooled, the longest duration."""
+    out = LoadResult()
+    for p in parts:
+        out.requests += p.requests
+        out.errors += p.errors
+        out.latencies_s.extend(p.latencies_s)
+        out.duration_s = max(out.duration_s, p.duration_s)
+        out.first_error = out.first_error or p.first_error
+    return out
+
+
+def _share(total: int, parts: int, i: int) -> int:
+    return total // parts + (1 if i < total % parts else 0)
+
+
+def _unary_in_process(args: tuple) -> LoadResult:
+    target, method, request, concurrency, duration_s, channels, start_at = args
+    return asyncio.run(unary(target, method, request, concurrency, duration_s, channels=channels, start_at=start_at))
+
+
+def unary_load(target: str, method: str, request: bytes, concurrency: int, duration_s: float,
+               channels: int = 1, processes: int = 1) -> LoadResult:
+    """``unary`` from ``processes`` client processes at once, the callers and channels shared out
+    among them: one Python client tops out near 10 k calls a second, below what several gateway
+    workers on many cores answer. Each process connects, then all start at the same moment."""
+    if processes <= 1:
+        return asyncio.run(unary(target, method, request, concurrency, duration_s, channels=channels))
+    if concurrency < processes or channels < processes:
+        raise ValueError(f"{processes} client processes need at least as many callers and channels "
+                         f"({concurrency} callers, {channels} channels)")
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    start_at = time.time() + 3.0  # spawned, grpc imported and connected by then
+    jobs = [(target, method, request, _share(concurrency, processes, i), duration_s, _share(channels, processes, i),
+             start_at) for i in range(processes)]
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return merged(list(pool.map(_unary_in_process, jobs)))
 
 
 async def stream(target: str, method: str, request: bytes, concurrency: int, duration_s: float,

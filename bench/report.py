@@ -230,22 +230,9 @@ def markdown(res: dict) -> str:
         lines += _table(["path", "requests/repeat", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms",
                          "tokens/s", "gateway CPU µs/req", "gateway CPU µs/token"], rows)
 
-    if res.get("scaling"):
-        sc = res["scaling"]
-        lines += ["", f"## Scaling: {sc['title']}, {sc['concurrency']} connections", ""]
-        one = next((w["summary"].get("req_per_s") for w in sc["runs"] if w["workers"] == 1), None)
-        speedup = lambda rps: times(rps["median"] / one["median"]) if rps and one and one["median"] else ""  # noqa: E731
-        rows = [[str(w["workers"]), cell(w["summary"].get("req_per_s")), speedup(w["summary"].get("req_per_s")),
-                 cell(w["summary"].get("p50_ms")), cell(w["summary"].get("p99_ms")),
-                 cell(w["summary"].get("gateway_cpu_us")), cell(w["summary"].get("triton_cpu_us"))]
-                for w in sc["runs"]]
-        if sc.get("direct", {}).get("summary"):
-            d = sc["direct"]["summary"]
-            rows.append([f"Triton direct ({sc['direct']['how']})", cell(d.get("req_per_s")),
-                         speedup(d.get("req_per_s")), cell(d.get("p50_ms")), cell(d.get("p99_ms")), "",
-                         cell(d.get("triton_cpu_us"))])
-        lines += _table(["workers", "req/s", "× 1 worker", "p50 ms", "p99 ms", "gateway CPU µs/req",
-                         "Triton CPU µs/req"], rows)
+    for key in ("scaling", "scaling_grpc"):
+        if res.get(key):
+            lines += _scaling_section(res[key])
 
     if res.get("memory"):
         lines += ["", "## Memory of gateway processes (RSS from /proc/<pid>/status)", "",
@@ -262,6 +249,32 @@ def markdown(res: dict) -> str:
     if problems:
         lines += ["", "## Errors and skipped paths", ""] + problems
     return "\n".join(lines) + "\n"
+
+
+def _scaling_section(sc: dict) -> list[str]:
+    """One scaling run: req/s, latency and CPU by worker count, then Triton direct at the same load."""
+    if "channels" in sc:
+        load = (f"{sc['concurrency']} callers on {sc['channels']} connections from {sc['clients']} client "
+                f"process{'es' if sc['clients'] != 1 else ''}")
+    else:
+        load = f"{sc['concurrency']} connections"
+    lines = ["", f"## Scaling: {sc['title']}, {load}", ""]
+    one = next((w["summary"].get("req_per_s") for w in sc["runs"] if w["workers"] == 1), None)
+    speedup = lambda rps: times(rps["median"] / one["median"]) if rps and one and one["median"] else ""  # noqa: E731
+    rows = [[str(w["workers"]), cell(w["summary"].get("req_per_s")), speedup(w["summary"].get("req_per_s")),
+             cell(w["summary"].get("p50_ms")), cell(w["summary"].get("p99_ms")),
+             cell(w["summary"].get("gateway_cpu_us")), cell(w["summary"].get("triton_cpu_us"))]
+            for w in sc["runs"]]
+    if sc.get("direct", {}).get("summary"):
+        d = sc["direct"]["summary"]
+        rows.append([f"Triton direct ({sc['direct']['how']})", cell(d.get("req_per_s")),
+                     speedup(d.get("req_per_s")), cell(d.get("p50_ms")), cell(d.get("p99_ms")), "",
+                     cell(d.get("triton_cpu_us"))])
+    lines += _table(["workers", "req/s", "× 1 worker", "p50 ms", "p99 ms", "gateway CPU µs/req",
+                     "Triton CPU µs/req"], rows)
+    if sc.get("skipped"):
+        lines += [""] + [f"- skipped: {why}" for why in sc["skipped"]]
+    return lines
 
 
 def chart(res: dict, path: Path) -> None:

@@ -4,7 +4,8 @@ Starts the local CPU Triton (gateway.localtriton), the gateway (`python -m gatew
 tests/support.py) and the floor (bench/floor.py: each path done the least possible way on the
 same stack) on free 127.0.0.1 ports, measures every case in bench/cases.py, then the
 scaling of the small TF Serving REST predict with 1, 2 and nproc workers (beside Triton's own HTTP
-at the same load: the ceiling) and the workers' memory;
+at the same load: the ceiling) and the workers' memory, and the same for the V2 gRPC unary
+passthrough (its load spread over several connections and client processes, beside Triton's gRPC);
 writes bench/results/{results.json,results.md,results.png} and stops everything (also on Ctrl-C
 and SIGTERM). Bounded: each run lasts its duration, and a case that would not fit in the
 remaining budget is skipped (and listed as such).
@@ -18,7 +19,11 @@ Environment (defaults: full / BENCH_QUICK=1):
   BENCH_IDLE               seconds of idle CPU measured after each gateway start (3 / 1)
   BENCH_CONCURRENCY        connections / callers for the small payloads (8)
   BENCH_BIG_CONCURRENCY    for the image-sized and 16 MiB payloads (2)
-  BENCH_SCALING_CONCURRENCY  connections of the scaling runs (16)
+  BENCH_SCALING_CONCURRENCY  connections of the scaling runs (16); callers of the gRPC scaling runs
+  BENCH_SCALING_CHANNELS   gRPC connections the gRPC scaling runs spread their callers over (16): one
+                           connection reaches one worker, so this bounds how many workers share the load
+  BENCH_SCALING_CLIENTS    client processes of the gRPC scaling runs (nproc / 4, at least 1): one Python
+                           client tops out near 10 k calls/s
   BENCH_WORKERS            gateway workers of the main runs (1)
   BENCH_SCALING_WORKERS    comma-separated worker counts of the scaling runs (1,2,nproc)
   BENCH_TRITON_INSTANCES   python-backend instances per CPU model (the repository's own count, 1): one
@@ -28,7 +33,7 @@ Environment (defaults: full / BENCH_QUICK=1):
   BENCH_BUDGET_S           wall-clock budget of the whole run (570 / 300)
   BENCH_ONLY               comma-separated case keys (v2_unary, v2_stream, v2_rest_json, v2_rest_binary,
                            tf_rest_small, tf_rest_image,
-                           tf_grpc, grps_gtensors, grps_bin, llm_mindie, llm_openai, scaling)
+                           tf_grpc, grps_gtensors, grps_bin, llm_mindie, llm_openai, scaling, scaling_grpc)
   BENCH_RESULTS            output folder (bench/results)
 """
 
@@ -40,6 +45,7 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -70,6 +76,8 @@ class Settings:
     floor: bool = True
     wrk_threads: int = 1
     triton_instances: int | None = None
+    scaling_channels: int = 16
+    scaling_clients: int = 1
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -98,6 +106,8 @@ class Settings:
             floor=env.get("BENCH_FLOOR", "1") not in ("0", "false", "no"),
             wrk_threads=get("BENCH_WRK_THREADS", 1, 1, int),
             triton_instances=int(env["BENCH_TRITON_INSTANCES"]) if env.get("BENCH_TRITON_INSTANCES") else None,
+            scaling_channels=get("BENCH_SCALING_CHANNELS", 16, 16, int),
+            scaling_clients=get("BENCH_SCALING_CLIENTS", max(1, nproc // 4), max(1, nproc // 4), int),
         )
 
     def wants(self, key: str) -> bool:
@@ -146,8 +156,10 @@ class Runner:
         else:
             raise ValueError(side.kind)
 
-    def load(self, side: cases_mod.Side, concurrency: int, duration: float) -> dict:
-        """Load ``side`` for ``duration`` seconds: the run's numbers, without CPU."""
+    def load(self, side: cases_mod.Side, concurrency: int, duration: float, channels: int = 1,
+             processes: int = 1) -> dict:
+        """Load ``side`` for ``duration`` seconds: the run's numbers, without CPU. A unary gRPC load
+        may spread its callers over ``channels`` connections from ``processes`` client processes."""
         if side.kind == "http":
             r = wrk.run(side.address, self._script(side), concurrency, duration, threads=self.s.wrk_threads)
             out = {"requests": r.requests, "duration_s": r.duration_s, "req_per_s": r.requests_per_s,
@@ -157,8 +169,10 @@ class Runner:
                 out["error"] = f"{r.non_2xx} non-2xx, socket errors {r.socket_errors}"
             return out
         if side.kind in ("grpc_unary", "grpc_stream"):
-            fn = grpcload.unary if side.kind == "grpc_unary" else grpcload.stream
-            r = asyncio.run(fn(side.address, side.method, side.body, concurrency, duration))
+            if side.kind == "grpc_unary":
+                r = grpcload.unary_load(side.address, side.method, side.body, concurrency, duration, channels, processes)
+            else:
+                r = asyncio.run(grpcload.stream(side.address, side.method, side.body, concurrency, duration))
             out = {"requests": r.requests, "duration_s": r.duration_s, "req_per_s": r.requests_per_s,
                    "p50_ms": stats.percentile(r.latencies_s, 50) * 1e3 if r.latencies_s else None,
                    "p99_ms": stats.percentile(r.latencies_s, 99) * 1e3 if r.latencies_s else None,
@@ -179,12 +193,13 @@ class Runner:
             return out
         raise ValueError(side.kind)
 
-    def measure(self, side: cases_mod.Side, concurrency: int, duration: float, hop: str | None = "gateway") -> dict:
+    def measure(self, side: cases_mod.Side, concurrency: int, duration: float, hop: str | None = "gateway",
+                channels: int = 1, processes: int = 1) -> dict:
         """A load run with the CPU time Triton and ``hop`` (the process in between: gateway, floor,
         or None when the load goes to Triton directly) spent on it; the ticks of every process."""
         pids = {"gateway": self.stack.gateway_pids, "floor": self.stack.floor_pids, "triton": self.stack.triton_pids()}
         before = {name: procstat.ticks(p) for name, p in pids.items()}
-        out = self.load(side, concurrency, duration)
+        out = self.load(side, concurrency, duration, channels, processes)
         after = {name: procstat.ticks(p) for name, p in pids.items()}
         if hop is not None:
             out[f"{hop}_cpu_us"] = procstat.us_per_request(before[hop], after[hop], out["requests"])
@@ -324,13 +339,27 @@ def memory_rows(workers: int, stack: Stack, idle: dict[int, dict], loaded: dict[
     return rows
 
 
-def scaling(runner: Runner, stack: Stack, s: Settings, budget: Budget, memory: list[dict],
-            case: cases_mod.Case) -> dict:
+def scaling(runner: Runner, stack: Stack, s: Settings, budget: Budget, memory: list[dict] | None,
+            case: cases_mod.Case, address: Callable[[Stack], str], channels: int = 1, clients: int = 1) -> dict:
+    """``case`` through 1, 2, … workers (``s.scaling_workers``) at ``s.scaling_concurrency``, after
+    Triton direct at the same load; ``address``: the gateway side's address once a gateway with that
+    many workers runs. A gRPC case spreads its callers over ``channels`` connections from ``clients``
+    processes (both sides alike); ``memory`` (None: not kept) gets each worker count's memory rows."""
+    grpc_load = case.gateway.kind == "grpc_unary"
+    channels, clients = (channels, clients) if grpc_load else (1, 1)
     out = {"title": case.title, "concurrency": s.scaling_concurrency, "runs": [], "skipped": [],
            "direct": {"how": case.direct.how, "runs": []}}
-    runner.load(case.direct, s.scaling_concurrency, s.warmup_s)  # the ceiling: Triton's own HTTP, same load
+    if grpc_load:
+        out.update(channels=channels, clients=clients)
+    need = 2 * (s.warmup_s + s.repeats * (s.duration_s + 0.5)) + 15
+    if budget.left() < need:
+        out["skipped"].append(f"all: needed about {need:.0f} s, {budget.left():.0f} s left")
+        print(f"  skipped: {out['skipped'][-1]}", flush=True)
+        return out
+    load = {"channels": channels, "processes": clients}
+    runner.load(case.direct, s.scaling_concurrency, s.warmup_s, **load)  # the ceiling: Triton's own front end, same load
     for rep in range(s.repeats):
-        run = runner.measure(case.direct, s.scaling_concurrency, s.duration_s, hop=None)
+        run = runner.measure(case.direct, s.scaling_concurrency, s.duration_s, hop=None, **load)
         out["direct"]["runs"].append(run)
         print(f"  Triton direct repeat {rep + 1}: {_line(run)}", flush=True)
     out["direct"]["summary"] = summarise(out["direct"]["runs"])
@@ -341,15 +370,16 @@ def scaling(runner: Runner, stack: Stack, s: Settings, budget: Budget, memory: l
             continue
         stack.start_gateway(workers)
         idle = idle_snapshot(stack, s.idle_s)
-        side = replace(case.gateway, address=stack.gateway.url("tfserving_rest") + cases_mod.TF_PREDICT_PATH)
+        side = replace(case.gateway, address=address(stack))
         runner.check(side)
-        runner.load(side, s.scaling_concurrency, s.warmup_s)
+        runner.load(side, s.scaling_concurrency, s.warmup_s, **load)
         runs = []
         for rep in range(s.repeats):
-            run = runner.measure(side, s.scaling_concurrency, s.duration_s)
+            run = runner.measure(side, s.scaling_concurrency, s.duration_s, **load)
             runs.append(run)
             print(f"  workers={workers} repeat {rep + 1}: {_line(run)}", flush=True)
-        memory.extend(r for r in memory_rows(workers, stack, idle, memory_snapshot(stack)) if workers != s.workers)
+        if memory is not None:
+            memory.extend(r for r in memory_rows(workers, stack, idle, memory_snapshot(stack)) if workers != s.workers)
         out["runs"].append({"workers": workers, "pids": list(stack.gateway_pids), "runs": runs,
                             "summary": summarise(runs)})
     return out
@@ -366,7 +396,7 @@ def main() -> int:
     started = datetime.now(UTC)
     t_start = time.monotonic()
     load_before = report.loadavg()
-    res: dict = {"cases": [], "scaling": None, "memory": []}
+    res: dict = {"cases": [], "scaling": None, "scaling_grpc": None, "memory": []}
     print(f"bench: {'quick' if s.quick else 'full'} mode, {s.repeats} × {s.duration_s:g} s per side"
           f"{'' if s.floor else ' (no floor)'}, "
           f"budget {s.budget_s:.0f} s; results in {results_dir}", flush=True)
@@ -394,7 +424,14 @@ def main() -> int:
         if s.wants("scaling"):
             print("Scaling, TF Serving REST small predict:", flush=True)
             small = next(c for c in all_cases if c.key == "tf_rest_small")
-            res["scaling"] = scaling(runner, stack, s, budget, res["memory"], small)
+            res["scaling"] = scaling(runner, stack, s, budget, res["memory"], small,
+                                     lambda st: st.gateway.url("tfserving_rest") + cases_mod.TF_PREDICT_PATH)
+        if s.wants("scaling_grpc"):
+            print(f"Scaling, V2 gRPC unary passthrough ({s.scaling_channels} connections, {s.scaling_clients} "
+                  f"client process{'es' if s.scaling_clients != 1 else ''}):", flush=True)
+            unary = next(c for c in all_cases if c.key == "v2_unary" and c.concurrency == s.concurrency)
+            res["scaling_grpc"] = scaling(runner, stack, s, budget, None, unary, lambda st: st.gateway.target("v2_grpc"),
+                                          channels=s.scaling_channels, clients=s.scaling_clients)
         triton_version = stack.triton_version()
     res["meta"] = {
         "started": started.strftime("%Y-%m-%d %H:%M UTC"),

@@ -300,6 +300,10 @@ def test_settings_quick_full_and_overrides():
                               "BENCH_TRITON_INSTANCES": "8"})
     assert many.scaling_workers == (1, 4, 8, 16) and many.wrk_threads == 4 and many.triton_instances == 8
     assert full.wrk_threads == 1 and full.triton_instances is None  # the repository's own count
+    grpc_scaling = Settings.from_env({"BENCH_SCALING_CHANNELS": "32", "BENCH_SCALING_CLIENTS": "4"})
+    assert grpc_scaling.scaling_channels == 32 and grpc_scaling.scaling_clients == 4
+    assert full.scaling_channels == 16 and full.scaling_clients == max(1, (os.cpu_count() or 1) // 4)
+    assert Settings.from_env({"BENCH_ONLY": "scaling_grpc"}).wants("scaling_grpc")
 
 
 def test_wrk_threads_are_passed_and_never_exceed_the_connections(tmp_path, monkeypatch):
@@ -443,6 +447,21 @@ def test_markdown_has_every_section_and_the_numbers():
     assert "- V2 streamed (conc 8): floor answer check failed" in md
 
 
+def test_markdown_has_the_grpc_scaling_section_with_its_load():
+    res = _results()
+    res["scaling_grpc"] = {"title": "V2 gRPC unary", "concurrency": 64, "channels": 16, "clients": 4,
+                           "skipped": ["16 workers: needed about 30 s, 10 s left"],
+                           "runs": [{"workers": 1, "summary": {"req_per_s": _sp(4000), "gateway_cpu_us": _sp(280)}},
+                                    {"workers": 4, "summary": {"req_per_s": _sp(12000)}}],
+                           "direct": {"how": "Triton gRPC", "summary": {"req_per_s": _sp(24000)}}}
+    md = report.markdown(res)
+    section = md[md.index("## Scaling: V2 gRPC unary"):]
+    assert section.startswith("## Scaling: V2 gRPC unary, 64 callers on 16 connections from 4 client processes")
+    assert "| 4 | 12000 | 3.00× |" in section and "| Triton direct (Triton gRPC) | 24000 | 6.00× |" in section
+    assert "- skipped: 16 workers: needed about 30 s, 10 s left" in section
+    assert md.index("## Scaling: TF REST small, 16 connections") < md.index("## Scaling: V2 gRPC unary")
+
+
 def test_results_are_written(tmp_path):
     pytest.importorskip("matplotlib")  # requirements/bench.txt, installed by make bench
     paths = report.write(_results(), tmp_path)
@@ -578,3 +597,59 @@ def test_the_floor_answers_without_sanics_empty_alt_svc_header():
     head = answer.split(b"\r\n\r\n")[0].lower()
     assert head.startswith(b"http/1.1 200 ok") and answer.endswith(b"ready")
     assert b"alt-svc" not in head, head
+
+
+def _peer_server():
+    """A sync gRPC server on a free loopback port answering any unary call with its request, and the
+    peers (client address:port, one per connection) it saw."""
+    from concurrent import futures
+
+    import grpc
+
+    from tests.support import free_port
+
+    peers: set[str] = set()
+
+    def echo(request, context):
+        peers.add(context.peer())
+        return request
+
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+        "test.Echo", {"Call": grpc.unary_unary_rpc_method_handler(echo)})])
+    port = free_port()
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    return server, f"127.0.0.1:{port}", peers
+
+
+def test_grpc_load_spreads_its_callers_over_connections_and_client_processes():
+    """bench/grpcload.py: ``channels`` channels are as many connections (a gateway's workers each take
+    some), and ``processes`` client processes run at once, their counts merged."""
+    from bench import grpcload
+
+    server, target, peers = _peer_server()
+    try:
+        one = grpcload.unary_load(target, "/test.Echo/Call", b"x", 4, 0.3)
+        assert one.requests > 0 and one.errors == 0 and len(peers) == 1  # one channel: one connection
+        peers.clear()
+        spread = grpcload.unary_load(target, "/test.Echo/Call", b"x", 6, 0.3, channels=3)
+        assert spread.requests > 0 and spread.errors == 0 and len(peers) == 3
+        peers.clear()
+        both = grpcload.unary_load(target, "/test.Echo/Call", b"x", 4, 0.5, channels=4, processes=2)
+        assert both.errors == 0 and both.requests == len(both.latencies_s) > 0 and len(peers) == 4
+        assert 0.5 <= both.duration_s < 2
+        with pytest.raises(ValueError, match="at least as many"):
+            grpcload.unary_load(target, "/test.Echo/Call", b"x", 1, 0.1, channels=4, processes=2)
+    finally:
+        server.stop(0)
+
+
+def test_grpc_load_results_merge_side_by_side_runs():
+    from bench.grpcload import LoadResult, merged
+
+    a = LoadResult(requests=3, duration_s=1.0, latencies_s=[0.1, 0.2, 0.3])
+    b = LoadResult(requests=2, duration_s=1.2, errors=1, latencies_s=[0.4, 0.5], first_error="UNAVAILABLE: x")
+    m = merged([a, b])
+    assert (m.requests, m.errors, m.duration_s, m.first_error) == (5, 1, 1.2, "UNAVAILABLE: x")
+    assert sorted(m.latencies_s) == [0.1, 0.2, 0.3, 0.4, 0.5]
