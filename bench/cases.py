@@ -180,6 +180,33 @@ def _check_binary_ext(payload: bytes) -> Callable[[bytes], None]:
     return check
 
 
+def _v2_binary_big(payload: bytes) -> tuple[bytes, dict[str, str]]:
+    """``payload`` as one BYTES element to grps_echo in the binary tensor extension, every output
+    asked for in binary (``binary_data_output``: what a V2 client moving large tensors sends)."""
+    header = orjson.dumps({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES",
+                                       "parameters": {"binary_data_size": len(payload) + 4}}],
+                           "parameters": {"binary_data_output": True}})
+    return header + struct.pack("<I", len(payload)) + payload, {
+        "Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(header))}
+
+
+def _v2_bytes_request(payload: bytes) -> bytes:
+    """``payload`` as one BYTES element to grps_echo, as ModelInfer's raw input."""
+    req = service_pb2.ModelInferRequest(model_name="grps_echo")
+    req.inputs.add(name="text", datatype="BYTES", shape=[1])
+    req.raw_input_contents.append(struct.pack("<I", len(payload)) + payload)
+    return req.SerializeToString()
+
+
+def _check_v2_bytes(payload: bytes) -> Callable[[bytes], None]:
+    element = struct.pack("<I", len(payload)) + payload
+
+    def check(raw: bytes) -> None:
+        resp = service_pb2.ModelInferResponse.FromString(raw)
+        expect(list(resp.raw_output_contents) == [element], "ModelInfer's BYTES answer differs from the payload")
+    return check
+
+
 def _check_bytes(payload: bytes) -> Callable[[bytes], None]:
     def check(raw: bytes) -> None:
         expect(raw == payload, f"octet-stream answer of {len(raw)} bytes differs from the payload")
@@ -227,6 +254,8 @@ def build(triton_http: str, triton_grpc: str, gw_url: Callable[[str], str], gw_t
     image_y = image * np.float32(0.5) + np.float32(3)
     payload = bin_payload()
     bin_direct, bin_headers = _binary_ext_request(payload)
+    v2_big, v2_big_headers = _v2_binary_big(payload)
+    v2_bytes = _v2_bytes_request(payload)
     tf_url = gw_url("tfserving_rest") + TF_PREDICT_PATH
     v2_url = f"{triton_http}/v2/models/{HPT}/infer"
     grps_url = gw_url("grps_http") + "/grps/v1/infer/predict"
@@ -302,6 +331,16 @@ def build(triton_http: str, triton_grpc: str, gw_url: Callable[[str], str], gw_t
                   _check_binary_ext(payload), headers=bin_headers),
              Side("gateway :grps_http octet-stream", "http", grps_url, payload, _check_bytes(payload),
                   headers={"Content-Type": "application/octet-stream"})),
+        Case("v2_rest_big", "V2 REST infer, 16 MiB binary", "16 MiB BYTES element, binary in and out, echoed",
+             big_concurrency,
+             Side("Triton HTTP binary extension", "http", f"{triton_http}/v2/models/grps_echo/infer", v2_big,
+                  _check_binary_ext(payload), headers=v2_big_headers),
+             Side("gateway :v2_http binary extension", "http", gw_url("v2_http") + "/v2/models/grps_echo/infer",
+                  v2_big, _check_binary_ext(payload), headers=v2_big_headers)),
+        Case("v2_grpc_big", "V2 gRPC unary, 16 MiB", "ModelInfer, 16 MiB BYTES raw, echoed", big_concurrency,
+             Side("Triton gRPC ModelInfer", "grpc_unary", triton_grpc, v2_bytes, _check_v2_bytes(payload), MODEL_INFER),
+             Side("gateway :v2_grpc ModelInfer", "grpc_unary", gw_target("v2_grpc"), v2_bytes,
+                  _check_v2_bytes(payload), MODEL_INFER)),
         Case("llm_mindie", "LLM stream: MindIE native /infer", llm_payload, 1, llm_direct(),
              Side("gateway :mindie_http POST /infer stream", "llm", gw_url("mindie_http") + "/infer",
                   orjson.dumps({"inputs": LLM_PROMPT, "stream": True, "parameters": {"max_new_tokens": LLM_TOKENS}}),
@@ -327,6 +366,8 @@ FLOOR_HOW = {
     "v2_rest_binary": "floor: Sanic route, body sliced → ModelInfer → orjson header + raw outputs",
     "grps_gtensors": "floor: Sanic route, orjson gtensors → ModelInfer → orjson gtensors",
     "grps_bin": "floor: Sanic route, the body as one BYTES element → ModelInfer → its bytes",
+    "v2_rest_big": "floor: Sanic route, body sliced → ModelInfer → orjson header + raw outputs",
+    "v2_grpc_big": "floor: grpc.aio generic handler, the bytes forwarded",
     "llm_mindie": "floor: Sanic route, orjson → ModelStreamInfer → one SSE event per text_output",
     "llm_openai": "floor: Sanic route, orjson → ModelStreamInfer → one chat.completion.chunk per text_output",
 }

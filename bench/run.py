@@ -33,7 +33,8 @@ Environment (defaults: full / BENCH_QUICK=1):
   BENCH_BUDGET_S           wall-clock budget of the whole run (570 / 300)
   BENCH_ONLY               comma-separated case keys (v2_unary, v2_stream, v2_rest_json, v2_rest_binary,
                            tf_rest_small, tf_rest_image,
-                           tf_grpc, grps_gtensors, grps_bin, llm_mindie, llm_openai, scaling, scaling_grpc)
+                           tf_grpc, grps_gtensors, grps_bin, v2_rest_big, v2_grpc_big, llm_mindie,
+                           llm_openai, scaling, scaling_grpc)
   BENCH_RESULTS            output folder (bench/results)
 """
 

@@ -310,6 +310,9 @@ class ModelScope:
     def shared_from(self) -> int | None:
         return self.upstream.shared_from()
 
+    def shared_arena(self):
+        return self.upstream.shared_arena()
+
 
 def scoped(upstream, models: Iterable[str]):
     """``upstream`` restricted to ``models``; unchanged when the list is empty (every model)."""

@@ -306,8 +306,8 @@ def _http_answer(request, resp, outcome: str) -> tuple[int, int, int]:
     """(status, bytes in, bytes out) of an HTTP answer; a streamed one (resp None) is counted without its body."""
     body = request.body
     if resp is not None:
-        out = resp.body
-        return resp.status, len(body) if body else 0, len(out) if out else 0
+        out = resp.body  # an answer in pieces (httpbody.Pieces) has none: its ``size`` says how long it is
+        return resp.status, len(body) if body else 0, len(out) if out else getattr(resp, "size", 0)
     if outcome == "cancelled":
         return 499, len(body) if body else 0, 0  # the client went away (nginx's "client closed request")
     streamed = getattr(request.stream, "response", None)

@@ -188,18 +188,61 @@ class Answer(HTTPResponse):
         return lines
 
 
+def _head_only(stream) -> bool:
+    """A HEAD request's answer: sanic writes its header alone, and its later body writes are a plain
+    function (``head_response_ignored``), which ``HTTPResponse.send`` cannot await."""
+    return getattr(stream, "head_only", False)
+
+
 class Unjoined(Answer):
-    """An answer whose body is written after its header, not concatenated to it first."""
+    """An answer whose body is written after its header, not concatenated to it first (HEAD: as
+    sanic answers it, the header alone)."""
 
     async def send(self, data=None, end_stream=None):
         body = self.body
-        if data is not None or end_stream is False or not body:
+        if data is not None or end_stream is False or not body or _head_only(self.stream):
             return await super().send(data, end_stream)
         self.body = b""
         self.headers["content-length"] = len(body)
         await super().send(b"", end_stream=False)  # the header alone (sanic: a body of known length follows)
         if self.stream is not None and self.stream.send is not None:  # None: a HEAD request's answer is complete
             await super().send(body, end_stream=True)
+
+
+class Pieces(Unjoined):
+    """An answer whose body is several pieces (a V2 binary answer: its JSON header, then each
+    output's bytes as gRPC received them), written one after another after the header, never
+    joined. ``size`` is the body's length (``body`` stays empty)."""
+
+    def __init__(self, pieces: list, status: int = 200, headers: dict | None = None,
+                 content_type: str = "application/octet-stream"):
+        super().__init__(b"", status=status, headers=headers, content_type=content_type)
+        self.pieces = [p for p in pieces if len(p)]
+        self.size = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in self.pieces)
+
+    async def send(self, data=None, end_stream=None):
+        pieces = self.pieces
+        if data is not None or end_stream is False or not pieces:
+            return await Answer.send(self, data, end_stream)
+        self.pieces = []
+        self.headers["content-length"] = self.size
+        if _head_only(self.stream):  # the header alone, and the answer complete
+            return await Answer.send(self, b"", end_stream=True)
+        await Answer.send(self, b"", end_stream=False)  # the header alone (sanic: a body of known length follows)
+        if self.stream is not None and self.stream.send is not None:  # None: a HEAD request's answer is complete
+            for piece in pieces[:-1]:
+                await Answer.send(self, piece, end_stream=False)
+            await Answer.send(self, pieces[-1], end_stream=True)
+
+
+def pieces(parts: list, status: int = 200, headers: dict | None = None,
+           content_type: str = "application/octet-stream") -> HTTPResponse:
+    """An answer of ``parts`` (bytes or byte memoryviews) one after another: a large one written piece
+    by piece (``Pieces``), a small one joined into one write."""
+    size = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
+    if size >= UNJOINED_MIN:
+        return Pieces(parts, status=status, headers=headers, content_type=content_type)
+    return Answer(b"".join(parts), status=status, headers=headers, content_type=content_type)
 
 
 def raw(body, status: int = 200, headers: dict | None = None,

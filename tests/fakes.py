@@ -95,6 +95,9 @@ class FakeUpstream:
     def shared_from(self):
         return self.shared
 
+    def shared_arena(self):
+        return None  # a fake Triton maps no region: every input on the wire
+
     async def close(self) -> None:
         pass
 

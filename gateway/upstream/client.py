@@ -78,6 +78,11 @@ class Upstream(Protocol):
         that gives it back, or None (a buffer of the caller's own)."""
         ...
 
+    def shared_arena(self):
+        """The shared-memory region (``shm.Arena``) in which a caller writing its own ModelInfer bytes
+        places its large inputs (``codec.serialize_message``); None: every input on the wire."""
+        ...
+
     def shared_from(self) -> int | None:
         """The size from which ``infer`` hands an input to Triton through shared memory (None: never);
         a caller writing its own request bytes for ``infer_bytes`` writes only smaller inputs."""
@@ -222,6 +227,11 @@ class TritonUpstream:
         None without a registered region."""
         arena = self.arena
         return arena.body(size) if arena is not None else None
+
+    def shared_arena(self):
+        """The region while this worker has one (registered or being registered again: ``place``
+        answers None until it is, and the input goes on the wire)."""
+        return self.arena
 
     def shared_from(self) -> int | None:
         """``upstream.shared_memory.min_bytes`` when it is enabled (the region open or not yet)."""

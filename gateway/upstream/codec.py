@@ -215,6 +215,34 @@ def serialize_request(req: InferRequest, arena=None, leases: list | None = None)
     return b"".join(pieces)
 
 
+def serialize_message(msg: service_pb2.ModelInferRequest, raws: list, arena=None, leases: list | None = None) -> bytes:
+    """``msg`` (no raw contents of its own) and input i's bytes ``raws[i]`` as ModelInfer wire bytes,
+    each input of at least ``arena.min_bytes`` that finds room in the ``arena`` (gateway/upstream/shm.py)
+    placed there instead and named by its shared-memory parameters, its slice appended to ``leases``
+    (given back by the caller once the call is over). A view of an HTTP body read into the region
+    (``Arena.body``) is not copied again. What ``serialize_request`` does for a neutral request, for a
+    caller holding the message already (V2 REST); without an arena, ``msg`` then every raw appended."""
+    pieces: list = [b""]
+    shared: dict[int, tuple[int, int]] = {}
+    for i, raw in enumerate(raws):
+        size = raw.nbytes if isinstance(raw, memoryview) else len(raw)
+        if arena is not None and size >= arena.min_bytes:
+            offset = arena.place([raw], size, leases)
+            if offset is not None:  # Triton reads it from the region: no raw contents entry
+                shared[i] = (offset, size)
+                continue
+        pieces += (RAW_INPUT_TAG, varint(size), raw)
+    if shared:
+        named = service_pb2.ModelInferRequest()
+        named.CopyFrom(msg)  # the caller's message unchanged: it may be sent again over the wire
+        for i, (offset, size) in shared.items():
+            set_params(named.inputs[i].parameters, {"shared_memory_region": arena.name, "shared_memory_offset": offset,
+                                                    "shared_memory_byte_size": size})
+        msg = named
+    pieces[0] = msg.SerializeToString()
+    return b"".join(pieces)
+
+
 def encode_request(req: InferRequest, *, stream: bool = False) -> service_pb2.ModelInferRequest:
     msg = service_pb2.ModelInferRequest(model_name=req.model, model_version=req.version, id=req.id)
     for t in req.inputs:

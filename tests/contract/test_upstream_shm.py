@@ -119,3 +119,61 @@ def test_a_large_tf_serving_predict_goes_through_the_region(gateway, triton_stub
     assert r.status_code == 200, r.text[:300]
     assert r.json()["predictions"] == [0.5 * v + 3.0 for v in values]
     assert _shm_bytes(gateway) == before + 4 * n
+
+
+def _v2_binary(gateway_or_triton_url: str, model: str, inputs: list[tuple[str, str, list, bytes]]) -> requests.Response:
+    """A V2 REST infer in the binary tensor extension, every output asked for in binary."""
+    import json
+
+    header = json.dumps({"inputs": [{"name": n, "datatype": d, "shape": s, "parameters": {"binary_data_size": len(b)}}
+                                    for n, d, s, b in inputs],
+                         "parameters": {"binary_data_output": True}}).encode()
+    return requests.post(f"{gateway_or_triton_url}/v2/models/{model}/infer", data=header + b"".join(b for *_, b in inputs),
+                         headers={"Content-Type": "application/octet-stream",
+                                  "Inference-Header-Content-Length": str(len(header))}, timeout=60)
+
+
+def test_large_v2_rest_binary_inputs_go_through_the_region_with_tritons_own_answer(gateway, triton, triton_stub):
+    """KServe V2 REST: a binary input at least ``min_bytes`` long is placed in the region (from the
+    body the socket read into it: no copy) instead of riding the wire, a small one not; the answer
+    is the bytes Triton's own HTTP front end gives for the same request."""
+    import struct
+
+    _wait_region(triton_stub, gateway)
+    gw, direct = gateway.url("v2_http"), triton.http_url
+    before = _shm_bytes(gateway)
+    small = os.urandom(1000)
+    element = struct.pack("<I", len(small)) + small
+    a, b = _v2_binary(gw, "grps_echo", [("text", "BYTES", [1], element)]), \
+        _v2_binary(direct, "grps_echo", [("text", "BYTES", [1], element)])
+    assert a.status_code == b.status_code == 200 and a.content == b.content
+    assert _shm_bytes(gateway) == before  # under min_bytes: the wire
+    big = np.random.default_rng(11).integers(0, 256, 3 * MiB + 3, dtype=np.uint8).tobytes()
+    element = struct.pack("<I", len(big)) + big
+    a, b = _v2_binary(gw, "grps_echo", [("text", "BYTES", [1], element)]), \
+        _v2_binary(direct, "grps_echo", [("text", "BYTES", [1], element)])
+    assert a.status_code == b.status_code == 200, a.text[:300]
+    assert a.content == b.content and a.headers["Inference-Header-Content-Length"] == \
+        b.headers["Inference-Header-Content-Length"]
+    assert _shm_bytes(gateway) == before + len(element)
+    n = 400_000  # FP32: 1.6 MB, past min_bytes (1 MiB)
+    x = np.random.default_rng(12).random(n, dtype=np.float32)
+    a, b = _v2_binary(gw, "saved_model_half_plus_three", [("x", "FP32", [n], x.tobytes())]), \
+        _v2_binary(direct, "saved_model_half_plus_three", [("x", "FP32", [n], x.tobytes())])
+    assert a.status_code == b.status_code == 200 and a.content == b.content
+    assert _shm_bytes(gateway) == before + len(element) + 4 * n
+
+
+def test_a_forgotten_region_costs_no_v2_rest_request(gateway, triton, triton_stub):
+    """The region unregistered behind the gateway's back (as by a Triton restart): a large V2 REST
+    request is sent again over the wire and answered as Triton answers it."""
+    import struct
+
+    (name, _), = _wait_region(triton_stub, gateway).items()
+    triton_stub.SystemSharedMemoryUnregister(service_pb2.SystemSharedMemoryUnregisterRequest(name=name), timeout=10)
+    big = np.random.default_rng(13).integers(0, 256, 2 * MiB, dtype=np.uint8).tobytes()
+    element = struct.pack("<I", len(big)) + big
+    a = _v2_binary(gateway.url("v2_http"), "grps_echo", [("text", "BYTES", [1], element)])
+    b = _v2_binary(triton.http_url, "grps_echo", [("text", "BYTES", [1], element)])
+    assert a.status_code == b.status_code == 200 and a.content == b.content
+    assert name in _wait_region(triton_stub, gateway)  # registered again in the background

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -653,3 +654,30 @@ def test_grpc_load_results_merge_side_by_side_runs():
     m = merged([a, b])
     assert (m.requests, m.errors, m.duration_s, m.first_error) == (5, 1, 1.2, "UNAVAILABLE: x")
     assert sorted(m.latencies_s) == [0.1, 0.2, 0.3, 0.4, 0.5]
+
+
+def test_the_16_mib_v2_requests_and_their_checks():
+    """v2_rest_big: the binary extension with every output in binary; v2_grpc_big: the element as
+    ModelInfer's raw input. Each check takes the echo and refuses anything else."""
+    import struct
+
+    from tritonclient.grpc import service_pb2
+
+    payload = bytes(range(256)) * 8
+    body, headers = cases._v2_binary_big(payload)
+    size = int(headers["Inference-Header-Content-Length"])
+    header = json.loads(body[:size])
+    assert header["parameters"] == {"binary_data_output": True}
+    assert header["inputs"][0]["parameters"]["binary_data_size"] == len(payload) + 4 == len(body) - size
+    assert body[size:] == struct.pack("<I", len(payload)) + payload
+    req = service_pb2.ModelInferRequest.FromString(cases._v2_bytes_request(payload))
+    assert (req.model_name, req.inputs[0].datatype, list(req.raw_input_contents)) == \
+        ("grps_echo", "BYTES", [struct.pack("<I", len(payload)) + payload])
+    check = cases._check_v2_bytes(payload)
+    answer = service_pb2.ModelInferResponse(raw_output_contents=[req.raw_input_contents[0]])
+    check(answer.SerializeToString())
+    with pytest.raises(cases.BadAnswer):
+        check(service_pb2.ModelInferResponse(raw_output_contents=[b"\0\0\0\0"]).SerializeToString())
+    built = cases.build("http://127.0.0.1:1", "127.0.0.1:2", lambda n: "http://127.0.0.1:3", lambda n: "127.0.0.1:4", 8, 2)
+    big = {c.key: c for c in built if c.key in ("v2_rest_big", "v2_grpc_big")}
+    assert big["v2_rest_big"].gateway.address.endswith("/v2/models/grps_echo/infer") and big["v2_grpc_big"].concurrency == 2

@@ -1,7 +1,7 @@
 """The gateway's answers (gateway/httpbody.py) are, on the wire, what sanic writes for the same
 HTTPResponse: ``Answer``'s header lines are sanic's for any names and values, and a large answer
-written after its header (``Unjoined``: GRPS bin_data, V2 REST) has the same status line, headers
-and body, GET and HEAD."""
+written after its header (``Unjoined``: GRPS bin_data; ``Pieces``: V2 REST's header and binary
+outputs, never joined) has the same status line, headers and body, GET and HEAD."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from sanic import HTTPResponse
 
 from gateway.http import make_app
-from gateway.httpbody import Answer, Unjoined
+from gateway.httpbody import Answer, Pieces, Unjoined, pieces
 from tests.support import free_port, worker_settings
 
 SIZES = [0, 1, 70_000, 3 * 2**20 + 1]
@@ -32,8 +32,15 @@ async def port():
     async def unjoined(_request, n: int):
         return Unjoined(bodies[n], content_type=OCTET, headers={"x-request-id": "r"})
 
+    async def in_pieces(_request, n: int):  # a JSON-like head, then the body in three parts (views and bytes)
+        body = bodies[n]
+        cut = len(body) // 3
+        return pieces([body[:cut], memoryview(body)[cut:2 * cut], memoryview(body)[2 * cut:]],
+                      content_type=OCTET, headers={"x-request-id": "r"})
+
     app.add_route(plain, "/plain/<n:int>", methods=["GET", "HEAD"])
     app.add_route(unjoined, "/unjoined/<n:int>", methods=["GET", "HEAD"])
+    app.add_route(in_pieces, "/pieces/<n:int>", methods=["GET", "HEAD"])
     p = free_port()
     srv = await app.create_server(host="127.0.0.1", port=p, return_asyncio_server=True, access_log=False)
     await srv.startup()
@@ -59,12 +66,24 @@ async def _exchange(port: int, requests: bytes, answers: int) -> list[bytes]:
 
 
 @pytest.mark.parametrize("method", ["GET", "HEAD"])
-async def test_an_unjoined_answer_is_the_same_bytes_on_the_wire(port, method):
+async def test_an_unjoined_answer_is_the_same_bytes_on_the_wire(port, method, caplog):
     for n in SIZES:
-        reqs = {kind: f"{method} /{kind}/{n} HTTP/1.1\r\nHost: x\r\n\r\n".encode() * 2 for kind in ("plain", "unjoined")}
+        reqs = {kind: f"{method} /{kind}/{n} HTTP/1.1\r\nHost: x\r\n\r\n".encode() * 2
+                for kind in ("plain", "unjoined", "pieces")}
         plain = await _exchange(port, reqs["plain"], 2)
         unjoined = await _exchange(port, reqs["unjoined"], 2)  # twice: the connection stays usable
-        assert unjoined == plain and len(plain[0]) >= n * (method == "GET")
+        in_pieces = await _exchange(port, reqs["pieces"], 2)
+        assert unjoined == plain == in_pieces and len(plain[0]) >= n * (method == "GET")
+    # and sanic logged no error writing them (a HEAD answer's body writes are not awaitable)
+    assert not [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+
+
+def test_a_large_answer_in_pieces_is_not_joined_and_says_its_size():
+    parts = [b"{}" * 10, memoryview(bytes(70_000)), b"", bytes(5)]
+    big = pieces(parts)
+    assert type(big) is Pieces and big.body == b"" and big.size == 20 + 70_000 + 5 and len(big.pieces) == 3
+    small = pieces([b"ab", memoryview(b"cd")])
+    assert type(small) is Answer and small.body == b"abcd"  # one write: header and body
 
 
 # header names and values as clients and handlers may give them: printable text, CR/LF/NUL, tabs,

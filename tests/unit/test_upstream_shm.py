@@ -117,6 +117,45 @@ async def test_request_names_the_region_for_large_inputs_only(shm_dir):
     await arena.close()
 
 
+async def test_a_message_and_its_raws_name_the_region_for_large_inputs_and_a_body_is_not_copied(shm_dir):
+    """codec.serialize_message (V2 REST): the caller's message unchanged, each large raw placed (a view
+    of a body read into the region stays where it is), the others appended in order; no arena: the
+    message, then every raw, as calls.serialize writes it."""
+    arena = _arena(FakeTriton(), min_bytes=1024)
+    assert await arena.open()
+    msg = service_pb2.ModelInferRequest(model_name="m", id="r2")
+    for name, dtype, shape in (("small", "INT32", [4]), ("big", "FP32", [4096]), ("text", "BYTES", [1])):
+        msg.inputs.add(name=name, datatype=dtype, shape=shape)
+    small, big = np.arange(4, dtype=np.int32).tobytes(), np.arange(4096, dtype=np.float32).tobytes()
+    element = (3000).to_bytes(4, "little") + b"abc" * 1000
+    body_view, release = arena.body(len(element) + 16)  # an HTTP body read into the region
+    body_view[16:] = element
+    text = body_view[16:]
+    leases: list = []
+    wire = service_pb2.ModelInferRequest.FromString(codec.serialize_message(msg, [small, big, text], arena, leases))
+    assert not msg.inputs[1].parameters and not msg.inputs[2].parameters  # the caller's message as it was
+    assert list(wire.raw_input_contents) == [small] and not wire.inputs[0].parameters
+    assert len(leases) == 2 and leases[1][1] == 0  # the body's slice: nothing of its own to give back
+    data = _file(shm_dir, arena)
+    for i, raw in ((1, big), (2, element)):
+        p = wire.inputs[i].parameters
+        assert p["shared_memory_region"].string_param == arena.name
+        off, size = p["shared_memory_offset"].int64_param, p["shared_memory_byte_size"].int64_param
+        assert size == len(raw) and data[off:off + size] == raw
+    assert wire.inputs[2].parameters["shared_memory_offset"].int64_param == \
+        _address_in(arena, text)  # where the body holds it: not copied
+    plain = codec.serialize_message(msg, [small, big, text])
+    assert service_pb2.ModelInferRequest.FromString(plain) == service_pb2.ModelInferRequest(
+        model_name="m", id="r2", inputs=msg.inputs, raw_input_contents=[small, big, element])
+    arena.free(leases)
+    release()
+    await arena.close()
+
+
+def _address_in(arena, view: memoryview) -> int:
+    return shm._address(view) - arena._base
+
+
 async def test_triton_forgetting_the_region_is_noticed_and_mended(shm_dir):
     triton = FakeTriton()
     arena = _arena(triton)

@@ -28,15 +28,16 @@ import zlib
 from sanic import Request, Sanic
 from tritonclient.grpc import service_pb2
 
-from gateway import offload
+from gateway import httpbody, offload
 from gateway.call import current
 from gateway.core.errors import ErrorKind, GatewayError, invalid
 from gateway.edge import Edge
+from gateway.upstream import codec
 
 from . import calls, documents, jsontensor, plain, sse
 from .calls import JSON, Rest
 from .jsonbody import loads
-from .passthrough import Denied, State
+from .passthrough import Denied, State, UpstreamStatus
 
 _MODEL = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?"
                     r"(?:/(infer|generate|generate_stream|ready|config|stats|trace/setting))?")
@@ -228,16 +229,20 @@ def _header_length(request: Request, size: int) -> int:
     return value
 
 
-def _parse(body: bytes, header: int, model: str, version: str) -> tuple[bytes, jsontensor.Parsed]:
+def _parse(body: bytes, header: int, model: str, version: str,
+           wire: bool = True) -> tuple[bytes | None, jsontensor.Parsed]:
     """The ModelInfer request's wire bytes and how to answer: a plain body written straight
-    (plain.request), any other through the protobuf message (jsontensor.parse, calls.serialize)."""
+    (plain.request), any other through the protobuf message (jsontensor.parse, calls.serialize).
+    ``wire`` False: the message and its raw inputs (views of the body) only, no bytes (None), for
+    a request whose large inputs go through the shared-memory region (``_serialize``)."""
     doc = loads(body if header == len(body) else bytes(body[:header]))
     binary = memoryview(body)[header:]
-    fast = plain.request(doc, model, version, binary)
-    if fast is not None:
-        return fast
+    if wire:
+        fast = plain.request(doc, model, version, binary)
+        if fast is not None:
+            return fast
     parsed = jsontensor.parse(doc, model, version, binary)
-    return calls.serialize(parsed), parsed
+    return (calls.serialize(parsed) if wire else None), parsed
 
 
 async def _infer(rest: Rest, request: Request, model: str, version: str):
@@ -256,26 +261,46 @@ async def _infer(rest: Rest, request: Request, model: str, version: str):
         raise invalid(f"[request id: <id_unknown>] Raw request must only have 1 input (found 1) to be deduced but got "
                       f"{len(meta.inputs)} inputs in '{model}' model configuration")
     size = len(body)
-    if offload.inline(size):  # small bodies (most): no coroutine around the parse
-        data, parsed = _parse(body, header, model, version)
+    # a body that may hold an input of the shared-memory size: its large inputs are placed in the
+    # region (not copied again when the body was read into it, Edge.route buffered), not sent on the wire
+    arena = rest.upstream.shared_arena()
+    wire = arena is None or size < arena.min_bytes
+    # the parse's work: the JSON header, and with wire bytes to write, the tensors copied into them
+    work = size if wire else header
+    if offload.inline(work):  # small bodies (most): no coroutine around the parse
+        data, parsed = _parse(body, header, model, version, wire)
     else:
-        data, parsed = await offload.run(size, _parse, body, header, model, version)
-    resp, raws = await rest.call("ModelInfer", data, model)
+        data, parsed = await offload.run(work, _parse, body, header, model, version, wire)
+    leases: list = []  # the region's slices this request's inputs took
+    if data is None:
+        data = codec.serialize_message(parsed.msg, parsed.raws, arena, leases)
+    try:
+        try:
+            resp, raws = await rest.call("ModelInfer", data, model)
+        except UpstreamStatus as err:
+            if not leases or not arena.lost(err.message):
+                raise
+            # Triton restarted and forgot the region; the request never ran: once more, over the wire
+            resp, raws = await rest.call("ModelInfer", calls.serialize(parsed), model)
+    finally:
+        if leases:
+            arena.free(leases)
     raws = list(resp.raw_output_contents) if raws is None else raws  # each read once (a read copies)
     out_size = 4 * sum(len(r) for r in raws)
     if offload.inline(out_size):
         pieces, json_len = jsontensor.render(resp, parsed, raws)
     else:
         pieces, json_len = await offload.run(out_size, jsontensor.render, resp, parsed, raws)
-    payload = b"".join(pieces)
     headers = None
     if json_len is not None:
         headers = {"Inference-Header-Content-Length": str(json_len)}
+    content_type = "application/octet-stream" if json_len is not None else JSON
     encoding = _accepts(request.headers.get("accept-encoding"))
-    if encoding != "identity":
-        payload = zlib.compress(payload) if encoding == "deflate" else _gzip(payload)
-        headers = {**(headers or {}), "Content-Encoding": encoding}
-    return calls.answer(payload, 200, "application/octet-stream" if json_len is not None else JSON, headers)
+    if encoding == "identity":  # the JSON header, then the binary outputs as gRPC received them: never joined
+        return httpbody.pieces(pieces, 200, headers, content_type)
+    payload = b"".join(pieces)
+    payload = zlib.compress(payload) if encoding == "deflate" else _gzip(payload)
+    return calls.answer(payload, 200, content_type, {**(headers or {}), "Content-Encoding": encoding})
 
 
 def _gzip(data: bytes) -> bytes:
