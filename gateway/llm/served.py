@@ -173,6 +173,8 @@ class ServedModels:
         try:
             meta = await self.upstream.model_metadata(target)  # fails for unknown or unloaded models
         except GatewayError as e:
+            if e.kind not in (ErrorKind.NOT_FOUND, ErrorKind.UNAVAILABLE):
+                raise  # a deadline, Triton's internal error: what it is, not the client's unknown model
             if not await self.upstream.server_ready():
                 # Triton down, or up and still loading its models after a restart (it is not ready
                 # until they are): 503, not the client's 422/404 (both found by make soak)

@@ -169,6 +169,9 @@ class _TTLCache:
             return hit[1]
         return None
 
+    def forget(self, key: tuple) -> None:
+        self._data.pop(key, None)
+
     def put(self, key: tuple, value: Any) -> Any:
         if len(self._data) > 1024:  # bounded: drop everything rather than grow without limit
             self._data.clear()
@@ -287,18 +290,26 @@ class TritonUpstream:
                 req.id = call.request_id
 
     async def _idempotent(self, method: str, request, timeout: float | None = None):
-        """A read-only call, retried on UNAVAILABLE (each attempt timed)."""
+        """A read-only call, retried on UNAVAILABLE (each attempt timed). Still UNAVAILABLE after
+        the retries: the cached readiness is forgotten, so that the next ``server_ready`` asks
+        Triton (a Triton that just died was otherwise "ready" for up to ``cache_ttl``, and a model's
+        metadata it failed to give looked like an unknown model: found by make soak)."""
         rpc = getattr(self.stub, method)
-        async for attempt in AsyncRetrying(
-            retry=retry_if_exception(_is_unavailable),
-            stop=stop_after_attempt(self.retries),
-            wait=wait_exponential(multiplier=0.05, max=0.5),
-            reraise=True,
-        ):
-            with attempt:
-                model = getattr(request, "name", "")
-                with _translate(method, model), tracing.upstream(method, model) as md:
-                    return await rpc(request, timeout=timeout or min(self.default_timeout, 10.0), metadata=md)
+        try:
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception(_is_unavailable),
+                stop=stop_after_attempt(self.retries),
+                wait=wait_exponential(multiplier=0.05, max=0.5),
+                reraise=True,
+            ):
+                with attempt:
+                    model = getattr(request, "name", "")
+                    with _translate(method, model), tracing.upstream(method, model) as md:
+                        return await rpc(request, timeout=timeout or min(self.default_timeout, 10.0), metadata=md)
+        except GatewayError as err:
+            if err.kind is ErrorKind.UNAVAILABLE:
+                self._cache.forget(_READY_KEY)
+            raise
         raise AssertionError("unreachable")
 
     # -- inference -------------------------------------------------------------------------
@@ -411,7 +422,7 @@ class TritonUpstream:
                 return False
             return bool(resp.ready)
 
-        return await self._cached(("server_ready",), fetch)
+        return await self._cached(_READY_KEY, fetch)
 
     async def server_metadata(self) -> dict[str, Any]:
         async def fetch() -> dict[str, Any]:
@@ -435,6 +446,7 @@ class TritonUpstream:
 
 # the cache's keys of what ``cached_index`` / ``cached_metadata`` read without a call
 _INDEX_KEY = ("index",)
+_READY_KEY = ("server_ready",)
 
 
 def _meta_key(model: str, version: str) -> tuple:

@@ -32,6 +32,7 @@ class Scripted(grpc.GenericRpcHandler):
         self.cancelled = asyncio.Event()
         self.unavailable_left = 0
         self.last_stream_request = None
+        self.down = False  # every read-only call UNAVAILABLE, as a Triton that just died
 
     def service(self, details):
         name = details.method.rsplit("/", 1)[1]
@@ -62,8 +63,8 @@ class Scripted(grpc.GenericRpcHandler):
     async def metadata(self, req, context):
         if req.name == "slow_meta":
             await asyncio.sleep(3)
-        if self.unavailable_left:
-            self.unavailable_left -= 1
+        if self.unavailable_left or self.down:
+            self.unavailable_left = max(0, self.unavailable_left - 1)
             await context.abort(grpc.StatusCode.UNAVAILABLE, "connection refused")
         m = service_pb2.ModelMetadataResponse(name=req.name, versions=["1"], platform="python")
         m.inputs.add(name="text_input", datatype="BYTES", shape=[-1, 1])
@@ -77,6 +78,8 @@ class Scripted(grpc.GenericRpcHandler):
         return service_pb2.ModelConfigResponse(config=cfg)
 
     async def ready(self, req, context):
+        if self.down:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "Socket closed")
         return service_pb2.ServerReadyResponse(ready=True)
 
     async def stream(self, request_iterator, context):
@@ -202,6 +205,22 @@ async def test_unreachable_triton_is_unavailable_and_not_ready(upstream):
         calls.leave(token)
     assert err.value.kind in (ErrorKind.UNAVAILABLE, ErrorKind.DEADLINE_EXCEEDED)
     assert await up.server_ready() is False
+
+
+async def test_a_triton_that_stops_answering_is_not_ready_at_once(upstream):
+    """Readiness is cached (here for 60 s), but a read-only call that found Triton unreachable
+    forgets it: found by make soak, where a Triton killed a moment after a readiness check made an
+    OpenAI request's failed metadata look like an unknown model (422) instead of 503."""
+    up, scripted = upstream
+    assert await up.server_ready() is True
+    scripted.down = True
+    assert await up.server_ready() is True  # cached: nothing said otherwise yet
+    with pytest.raises(GatewayError) as err:
+        await up.model_metadata("tiny_llm")
+    assert err.value.kind is ErrorKind.UNAVAILABLE
+    assert await up.server_ready() is False  # asked again
+    scripted.down = False
+    assert await up.server_ready() is False  # a failed check is cached as any other answer
 
 
 async def test_concurrent_cache_misses_share_one_fetch(upstream):

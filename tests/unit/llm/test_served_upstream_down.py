@@ -54,6 +54,20 @@ async def test_an_unknown_model_on_a_ready_triton_is_still_not_found():
         assert err.value.kind is ErrorKind.NOT_FOUND
 
 
+class SlowUpstream(FakeUpstream):
+    async def model_metadata(self, model, version=""):
+        raise GatewayError(ErrorKind.DEADLINE_EXCEEDED, "Deadline Exceeded")
+
+
+async def test_a_metadata_timeout_is_a_timeout_not_an_unknown_model():
+    """A ready Triton too slow to give a model's metadata: 504 as every route answers a deadline,
+    not the client's 422."""
+    catalog = ServedModels(SlowUpstream(metas=[trtllm_meta("tiny_llm")], ready=True), ServedModelsSettings())
+    with pytest.raises(GatewayError) as err:
+        await catalog.resolve("tiny_llm")
+    assert err.value.kind is ErrorKind.DEADLINE_EXCEEDED
+
+
 class CachedIndexUpstream(FakeUpstream):
     """An upstream that hands out one index object while it is cached (as TritonUpstream does) and
     counts metadata lookups; the metadata calls of one listing overlap (they are awaited together)."""
