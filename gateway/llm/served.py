@@ -173,14 +173,14 @@ class ServedModels:
         try:
             meta = await self.upstream.model_metadata(target)  # fails for unknown or unloaded models
         except GatewayError as e:
-            if e.kind not in (ErrorKind.NOT_FOUND, ErrorKind.UNAVAILABLE):
-                raise  # a deadline, Triton's internal error: what it is, not the client's unknown model
-            if not await self.upstream.server_ready():
-                # Triton down, or up and still loading its models after a restart (it is not ready
-                # until they are): 503, not the client's 422/404 (both found by make soak)
-                if e.kind is ErrorKind.NOT_FOUND:
-                    raise GatewayError(ErrorKind.NOT_READY, f"Model {name[:256]} is not ready.") from None
+            if e.kind is not ErrorKind.NOT_FOUND:
+                # Triton unreachable or the model unavailable (503), a deadline (504), its internal
+                # error: Triton said nothing of an unknown model. (make soak, again: Triton restarting
+                # refused the metadata call, was ready a moment later, and the request got the 422.)
                 raise
+            if not await self.upstream.server_ready():
+                # up and still loading its models after a restart (not ready until they are): 503
+                raise GatewayError(ErrorKind.NOT_READY, f"Model {name[:256]} is not ready.") from None
             raise missing from None
         if not profiles.is_text_llm(meta):
             raise missing
