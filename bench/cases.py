@@ -163,12 +163,16 @@ def bin_payload() -> bytes:
     return np.random.default_rng(1).integers(0, 256, BIN_BYTES, dtype=np.uint8).tobytes()
 
 
-def _binary_ext_request(payload: bytes) -> tuple[bytes, dict[str, str]]:
-    """KServe V2 HTTP binary-data extension: a JSON header, then one BYTES element (4-byte length + bytes)."""
+def _binary_ext_request(payload: bytes, every_output: bool = False) -> tuple[bytes, dict[str, str]]:
+    """KServe V2 HTTP binary-data extension: a JSON header, then one BYTES element (4-byte length +
+    bytes) to grps_echo; its answer in binary, asked for by name (``text_out``) or, ``every_output``,
+    by the request's ``binary_data_output`` (what a V2 client moving large tensors sends)."""
+    ask = {"parameters": {"binary_data_output": True}} if every_output else \
+        {"outputs": [{"name": "text_out", "parameters": {"binary_data": True}}]}
     header = orjson.dumps({
         "inputs": [{"name": "text", "shape": [1], "datatype": "BYTES",
                     "parameters": {"binary_data_size": len(payload) + 4}}],
-        "outputs": [{"name": "text_out", "parameters": {"binary_data": True}}],
+        **ask,
     })
     return header + struct.pack("<I", len(payload)) + payload, {
         "Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(header))}
@@ -181,13 +185,7 @@ def _check_binary_ext(payload: bytes) -> Callable[[bytes], None]:
 
 
 def _v2_binary_big(payload: bytes) -> tuple[bytes, dict[str, str]]:
-    """``payload`` as one BYTES element to grps_echo in the binary tensor extension, every output
-    asked for in binary (``binary_data_output``: what a V2 client moving large tensors sends)."""
-    header = orjson.dumps({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES",
-                                       "parameters": {"binary_data_size": len(payload) + 4}}],
-                           "parameters": {"binary_data_output": True}})
-    return header + struct.pack("<I", len(payload)) + payload, {
-        "Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(header))}
+    return _binary_ext_request(payload, every_output=True)
 
 
 def _v2_bytes_request(payload: bytes) -> bytes:

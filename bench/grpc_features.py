@@ -87,13 +87,8 @@ async def serve(triton: str, port: int, features: Features) -> None:
     await server.wait_for_termination()
 
 
-def median(xs: list[float]) -> float:
-    s = sorted(xs)
-    return s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
-
-
 def measure() -> int:
-    from bench import cases, grpcload, procstat
+    from bench import cases, grpcload, procstat, stats
     from bench.stack import Stack, floor_env
     from tests.support import free_port, gateway_config, start_gateway, stop_gateway
 
@@ -144,10 +139,10 @@ def measure() -> int:
                     proc.wait()
             if gateway is not None:
                 stop_gateway(gateway)
-    base = median(cpu[variants[0]])
+    base = stats.spread(cpu[variants[0]]).median
     print(f"\nCPU per ModelInfer, median of {rounds} × {dur:g} s at {conc} callers (÷ {variants[0]}):")
     for v in variants:
-        m = median(cpu[v])
+        m = stats.spread(cpu[v]).median
         print(f"  {v:24s} {m:6.0f} µs  ({m / base:.2f}×)  all: {' '.join(f'{x:.0f}' for x in sorted(cpu[v]))}")
     return 0
 

@@ -198,15 +198,25 @@ class Unjoined(Answer):
     """An answer whose body is written after its header, not concatenated to it first (HEAD: as
     sanic answers it, the header alone)."""
 
+    def _take_parts(self) -> list:
+        """The body's parts, taken out of the answer: written one after another after its header."""
+        body, self.body = self.body, b""
+        return [body] if body else []
+
     async def send(self, data=None, end_stream=None):
-        body = self.body
-        if data is not None or end_stream is False or not body or _head_only(self.stream):
+        if data is not None or end_stream is False:
             return await super().send(data, end_stream)
-        self.body = b""
-        self.headers["content-length"] = len(body)
+        parts = self._take_parts()
+        if not parts:
+            return await super().send(data, end_stream)
+        self.headers["content-length"] = _size(parts)
+        if _head_only(self.stream):  # the header alone, and the answer complete
+            return await super().send(b"", end_stream=True)
         await super().send(b"", end_stream=False)  # the header alone (sanic: a body of known length follows)
-        if self.stream is not None and self.stream.send is not None:  # None: a HEAD request's answer is complete
-            await super().send(body, end_stream=True)
+        if self.stream is not None and self.stream.send is not None:
+            for part in parts[:-1]:
+                await super().send(part, end_stream=False)
+            await super().send(parts[-1], end_stream=True)
 
 
 class Pieces(Unjoined):
@@ -218,29 +228,22 @@ class Pieces(Unjoined):
                  content_type: str = "application/octet-stream"):
         super().__init__(b"", status=status, headers=headers, content_type=content_type)
         self.pieces = [p for p in pieces if len(p)]
-        self.size = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in self.pieces)
+        self.size = _size(self.pieces)
 
-    async def send(self, data=None, end_stream=None):
-        pieces = self.pieces
-        if data is not None or end_stream is False or not pieces:
-            return await Answer.send(self, data, end_stream)
-        self.pieces = []
-        self.headers["content-length"] = self.size
-        if _head_only(self.stream):  # the header alone, and the answer complete
-            return await Answer.send(self, b"", end_stream=True)
-        await Answer.send(self, b"", end_stream=False)  # the header alone (sanic: a body of known length follows)
-        if self.stream is not None and self.stream.send is not None:  # None: a HEAD request's answer is complete
-            for piece in pieces[:-1]:
-                await Answer.send(self, piece, end_stream=False)
-            await Answer.send(self, pieces[-1], end_stream=True)
+    def _take_parts(self) -> list:
+        parts, self.pieces = self.pieces, []
+        return parts
+
+
+def _size(parts: list) -> int:
+    return sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
 
 
 def pieces(parts: list, status: int = 200, headers: dict | None = None,
            content_type: str = "application/octet-stream") -> HTTPResponse:
     """An answer of ``parts`` (bytes or byte memoryviews) one after another: a large one written piece
     by piece (``Pieces``), a small one joined into one write."""
-    size = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
-    if size >= UNJOINED_MIN:
+    if _size(parts) >= UNJOINED_MIN:
         return Pieces(parts, status=status, headers=headers, content_type=content_type)
     return Answer(b"".join(parts), status=status, headers=headers, content_type=content_type)
 

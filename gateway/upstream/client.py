@@ -315,18 +315,8 @@ class TritonUpstream:
     # -- inference -------------------------------------------------------------------------
     async def infer(self, req: InferRequest, views: bool = False) -> InferResponse:
         self._request_id(req)
-        arena, leases = self.arena, []  # slices of the shared-memory region this request's inputs took
-        try:
-            try:
-                answer = await self.infer_bytes(req.model, codec.serialize_request(req, arena, leases))
-            except GatewayError as err:
-                if not leases or not arena.lost(err.message):
-                    raise
-                # Triton restarted and forgot the region; the request never ran: once more, over the wire
-                answer = await self.infer_bytes(req.model, codec.serialize_request(req))
-        finally:
-            if leases:
-                arena.free(leases)
+        answer = await shm.send_placed(self.arena, lambda arena, leases: codec.serialize_request(req, arena, leases),
+                                       lambda data: self.infer_bytes(req.model, data))
         return codec.decode_response(*codec.parse_answer(answer), views)
 
     async def infer_bytes(self, model: str, data: bytes) -> bytes:

@@ -164,6 +164,20 @@ def _cached_header(req: InferRequest) -> bytes:
     return hit if hit is not None else keep(_headers, key, _header(req), MAX_HEADERS)  # bounded: the shapes clients send
 
 
+def _placed(parts: list, size: int, arena, leases: list | None) -> int | None:
+    """The offset of an input's bytes placed in the ``arena`` (gateway/upstream/shm.py), or None:
+    no arena, smaller than its ``min_bytes``, or no room (the input goes on the wire)."""
+    if arena is None or size < arena.min_bytes:
+        return None
+    return arena.place(parts, size, leases)
+
+
+def _name_region(params, arena, offset: int, size: int) -> None:
+    """An input's parameters naming its bytes in the region (Triton's shared-memory extension)."""
+    set_params(params, {"shared_memory_region": arena.name, "shared_memory_offset": offset,
+                        "shared_memory_byte_size": size})
+
+
 def serialize_request(req: InferRequest, arena=None, leases: list | None = None) -> bytes:
     """``encode_request(req)`` as wire bytes, with every tensor's data copied exactly once.
 
@@ -187,12 +201,11 @@ def serialize_request(req: InferRequest, arena=None, leases: list | None = None)
         parts = _raw_parts(t)
         size = len(parts[0]) if len(parts) == 1 and type(parts[0]) is bytes else \
             sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
-        if arena is not None and size >= arena.min_bytes:
-            offset = arena.place(parts, size, leases)
-            if offset is not None:  # Triton reads it from the region: no raw contents entry
-                shared[i] = (offset, size)
-                plain = False
-                continue
+        offset = _placed(parts, size, arena, leases)
+        if offset is not None:  # Triton reads it from the region: no raw contents entry
+            shared[i] = (offset, size)
+            plain = False
+            continue
         pieces += (RAW_INPUT_TAG, varint(size), *parts)
     if plain:
         head = _cached_header(req)
@@ -204,9 +217,7 @@ def serialize_request(req: InferRequest, arena=None, leases: list | None = None)
         if t.parameters:
             set_params(inp.parameters, t.parameters)
         if i in shared:
-            offset, size = shared[i]
-            set_params(inp.parameters, {"shared_memory_region": arena.name, "shared_memory_offset": offset,
-                                        "shared_memory_byte_size": size})
+            _name_region(inp.parameters, arena, *shared[i])
     for name in req.outputs or ():
         msg.outputs.add(name=name)
     if req.parameters:
@@ -226,18 +237,16 @@ def serialize_message(msg: service_pb2.ModelInferRequest, raws: list, arena=None
     shared: dict[int, tuple[int, int]] = {}
     for i, raw in enumerate(raws):
         size = raw.nbytes if isinstance(raw, memoryview) else len(raw)
-        if arena is not None and size >= arena.min_bytes:
-            offset = arena.place([raw], size, leases)
-            if offset is not None:  # Triton reads it from the region: no raw contents entry
-                shared[i] = (offset, size)
-                continue
+        offset = _placed([raw], size, arena, leases)
+        if offset is not None:  # Triton reads it from the region: no raw contents entry
+            shared[i] = (offset, size)
+            continue
         pieces += (RAW_INPUT_TAG, varint(size), raw)
     if shared:
         named = service_pb2.ModelInferRequest()
         named.CopyFrom(msg)  # the caller's message unchanged: it may be sent again over the wire
         for i, (offset, size) in shared.items():
-            set_params(named.inputs[i].parameters, {"shared_memory_region": arena.name, "shared_memory_offset": offset,
-                                                    "shared_memory_byte_size": size})
+            _name_region(named.inputs[i].parameters, arena, offset, size)
         msg = named
     pieces[0] = msg.SerializeToString()
     return b"".join(pieces)

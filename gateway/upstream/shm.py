@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 
 from gateway import metrics
+from gateway.core.errors import GatewayError
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,25 @@ def same_host(addresses: list[tuple[str, int]], target: str) -> bool:
     if target.startswith("unix:"):
         return True
     return len(addresses) == 1 and addresses[0][0] in LOOPBACK
+
+
+async def send_placed(arena: Arena | None, write: Callable[[Arena | None, list], bytes],
+                      send: Callable[[bytes], Awaitable]):
+    """``send(write(arena, leases))``: a request whose large inputs ``write`` places in the region
+    (``codec.serialize_request`` / ``serialize_message``), the slices they took given back once it
+    is answered. Triton refusing it for a region it forgot (it restarted: the request never ran)
+    sends it once more with every input on the wire, and the region is registered again."""
+    leases: list = []
+    try:
+        try:
+            return await send(write(arena, leases))
+        except GatewayError as err:
+            if not leases or not arena.lost(err.message):
+                raise
+            return await send(write(None, None))
+    finally:
+        if leases:
+            arena.free(leases)
 
 
 class Arena:

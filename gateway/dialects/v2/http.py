@@ -32,12 +32,12 @@ from gateway import httpbody, offload
 from gateway.call import current
 from gateway.core.errors import ErrorKind, GatewayError, invalid
 from gateway.edge import Edge
-from gateway.upstream import codec
+from gateway.upstream import codec, shm
 
 from . import calls, documents, jsontensor, plain, sse
 from .calls import JSON, Rest
 from .jsonbody import loads
-from .passthrough import Denied, State, UpstreamStatus
+from .passthrough import Denied, State
 
 _MODEL = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?"
                     r"(?:/(infer|generate|generate_stream|ready|config|stats|trace/setting))?")
@@ -271,20 +271,12 @@ async def _infer(rest: Rest, request: Request, model: str, version: str):
         data, parsed = _parse(body, header, model, version, wire)
     else:
         data, parsed = await offload.run(work, _parse, body, header, model, version, wire)
-    leases: list = []  # the region's slices this request's inputs took
-    if data is None:
-        data = codec.serialize_message(parsed.msg, parsed.raws, arena, leases)
-    try:
-        try:
-            resp, raws = await rest.call("ModelInfer", data, model)
-        except UpstreamStatus as err:
-            if not leases or not arena.lost(err.message):
-                raise
-            # Triton restarted and forgot the region; the request never ran: once more, over the wire
-            resp, raws = await rest.call("ModelInfer", calls.serialize(parsed), model)
-    finally:
-        if leases:
-            arena.free(leases)
+    if data is not None:
+        resp, raws = await rest.call("ModelInfer", data, model)
+    else:
+        resp, raws = await shm.send_placed(
+            arena, lambda region, leases: codec.serialize_message(parsed.msg, parsed.raws, region, leases),
+            lambda placed: rest.call("ModelInfer", placed, model))
     raws = list(resp.raw_output_contents) if raws is None else raws  # each read once (a read copies)
     out_size = 4 * sum(len(r) for r in raws)
     if offload.inline(out_size):
