@@ -79,6 +79,8 @@ def serve(settings: Settings, config: str | None) -> int:
 
     if not startup.preflight(settings):  # ports in use: which and what to change; Triton unreachable: a warning
         return 1
+    if settings.workers_auto:
+        print(_auto_workers_line(settings.workers), flush=True)
     if settings.workers == 1:
         _run_loop(_serve_async(settings, reuse_port=False, announce=True))
         return 0
@@ -119,6 +121,14 @@ def serve(settings: Settings, config: str | None) -> int:
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
         shutil.rmtree(shared_dir, ignore_errors=True)
+
+
+def _auto_workers_line(workers: int) -> str:
+    from gateway import cpus
+
+    usable = cpus.usable()
+    why = f"{usable} usable CPUs" if workers == usable else "a setting keeps state in one process"
+    return f"workers: auto: {workers} ({why})"
 
 
 RESTART_WINDOW_S = 60.0

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated
+from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, Field, SecretStr, ValidationError, create_model
+from pydantic import BaseModel, PlainValidator, SecretStr, ValidationError, create_model
+from pydantic_core import PydanticCustomError
 
+from gateway import cpus
 from gateway.access import read_keys_file
 from gateway.dialects import CATALOGUE
 from gateway.settings import (
@@ -37,6 +40,7 @@ from gateway.settings import (
     UpstreamSettings,
     upstream_addresses,
 )
+from gateway.shared import single_worker_problems
 
 __all__ = ["SettingsError", "load", "schema"]
 
@@ -54,6 +58,13 @@ def _section(d) -> type[BaseModel]:
         return d.config
     return create_model(f"{d.config.__name__}Section", __base__=d.config,
                         triton_models=(Names, ()))
+
+
+def _workers(value):
+    """``workers``: a whole number of at least 1, or ``auto`` (one per usable CPU: gateway/cpus.py)."""
+    if value == "auto" or (type(value) is int and value >= 1):
+        return value
+    raise PydanticCustomError("workers", "Input should be a whole number of at least 1, or auto")
 
 
 @cache
@@ -74,7 +85,7 @@ def schema() -> type[BaseModel]:
         limits=(Limits, Limits()),
         local_triton=(LocalTriton, LocalTriton()),
         tracing=(TracingSettings, TracingSettings()),
-        workers=(Annotated[int, Field(ge=1)], 1),
+        workers=(Annotated[int | str, PlainValidator(_workers, json_schema_input_type=int | Literal["auto"])], 1),
         log_level=(LogLevel, "INFO"),
         log_format=(LogFormat, "auto"),
         access_log=(bool, True),
@@ -179,6 +190,8 @@ def load(path: str | os.PathLike | None = None, env: Mapping[str, str] | None = 
     except ValidationError as e:
         raise _report(e, source, lines, from_env) from None
     settings = _resolve(doc, source)
+    if doc.workers == "auto":
+        settings = _auto_workers(settings)
     _check_ports(settings)
     _check_no_loop(settings)
     return settings
@@ -199,10 +212,18 @@ def _resolve(doc: BaseModel, source: str) -> Settings:
             )
     return Settings(
         upstream=doc.upstream, listeners=MappingProxyType(listeners), limits=doc.limits,
-        local_triton=doc.local_triton, tracing=doc.tracing, workers=doc.workers, log_level=doc.log_level,
+        local_triton=doc.local_triton, tracing=doc.tracing, workers=1 if doc.workers == "auto" else doc.workers,
+        log_level=doc.log_level,
         log_format=doc.log_format, access_log=doc.access_log,
         dialects=MappingProxyType({d.name: getattr(doc.dialects, d.name) for d in CATALOGUE}), source=source,
     )
+
+
+def _auto_workers(settings: Settings) -> Settings:
+    """``workers: auto``: one per CPU this process may use (gateway/cpus.py); 1 where a setting keeps
+    state that one process owns (gateway/shared.py), which a number above 1 would be refused for."""
+    workers = replace(settings, workers=cpus.usable(), workers_auto=True)
+    return replace(workers, workers=1) if single_worker_problems(workers) else workers
 
 
 def _keys_file(listener: str, path: str | None, source: str) -> tuple[SecretStr, ...]:

@@ -193,6 +193,7 @@ class Settings:
     local_triton: LocalTriton = field(default_factory=LocalTriton)
     tracing: TracingSettings = field(default_factory=TracingSettings)
     workers: int = 1
+    workers_auto: bool = False  # ``workers: auto`` chose the number (gateway/cpus.py)
     log_level: str = "INFO"
     log_format: str = "auto"
     access_log: bool = True

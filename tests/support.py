@@ -127,8 +127,13 @@ def start_gateway(config: dict, tmp: Path) -> GatewayProcess:
     gw = GatewayProcess(proc, ports, path, log_path, listening)
     try:
         wait_http(f"http://127.0.0.1:{ports['admin_http']}/health", timeout=60, proc=proc)
-        if config.get("workers", 1) > 1:  # the first worker up answers /health; wait for every one
-            wait_workers_serving(gw, config["workers"], timeout=60)
+        workers = config.get("workers", 1)
+        if workers == "auto":  # the gateway counts as the child would: the same affinity and cgroup
+            from gateway import cpus
+
+            workers = cpus.usable()
+        if workers > 1:  # the first worker up answers /health; wait for every one
+            wait_workers_serving(gw, workers, timeout=60)
     except Exception:
         proc.kill()
         raise RuntimeError(f"gateway did not start:\n{gw.log_tail()}") from None

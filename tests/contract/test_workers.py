@@ -3,6 +3,7 @@ and a configuration that cannot run with several workers is refused at start, na
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -80,6 +81,34 @@ def test_a_pd_coordinator_is_refused_with_several_workers(tmp_path):
     assert out.returncode == 1
     assert f"error: `workers: 2` with dialects.mindie.pd.role: {role}:" in out.stderr
     assert "set `workers: 1`" in out.stderr
+
+
+@pytest.mark.parametrize("allowed", [1, 2])
+def test_workers_auto_starts_one_per_cpu_the_process_may_use(triton, tmp_path, allowed):
+    """``workers: auto`` under an affinity of 1 and of 2 CPUs (the gateway inherits the test's): that
+    many workers, said at start; with 2, fresh connections reach both."""
+    from gateway import cpus
+    from tests.support import serving_workers
+
+    mine = os.sched_getaffinity(0)
+    if len(mine) < allowed:
+        pytest.skip(f"this machine lets the tests use {len(mine)} CPU(s)")
+    ports = {name: free_port() for name in LISTENERS}
+    cfg = gateway_config(triton.grpc_target, ports, {"workers": "auto"})
+    os.sched_setaffinity(0, sorted(mine)[:allowed])
+    try:
+        expected = cpus.usable()  # the affinity, or less under a cgroup CPU quota
+        gw = start_gateway(cfg, tmp_path)
+    finally:
+        os.sched_setaffinity(0, mine)
+    try:
+        assert f"workers: auto: {expected} ({expected} usable CPUs)" in gw.log_path.read_text()
+        assert len(serving_workers(gw)) == (expected if expected > 1 else 0)  # one worker: in the process itself
+        seen = _fresh(gw.url("grps_http") + "/grps/v1/health/ready")
+        assert [s for s, _ in seen] == [200] * FRESH
+        assert len({w for _, w in seen}) == expected
+    finally:
+        stop_gateway(gw)
 
 
 # -- keys and certificates rotated on a running gateway, in every worker -----------------------------

@@ -312,3 +312,20 @@ def test_the_readme_gives_the_cpu_command_beside_the_gpu_one():
     gpu, cpu = "docker compose up", "docker compose -f compose.yaml -f compose.cpu.yaml up"
     assert cpu in readme and cpu in (ROOT / "compose.cpu.yaml").read_text()
     assert abs(readme.index(cpu) - readme.index(gpu)) < 600
+
+
+def test_the_kubernetes_gateway_loads_its_config_with_its_environment(monkeypatch):
+    """deploy/k8s/gateway.yaml: config/docker.yaml with the container's environment; `workers: auto`
+    counts the CPU limit's quota (gateway/cpus.py), here 2 CPUs."""
+    from gateway import cpus
+
+    docs = list(yaml.safe_load_all((ROOT / "deploy" / "k8s" / "gateway.yaml").read_text()))
+    pod = next(d for d in docs if d and d.get("kind") == "Deployment")["spec"]["template"]["spec"]
+    container = next(c for c in pod["containers"] if c["name"] == "gateway")
+    assert container["args"] == ["--config", "config/docker.yaml"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["GATEWAY__WORKERS"] == "auto"
+    monkeypatch.setattr(cpus, "usable", lambda: int(container["resources"]["limits"]["cpu"]))
+    s = config.load(ROOT / "config" / "docker.yaml", env=env)
+    assert (s.workers, s.workers_auto) == (2, True)
+    assert s.upstream.grpc == "dns:///triton-headless:8001"
