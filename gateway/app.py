@@ -21,6 +21,7 @@ from gateway.core import bounded
 from gateway.dialect import Dialect, load
 from gateway.dialects import CATALOGUE
 from gateway.edge import Edge
+from gateway.fastlane import FastLane
 from gateway.http import make_app
 from gateway.settings import Listener, Settings
 from gateway.upstream import Upstream, from_settings
@@ -133,7 +134,9 @@ class Worker:
         attach(app, edge, state)
         sock = bind_socket(lst, self.reuse_port)
         tls = access.server_ssl(lst.tls, lst.name) if lst.tls is not None else None
-        srv = await app.create_server(sock=sock, ssl=tls, return_asyncio_server=True, access_log=False)
+        protocol = FastLane if self.settings.http_fast_path else None  # None: sanic's HttpProtocol
+        srv = await app.create_server(sock=sock, ssl=tls, return_asyncio_server=True, access_log=False,
+                                      protocol=protocol)
         await srv.startup()
         await srv.before_start()
         await srv.after_start()

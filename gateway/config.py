@@ -89,6 +89,7 @@ def schema() -> type[BaseModel]:
         log_level=(LogLevel, "INFO"),
         log_format=(LogFormat, "auto"),
         access_log=(bool, True),
+        http_fast_path=(bool, True),
         dialects=(dialects, dialects()),
     )
 
@@ -214,7 +215,7 @@ def _resolve(doc: BaseModel, source: str) -> Settings:
         upstream=doc.upstream, listeners=MappingProxyType(listeners), limits=doc.limits,
         local_triton=doc.local_triton, tracing=doc.tracing, workers=1 if doc.workers == "auto" else doc.workers,
         log_level=doc.log_level,
-        log_format=doc.log_format, access_log=doc.access_log,
+        log_format=doc.log_format, access_log=doc.access_log, http_fast_path=doc.http_fast_path,
         dialects=MappingProxyType({d.name: getattr(doc.dialects, d.name) for d in CATALOGUE}), source=source,
     )
 

@@ -40,6 +40,7 @@ from gateway.access import AUTHORIZATION, UNAUTHENTICATED_MESSAGE, ApiKeys, bear
 from gateway.call import REQUEST_ID, Admission, Call, current, enter, leave, request_id
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.dialect import ErrorRendering, GrpcStatus
+from gateway.fastlane import FAST
 
 log = logging.getLogger("gateway.edge")
 
@@ -127,13 +128,20 @@ class Edge:
 
     # -- HTTP ----------------------------------------------------------------------------------
     def route(self, app, handler: Callable[..., Awaitable[Any]], uri: str, methods: list[str], name: str,
-              admit: bool = True, public: bool = False, buffered: bool = False) -> None:
+              admit: bool = True, public: bool = False, buffered: bool = False,
+              fast: bool | Callable[[str], bool] = False) -> None:
         """Add ``handler(request, **path_params)`` to a sanic app behind the edge, as route ``name``
         (``public``: no API key asked, for probes; ``buffered``: a large body is read into one
-        buffer, ``request.body`` a memoryview: gateway/httpbody.py)."""
+        buffer, ``request.body`` a memoryview: gateway/httpbody.py; ``fast``: the handler answers
+        a POST with one response, never streamed, and reads only the request's method, path,
+        headers, body and app, so a small one may take the fast lane, gateway/fastlane.py; True
+        for every POST, or a function of the path saying which; not with tracing, whose spans
+        read more of the request)."""
+        endpoint = self.http(name, handler, admit, public, buffered, app.config.REQUEST_MAX_SIZE)
+        if fast is not False and self.tracer is None:
+            setattr(endpoint, FAST, fast)
         # stream=True: sanic leaves the body unread, so the edge checks the key and admits before reading it
-        app.add_route(self.http(name, handler, admit, public, buffered, app.config.REQUEST_MAX_SIZE), uri,
-                      methods=methods, name=name, stream=True)
+        app.add_route(endpoint, uri, methods=methods, name=name, stream=True)
 
     def http(self, route: str, handler: Callable[..., Awaitable[Any]], admit: bool = True, public: bool = False,
              buffered: bool = False, max_body: int | None = None):

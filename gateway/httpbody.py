@@ -209,7 +209,7 @@ class Unjoined(Answer):
         parts = self._take_parts()
         if not parts:
             return await super().send(data, end_stream)
-        self.headers["content-length"] = _size(parts)
+        self.headers["content-length"] = part_size(parts)
         if _head_only(self.stream):  # the header alone, and the answer complete
             return await super().send(b"", end_stream=True)
         await super().send(b"", end_stream=False)  # the header alone (sanic: a body of known length follows)
@@ -228,14 +228,15 @@ class Pieces(Unjoined):
                  content_type: str = "application/octet-stream"):
         super().__init__(b"", status=status, headers=headers, content_type=content_type)
         self.pieces = [p for p in pieces if len(p)]
-        self.size = _size(self.pieces)
+        self.size = part_size(self.pieces)
 
     def _take_parts(self) -> list:
         parts, self.pieces = self.pieces, []
         return parts
 
 
-def _size(parts: list) -> int:
+def part_size(parts: list) -> int:
+    """The bytes of an answer's parts (bytes or byte memoryviews)."""
     return sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
 
 
@@ -243,7 +244,7 @@ def pieces(parts: list, status: int = 200, headers: dict | None = None,
            content_type: str = "application/octet-stream") -> HTTPResponse:
     """An answer of ``parts`` (bytes or byte memoryviews) one after another: a large one written piece
     by piece (``Pieces``), a small one joined into one write."""
-    if _size(parts) >= UNJOINED_MIN:
+    if part_size(parts) >= UNJOINED_MIN:
         return Pieces(parts, status=status, headers=headers, content_type=content_type)
     return Answer(b"".join(parts), status=status, headers=headers, content_type=content_type)
 

@@ -197,6 +197,7 @@ class Settings:
     log_level: str = "INFO"
     log_format: str = "auto"
     access_log: bool = True
+    http_fast_path: bool = True  # gateway/fastlane.py
     dialects: Mapping[str, BaseModel] = field(default_factory=dict)
     source: str = ""  # the file it came from
 

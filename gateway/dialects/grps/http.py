@@ -30,7 +30,9 @@ def attach(app: Sanic, edge: Edge, svc: GrpsService) -> None:
     """GRPS's routes behind the edge (errors in GRPS's envelope, by the dialect's Rendering)."""
     app.ctx.grps = svc
     edge.route(app, _health, "/grps/v1/health/<op:online|offline|live|ready>", METHODS, "health")
-    edge.route(app, _predict, "/grps/v1/infer/predict", METHODS, "predict", buffered=True)  # bin_data: one copy
+    # bin_data: one copy; the fast lane where streaming is asked in the query (which the lane leaves to sanic)
+    edge.route(app, _predict, "/grps/v1/infer/predict", METHODS, "predict", buffered=True,
+               fast=svc.cfg.streaming.ctrl_mode == "query_param")
     edge.route(app, _server_metadata, "/grps/v1/metadata/server", METHODS, "server_metadata")
     edge.route(app, _model_metadata, "/grps/v1/metadata/model", METHODS, "model_metadata")
     monitor_page.add_routes(app, edge, svc.monitor)

@@ -37,7 +37,7 @@ def attach(app: Sanic, edge: Edge, service: Service) -> None:
     async def tfserving(request: Request, path: str):
         return httpbody.raw(await dispatch(service, request), content_type=JSON)
 
-    edge.route(app, tfserving, "/<path:path>", ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"], "rest")
+    edge.route(app, tfserving, "/<path:path>", ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"], "rest", fast=True)
 
 
 def _version(text: str | None) -> int | None:

@@ -300,6 +300,11 @@ def _gzip(data: bytes) -> bytes:
     return c.compress(data) + c.flush()
 
 
+def _answers_once(path: str) -> bool:
+    """Whether a POST to ``path`` is answered with one response (every route but generate_stream's SSE)."""
+    return not path.endswith("/generate_stream")
+
+
 def attach(app: Sanic, edge: Edge, state: State) -> None:
     rest = Rest(state)
 
@@ -307,7 +312,8 @@ def attach(app: Sanic, edge: Edge, state: State) -> None:
         return await dispatch(rest, request)
 
     methods = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"]
-    edge.route(app, v2_rest, "/<path:path>", methods, "rest", buffered=True)  # a large body: one copy
+    # a large body: one copy; every POST but generate_stream (SSE) may take the fast lane
+    edge.route(app, v2_rest, "/<path:path>", methods, "rest", buffered=True, fast=_answers_once)
     edge.route(app, v2_rest, "/", methods, "rest_root")  # Triton's 404 "Not Found" there too
 
 
