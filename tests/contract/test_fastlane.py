@@ -49,9 +49,6 @@ class Lane:
         self.entered = asyncio.Event()
         self.release = asyncio.Event()
 
-    def __getitem__(self, _index):  # lane[0]: the count
-        return self.taken
-
 
 @pytest.fixture
 def lane(monkeypatch):
@@ -187,11 +184,11 @@ CASES = [
 @pytest.mark.parametrize("name,listener,request_bytes,fast", CASES, ids=[c[0] for c in CASES])
 async def test_each_answer_is_sanics_byte_for_byte(pair, lane, name, listener, request_bytes, fast):
     with_lane, sanic_only = pair
-    before = lane[0]
+    before = lane.taken
     got = await _exchange(with_lane[listener], [request_bytes], 1)
-    taken = lane[0] - before
+    taken = lane.taken - before
     want = await _exchange(sanic_only[listener], [request_bytes], 1)
-    assert lane[0] - before == taken  # the sanic-only worker never takes it
+    assert lane.taken - before == taken  # the sanic-only worker never takes it
     assert got == want
     assert taken == (1 if fast else 0), f"{name}: taken by the lane {taken} time(s)"
 
@@ -205,7 +202,7 @@ async def test_one_keep_alive_connection_mixes_the_lane_and_sanic(pair, lane):
                  and b"HTTP/1.0" not in c[2] and c[0] not in ("tf_two_lengths", "tf_line_without_colon",
                                                               "tf_signed_length", "tf_absolute_target",
                                                               "tf_not_ascii_target")]
-        before = lane[0]
+        before = lane.taken
         got, want = [], []
         for port, out in ((with_lane[listener], got), (sanic_only[listener], want)):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -214,7 +211,7 @@ async def test_one_keep_alive_connection_mixes_the_lane_and_sanic(pair, lane):
                 out.append(await asyncio.wait_for(_response(reader), 30))
             writer.close()
         assert got == want
-        assert lane[0] - before == sum(fast for *_, fast in cases)
+        assert lane.taken - before == sum(fast for *_, fast in cases)
 
 
 async def test_pipelined_and_held_requests_are_answered_in_order(pair, lane):
