@@ -346,3 +346,31 @@ async def test_a_stream_closed_from_another_context_is_still_finished():
             break
     assert counted() == before + 1
     assert edge.admission.inflight == 0
+
+
+def test_only_routes_that_ask_for_it_take_the_fast_lane_and_none_with_tracing():
+    """Edge.route marks a route's handler for the fast lane (gateway/fastlane.py) only when the route
+    asks for it, with the answer-once predicate it gave, and never on a traced listener."""
+    from gateway.call import Admission
+    from gateway.dialect import DefaultRendering
+    from gateway.edge import Edge
+    from gateway.fastlane import FAST
+    from gateway.http import make_app
+
+    settings: Settings = worker_settings({}, "127.0.0.1:1")
+
+    async def handler(_request):
+        return None
+
+    def answers_once(path: str) -> bool:
+        return not path.endswith("/stream")
+
+    app = make_app("lane_routes", settings)
+    edge = Edge("v2", "lane_routes", DefaultRendering(), Admission(8), 30.0, 600.0)
+    edge.route(app, handler, "/plain", ["POST"], "plain")
+    edge.route(app, handler, "/fast", ["POST"], "fast", fast=True)
+    edge.route(app, handler, "/some", ["POST"], "some", fast=answers_once)
+    edge.tracer = object()  # as a listener with tracing.enabled has
+    edge.route(app, handler, "/traced", ["POST"], "traced", fast=True)
+    marks = {r.name.rsplit(".", 1)[-1]: getattr(r.handler, FAST, None) for r in app.router.routes}
+    assert marks == {"plain": None, "fast": True, "some": answers_once, "traced": None}
