@@ -213,9 +213,9 @@ def _resolve(doc: BaseModel, source: str) -> Settings:
             )
     return Settings(
         upstream=doc.upstream, listeners=MappingProxyType(listeners), limits=doc.limits,
-        local_triton=doc.local_triton, tracing=doc.tracing, workers=1 if doc.workers == "auto" else doc.workers,
-        log_level=doc.log_level,
-        log_format=doc.log_format, access_log=doc.access_log, http_fast_path=doc.http_fast_path,
+        local_triton=doc.local_triton, tracing=doc.tracing, log_level=doc.log_level, log_format=doc.log_format,
+        access_log=doc.access_log, http_fast_path=doc.http_fast_path,
+        workers=1 if doc.workers == "auto" else doc.workers,  # auto: counted by load (_auto_workers)
         dialects=MappingProxyType({d.name: getattr(doc.dialects, d.name) for d in CATALOGUE}), source=source,
     )
 

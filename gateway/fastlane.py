@@ -162,21 +162,21 @@ class FastLane(HttpProtocol):
             self._hand_on()
 
     async def _answer(self, response) -> None:
-        """The answer as sanic's ``http1_response_header`` writes a whole one (end_stream)."""
+        """The answer as sanic's ``http1_response_header`` writes a whole one (end_stream), in one
+        write; an ``httpbody.Unjoined`` one as its ``send`` writes it: the header, then each part."""
+        unjoined = isinstance(response, httpbody.Unjoined)
+        parts = response._take_parts() if unjoined else [response.body] if response.body else []
         headers = response.headers
-        status = response.status
-        parts = response._take_parts() if isinstance(response, httpbody.Unjoined) else None
-        body = b"" if parts is not None else (response.body or b"")
-        if not has_message_body(status):
-            body, parts = b"", None
+        if has_message_body(response.status):
+            headers["content-length"] = httpbody.part_size(parts)
+        else:
+            parts = []
             headers.pop("content-length", None)
             headers.pop("transfer-encoding", None)
-        else:
-            headers["content-length"] = httpbody.part_size(parts) if parts is not None else len(body)
         headers["connection"] = "keep-alive"
-        head = format_http1_response(status, response.processed_headers)
-        if not parts:
-            await self.send(head + body)
+        head = format_http1_response(response.status, response.processed_headers)
+        if not unjoined:
+            await self.send(head + b"".join(parts))
             return
         await self.send(head)
         for part in parts:
@@ -191,7 +191,7 @@ class FastLane(HttpProtocol):
             if self.transport is not None and not self.transport.is_closing():
                 self.transport.resume_reading()
         if held and self.transport is not None and not self.transport.is_closing():
-            self.data_received(b"".join(held) if len(held) > 1 else held[0])
+            self.data_received(b"".join(held))
 
     def connection_lost(self, exc):
         if self._fast is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -178,3 +179,47 @@ def stop_gateway(gw: GatewayProcess) -> None:
         gw.proc.wait(5)
 
 
+class LaneSpy:
+    """How many requests the HTTP fast lane (gateway/fastlane.py) has taken in this process (its
+    ``_run``); a request with the id ``gated`` waits in the lane until ``release`` is set
+    (``entered`` says it got there)."""
+
+    def __init__(self):
+        self.taken = 0
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def held_behind(self, port: int, gated: bytes, held: bytes, read) -> list[bytes]:
+        """``gated`` (a request with the id ``gated``) written on a new connection to ``port``; once it
+        waits in the lane, ``held`` written behind it; then the gate opened, and ``read(reader)``'s
+        answers."""
+        self.entered.clear()
+        self.release.clear()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(gated)
+            await asyncio.wait_for(self.entered.wait(), 10)
+            writer.write(held)
+            await asyncio.sleep(0.2)  # held meanwhile (else it comes after the answer: the same bytes)
+            self.release.set()
+            await writer.drain()
+            return await read(reader)
+        finally:
+            writer.close()
+
+
+def spy_on_lane(monkeypatch) -> LaneSpy:
+    from gateway.fastlane import FastLane
+
+    spy = LaneSpy()
+    run = FastLane._run
+
+    async def counted(self, handler, request, params):
+        spy.taken += 1
+        if request.headers.get("x-request-id") == "gated":
+            spy.entered.set()
+            await spy.release.wait()
+        await run(self, handler, request, params)
+
+    monkeypatch.setattr(FastLane, "_run", counted)
+    return spy

@@ -6,6 +6,7 @@ requests it took: the small whole POSTs to the routes that opt in, and none of t
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
@@ -14,8 +15,7 @@ import struct
 import pytest
 
 from gateway.app import Worker
-from gateway.fastlane import FastLane
-from tests.support import free_port, worker_settings
+from tests.support import free_port, spy_on_lane, worker_settings
 
 LISTENERS = ("tfserving_rest", "v2_http", "grps_http")
 KEY = "lane-key-1"
@@ -40,30 +40,10 @@ async def pair(triton):
         await w.stop(grace=0.1)
 
 
-class Lane:
-    """How many requests the fast lane has taken (its ``_run``) in this process; a request with the
-    id ``gated`` waits in the lane until ``release`` is set (``entered`` says it got there)."""
-
-    def __init__(self):
-        self.taken = 0
-        self.entered = asyncio.Event()
-        self.release = asyncio.Event()
-
-
 @pytest.fixture
 def lane(monkeypatch):
-    spy = Lane()
-    run = FastLane._run
-
-    async def counted(self, handler, request, params):
-        spy.taken += 1
-        if request.headers.get("x-request-id") == "gated":
-            spy.entered.set()
-            await spy.release.wait()
-        await run(self, handler, request, params)
-
-    monkeypatch.setattr(FastLane, "_run", counted)
-    return spy
+    """The lane's count of what it took, and its gate for a request with the id ``gated``."""
+    return spy_on_lane(monkeypatch)
 
 
 def _request(method: str, path: str, body: bytes = b"", headers: tuple = (), rid: str = "lane") -> bytes:
@@ -97,6 +77,10 @@ async def _response(reader: asyncio.StreamReader) -> bytes:
     return head + await reader.read()
 
 
+async def _responses(reader: asyncio.StreamReader, n: int) -> list[bytes]:
+    return [await asyncio.wait_for(_response(reader), 30) for _ in range(n)]
+
+
 _GENERATED_ID = re.compile(rb"^(x-request-id: )[0-9a-f]{8}-[0-9a-f]+\r$", re.MULTILINE)
 
 
@@ -111,8 +95,7 @@ async def _exchange(port: int, sends: list[bytes], answers: int, gap: float = 0.
             await writer.drain()
             if gap:
                 await asyncio.sleep(gap)
-        return [_GENERATED_ID.sub(rb"\1<generated>\r", await asyncio.wait_for(_response(reader), 30))
-                for _ in range(answers)]
+        return [_GENERATED_ID.sub(rb"\1<generated>\r", a) for a in await _responses(reader, answers)]
     finally:
         writer.close()
 
@@ -242,20 +225,8 @@ async def test_pipelined_and_held_requests_are_answered_in_order(pair, lane):
     big = _request("POST", PREDICT, b'{"instances": [' + b",".join([b"1"] * 600_000) + b"]}", rid="big")
     for held, ids, taken in ((second, [b"second"], 2), (second + meta, [b"second", b"third"], 1),
                              (big, [b"big"], 1)):
-        lane.entered.clear()
-        lane.release.clear()
         before = lane.taken
-        reader, writer = await asyncio.open_connection("127.0.0.1", port_fast)
-        try:
-            writer.write(gated)
-            await asyncio.wait_for(lane.entered.wait(), 10)
-            writer.write(held)
-            await asyncio.sleep(0.2)
-            lane.release.set()
-            await writer.drain()
-            got = [await asyncio.wait_for(_response(reader), 30) for _ in range(1 + len(ids))]
-        finally:
-            writer.close()
+        got = await lane.held_behind(port_fast, gated, held, functools.partial(_responses, n=1 + len(ids)))
         want = await _exchange(port_sanic, [gated, held], 1 + len(ids))
         assert got == want
         assert [a.split(b"x-request-id: ")[1].split(b"\r\n")[0] for a in got] == [b"gated", *ids]

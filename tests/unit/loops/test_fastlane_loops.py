@@ -17,25 +17,15 @@ from gateway.dialect import DefaultRendering
 from gateway.edge import Edge
 from gateway.fastlane import FastLane
 from gateway.http import make_app
-from tests.support import free_port, worker_settings
-
-
-class Gate:
-    def __init__(self):
-        self.entered = asyncio.Event()
-        self.release = asyncio.Event()
-        self.taken = 0
+from tests.support import free_port, spy_on_lane, worker_settings
 
 
 @contextlib.asynccontextmanager
-async def _serving(gate: Gate, lane: bool):
+async def _serving(lane: bool):
     app = make_app("lane_loops", worker_settings({}, "127.0.0.1:1"))
     edge = Edge("v2", "lane_loops", DefaultRendering(), Admission(8), 30.0, 600.0)
 
     async def echo(request):
-        if request.headers.get("x-request-id") == "gated":
-            gate.entered.set()
-            await gate.release.wait()
         return httpbody.raw(bytes(request.body), content_type="text/plain")
 
     edge.route(app, echo, "/echo", ["POST"], "echo", fast=True)
@@ -55,15 +45,8 @@ async def _serving(gate: Gate, lane: bool):
 
 @pytest.fixture
 def gate(monkeypatch):
-    g = Gate()
-    run = FastLane._run
-
-    async def counted(self, handler, request, params):
-        g.taken += 1
-        await run(self, handler, request, params)
-
-    monkeypatch.setattr(FastLane, "_run", counted)
-    return g
+    """The lane's count of what it took; a request with the id ``gated`` waits in it for ``release``."""
+    return spy_on_lane(monkeypatch)
 
 
 def _post(body: bytes, rid: str, path: str = "/echo") -> bytes:
@@ -98,14 +81,14 @@ ANSWER_IN_PARTS = _post(b"p" * (httpbody.UNJOINED_MIN + 10), "parts")  # header,
     (SMALL, 1, 1), (QUERY, 1, 0), (LARGE, 1, 0), (SMALL + SMALL, 2, 0),
 ])
 async def test_the_same_bytes_as_sanic_on_this_loop(gate, data, answers, taken):
-    async with _serving(gate, lane=True) as fast, _serving(gate, lane=False) as plain:
+    async with _serving(lane=True) as fast, _serving(lane=False) as plain:
         got = await _exchange(fast, data, answers)
         assert gate.taken == taken
         assert got == await _exchange(plain, data, answers)
 
 
 async def test_an_answer_in_parts_on_this_loop(gate):
-    async with _serving(gate, lane=True) as fast, _serving(gate, lane=False) as plain:
+    async with _serving(lane=True) as fast, _serving(lane=False) as plain:
         reader, writer = await asyncio.open_connection("127.0.0.1", fast)
         writer.write(ANSWER_IN_PARTS)
         got = await _answers(reader, 1)
@@ -119,17 +102,8 @@ async def test_an_answer_in_parts_on_this_loop(gate):
 async def test_bytes_held_while_a_request_waits_in_the_lane_are_answered_after_it(gate, held, taken):
     gated = _post(b"first", "gated")
     count = held.count(b"X-Request-Id: ")
-    async with _serving(gate, lane=True) as fast, _serving(gate, lane=False) as plain:
-        reader, writer = await asyncio.open_connection("127.0.0.1", fast)
-        try:
-            writer.write(gated)
-            await asyncio.wait_for(gate.entered.wait(), 10)
-            writer.write(held)
-            await asyncio.sleep(0.2)
-            gate.release.set()
-            got = await _answers(reader, 1 + count)
-        finally:
-            writer.close()
+    async with _serving(lane=True) as fast, _serving(lane=False) as plain:
+        got = await gate.held_behind(fast, gated, held, lambda reader: _answers(reader, 1 + count))
         want = await _exchange(plain, gated + held, 1 + count)
     assert got == want
     assert [a.split(b"x-request-id: ")[1].split(b"\r\n")[0] for a in got] == \
