@@ -230,7 +230,7 @@ def markdown(res: dict) -> str:
         lines += _table(["path", "requests/repeat", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms",
                          "tokens/s", "gateway CPU µs/req", "gateway CPU µs/token"], rows)
 
-    for key in ("scaling", "scaling_grpc"):
+    for key in ("scaling", "scaling_grpc", "scaling_stream"):
         if res.get(key):
             lines += _scaling_section(res[key])
 
@@ -254,7 +254,8 @@ def markdown(res: dict) -> str:
 def _scaling_section(sc: dict) -> list[str]:
     """One scaling run: req/s, latency and CPU by worker count, then Triton direct at the same load."""
     if "channels" in sc:
-        load = (f"{sc['concurrency']} callers on {sc['channels']} connections from {sc['clients']} client "
+        callers = "streams" if sc.get("kind") == "grpc_stream" else "callers"
+        load = (f"{sc['concurrency']} {callers} on {sc['channels']} connections from {sc['clients']} client "
                 f"process{'es' if sc['clients'] != 1 else ''}")
     else:
         load = f"{sc['concurrency']} connections"

@@ -5,7 +5,8 @@ tests/support.py) and the floor (bench/floor.py: each path done the least possib
 same stack) on free 127.0.0.1 ports, measures every case in bench/cases.py, then the
 scaling of the small TF Serving REST predict with 1, 2 and nproc workers (beside Triton's own HTTP
 at the same load: the ceiling) and the workers' memory, and the same for the V2 gRPC unary
-passthrough (its load spread over several connections and client processes, beside Triton's gRPC);
+passthrough and the V2 gRPC stream (their load spread over several connections and client processes,
+beside Triton's gRPC);
 writes bench/results/{results.json,results.md,results.png} and stops everything (also on Ctrl-C
 and SIGTERM). Bounded: each run lasts its duration, and a case that would not fit in the
 remaining budget is skipped (and listed as such).
@@ -19,7 +20,7 @@ Environment (defaults: full / BENCH_QUICK=1):
   BENCH_IDLE               seconds of idle CPU measured after each gateway start (3 / 1)
   BENCH_CONCURRENCY        connections / callers for the small payloads (8)
   BENCH_BIG_CONCURRENCY    for the image-sized and 16 MiB payloads (2)
-  BENCH_SCALING_CONCURRENCY  connections of the scaling runs (16); callers of the gRPC scaling runs
+  BENCH_SCALING_CONCURRENCY  connections of the scaling runs (16); callers (calls, streams) of the gRPC ones
   BENCH_SCALING_CHANNELS   gRPC connections the gRPC scaling runs spread their callers over (16): one
                            connection reaches one worker, so this bounds how many workers share the load
   BENCH_SCALING_CLIENTS    client processes of the gRPC scaling runs (nproc / 4, at least 1): one Python
@@ -34,7 +35,7 @@ Environment (defaults: full / BENCH_QUICK=1):
   BENCH_ONLY               comma-separated case keys (v2_unary, v2_stream, v2_rest_json, v2_rest_binary,
                            tf_rest_small, tf_rest_image,
                            tf_grpc, grps_gtensors, grps_bin, v2_rest_big, v2_grpc_big, llm_mindie,
-                           llm_openai, scaling, scaling_grpc)
+                           llm_openai, scaling, scaling_grpc, scaling_stream)
   BENCH_RESULTS            output folder (bench/results)
 """
 
@@ -159,8 +160,9 @@ class Runner:
 
     def load(self, side: cases_mod.Side, concurrency: int, duration: float, channels: int = 1,
              processes: int = 1) -> dict:
-        """Load ``side`` for ``duration`` seconds: the run's numbers, without CPU. A unary gRPC load
-        may spread its callers over ``channels`` connections from ``processes`` client processes."""
+        """Load ``side`` for ``duration`` seconds: the run's numbers, without CPU. A gRPC load may
+        spread its callers (calls or streams) over ``channels`` connections from ``processes``
+        client processes."""
         if side.kind == "http":
             r = wrk.run(side.address, self._script(side), concurrency, duration, threads=self.s.wrk_threads)
             out = {"requests": r.requests, "duration_s": r.duration_s, "req_per_s": r.requests_per_s,
@@ -170,10 +172,7 @@ class Runner:
                 out["error"] = f"{r.non_2xx} non-2xx, socket errors {r.socket_errors}"
             return out
         if side.kind in ("grpc_unary", "grpc_stream"):
-            if side.kind == "grpc_unary":
-                r = grpcload.unary_load(side.address, side.method, side.body, concurrency, duration, channels, processes)
-            else:
-                r = asyncio.run(grpcload.stream(side.address, side.method, side.body, concurrency, duration))
+            r = grpcload.load(side.kind, side.address, side.method, side.body, concurrency, duration, channels, processes)
             out = {"requests": r.requests, "duration_s": r.duration_s, "req_per_s": r.requests_per_s,
                    "p50_ms": stats.percentile(r.latencies_s, 50) * 1e3 if r.latencies_s else None,
                    "p99_ms": stats.percentile(r.latencies_s, 99) * 1e3 if r.latencies_s else None,
@@ -346,12 +345,12 @@ def scaling(runner: Runner, stack: Stack, s: Settings, budget: Budget, memory: l
     Triton direct at the same load; ``address``: the gateway side's address once a gateway with that
     many workers runs. A gRPC case spreads its callers over ``channels`` connections from ``clients``
     processes (both sides alike); ``memory`` (None: not kept) gets each worker count's memory rows."""
-    grpc_load = case.gateway.kind == "grpc_unary"
+    grpc_load = case.gateway.kind in ("grpc_unary", "grpc_stream")
     channels, clients = (channels, clients) if grpc_load else (1, 1)
     out = {"title": case.title, "concurrency": s.scaling_concurrency, "runs": [], "skipped": [],
            "direct": {"how": case.direct.how, "runs": []}}
     if grpc_load:
-        out.update(channels=channels, clients=clients)
+        out.update(kind=case.gateway.kind, channels=channels, clients=clients)
     need = 2 * (s.warmup_s + s.repeats * (s.duration_s + 0.5)) + 15
     if budget.left() < need:
         out["skipped"].append(f"all: needed about {need:.0f} s, {budget.left():.0f} s left")
@@ -397,7 +396,7 @@ def main() -> int:
     started = datetime.now(UTC)
     t_start = time.monotonic()
     load_before = report.loadavg()
-    res: dict = {"cases": [], "scaling": None, "scaling_grpc": None, "memory": []}
+    res: dict = {"cases": [], "scaling": None, "scaling_grpc": None, "scaling_stream": None, "memory": []}
     print(f"bench: {'quick' if s.quick else 'full'} mode, {s.repeats} × {s.duration_s:g} s per side"
           f"{'' if s.floor else ' (no floor)'}, "
           f"budget {s.budget_s:.0f} s; results in {results_dir}", flush=True)
@@ -433,6 +432,13 @@ def main() -> int:
             unary = next(c for c in all_cases if c.key == "v2_unary" and c.concurrency == s.concurrency)
             res["scaling_grpc"] = scaling(runner, stack, s, budget, None, unary, lambda st: st.gateway.target("v2_grpc"),
                                           channels=s.scaling_channels, clients=s.scaling_clients)
+        if s.wants("scaling_stream"):
+            print(f"Scaling, V2 gRPC streamed ({s.scaling_concurrency} streams on {s.scaling_channels} connections, "
+                  f"{s.scaling_clients} client process{'es' if s.scaling_clients != 1 else ''}):", flush=True)
+            streamed = next(c for c in all_cases if c.key == "v2_stream")
+            res["scaling_stream"] = scaling(runner, stack, s, budget, None, streamed,
+                                            lambda st: st.gateway.target("v2_grpc"),
+                                            channels=s.scaling_channels, clients=s.scaling_clients)
         triton_version = stack.triton_version()
     res["meta"] = {
         "started": started.strftime("%Y-%m-%d %H:%M UTC"),

@@ -463,6 +463,23 @@ def test_markdown_has_the_grpc_scaling_section_with_its_load():
     assert md.index("## Scaling: TF REST small, 16 connections") < md.index("## Scaling: V2 gRPC unary")
 
 
+def test_markdown_has_the_stream_scaling_section_after_the_unary_one():
+    res = _results()
+    res["scaling_grpc"] = {"title": "V2 gRPC unary", "concurrency": 64, "channels": 16, "clients": 4, "skipped": [],
+                           "kind": "grpc_unary", "runs": [], "direct": {"how": "Triton gRPC"}}
+    res["scaling_stream"] = {"title": "V2 gRPC streamed", "concurrency": 64, "channels": 16, "clients": 4,
+                             "kind": "grpc_stream", "skipped": [],
+                             "runs": [{"workers": 1, "summary": {"req_per_s": _sp(9000)}},
+                                      {"workers": 8, "summary": {"req_per_s": _sp(36000)}}],
+                             "direct": {"how": "Triton gRPC", "summary": {"req_per_s": _sp(40000)}}}
+    md = report.markdown(res)
+    assert "## Scaling: V2 gRPC unary, 64 callers on 16 connections" in md
+    section = md[md.index("## Scaling: V2 gRPC streamed"):]
+    assert section.startswith("## Scaling: V2 gRPC streamed, 64 streams on 16 connections from 4 client processes")
+    assert "| 8 | 36000 | 4.00× |" in section and "| Triton direct (Triton gRPC) | 40000 | 4.44× |" in section
+    assert md.index("## Scaling: V2 gRPC unary") < md.index("## Scaling: V2 gRPC streamed")
+
+
 def test_results_are_written(tmp_path):
     pytest.importorskip("matplotlib")  # requirements/bench.txt, installed by make bench
     paths = report.write(_results(), tmp_path)
@@ -601,8 +618,9 @@ def test_the_floor_answers_without_sanics_empty_alt_svc_header():
 
 
 def _peer_server():
-    """A sync gRPC server on a free loopback port answering any unary call with its request, and the
-    peers (client address:port, one per connection) it saw."""
+    """A sync gRPC server on a free loopback port answering any unary call with its request (Call),
+    and each message of a stream with itself (Chat), and the peers (client address:port, one per
+    connection) it saw."""
     from concurrent import futures
 
     import grpc
@@ -615,9 +633,14 @@ def _peer_server():
         peers.add(context.peer())
         return request
 
-    server = grpc.server(futures.ThreadPoolExecutor(4))
+    def chat(requests, context):
+        peers.add(context.peer())
+        yield from requests
+
+    server = grpc.server(futures.ThreadPoolExecutor(16))
     server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
-        "test.Echo", {"Call": grpc.unary_unary_rpc_method_handler(echo)})])
+        "test.Echo", {"Call": grpc.unary_unary_rpc_method_handler(echo),
+                      "Chat": grpc.stream_stream_rpc_method_handler(chat)})])
     port = free_port()
     server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
@@ -631,17 +654,40 @@ def test_grpc_load_spreads_its_callers_over_connections_and_client_processes():
 
     server, target, peers = _peer_server()
     try:
-        one = grpcload.unary_load(target, "/test.Echo/Call", b"x", 4, 0.3)
+        one = grpcload.load("grpc_unary", target, "/test.Echo/Call", b"x", 4, 0.3)
         assert one.requests > 0 and one.errors == 0 and len(peers) == 1  # one channel: one connection
         peers.clear()
-        spread = grpcload.unary_load(target, "/test.Echo/Call", b"x", 6, 0.3, channels=3)
+        spread = grpcload.load("grpc_unary", target, "/test.Echo/Call", b"x", 6, 0.3, channels=3)
         assert spread.requests > 0 and spread.errors == 0 and len(peers) == 3
         peers.clear()
-        both = grpcload.unary_load(target, "/test.Echo/Call", b"x", 4, 0.5, channels=4, processes=2)
+        both = grpcload.load("grpc_unary", target, "/test.Echo/Call", b"x", 4, 0.5, channels=4, processes=2)
         assert both.errors == 0 and both.requests == len(both.latencies_s) > 0 and len(peers) == 4
         assert 0.5 <= both.duration_s < 2
         with pytest.raises(ValueError, match="at least as many"):
-            grpcload.unary_load(target, "/test.Echo/Call", b"x", 1, 0.1, channels=4, processes=2)
+            grpcload.load("grpc_unary", target, "/test.Echo/Call", b"x", 1, 0.1, channels=4, processes=2)
+    finally:
+        server.stop(0)
+
+
+def test_grpc_stream_load_spreads_its_streams_over_connections_and_client_processes():
+    """The streamed load the same way: ``concurrency`` streams, stream i on channel i mod ``channels``,
+    each message answered before the next is written."""
+    from bench import grpcload
+
+    server, target, peers = _peer_server()
+    try:
+        one = grpcload.load("grpc_stream", target, "/test.Echo/Chat", b"y", 3, 0.3)
+        assert one.requests > 3 and one.errors == 0 and len(peers) == 1  # three streams, one connection
+        peers.clear()
+        spread = grpcload.load("grpc_stream", target, "/test.Echo/Chat", b"y", 6, 0.3, channels=3)
+        assert spread.requests > 6 and spread.errors == 0 and len(peers) == 3
+        peers.clear()
+        both = grpcload.load("grpc_stream", target, "/test.Echo/Chat", b"y", 4, 0.5, channels=4, processes=2)
+        assert both.errors == 0 and both.requests == len(both.latencies_s) > 4
+        assert len(peers) == 4 and 0.5 <= both.duration_s < 2
+        refused = grpcload.load("grpc_stream", target, "/test.Echo/Nope", b"y", 2, 0.2)  # no such method
+        assert (refused.requests, refused.errors) == (0, 2) and refused.first_error  # UNIMPLEMENTED, or INTERNAL
+        # when the write meets the call already ended
     finally:
         server.stop(0)
 
