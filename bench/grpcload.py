@@ -23,6 +23,9 @@ CHANNEL_OPTIONS = [
 ]
 
 
+CONNECT_S = 10.0  # a load's channels connect within this, or the load fails at once
+
+
 @dataclass
 class LoadResult:
     requests: int = 0
@@ -79,7 +82,11 @@ async def _closed_loop(target: str, open_rpc, caller, concurrency: int, duration
     res = LoadResult()
     chans = [grpc.aio.insecure_channel(target, options=channel_options(channels > 1)) for _ in range(channels)]
     try:
-        await asyncio.wait_for(asyncio.gather(*(ch.channel_ready() for ch in chans)), 10)
+        try:
+            await asyncio.wait_for(asyncio.gather(*(ch.channel_ready() for ch in chans)), CONNECT_S)
+        except TimeoutError:
+            states = ", ".join(sorted({ch.get_state().name for ch in chans}))
+            raise ConnectionError(f"{target}: {channels} channel(s) not all ready in {CONNECT_S:g} s ({states})") from None
         rpcs = [open_rpc(ch) for ch in chans]
         if start_at is not None and start_at > time.time():
             await asyncio.sleep(start_at - time.time())

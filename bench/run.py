@@ -284,15 +284,20 @@ def run_case(runner: Runner, case: cases_mod.Case, s: Settings, budget: Budget) 
             return out
     if len(sides) == 3:
         out["floor"] = {"how": floor.how, "runs": []}
-    for _, side in sides:
-        runner.load(side, case.concurrency, s.warmup_s)
-    for rep in range(s.repeats):
-        for label, side in sides if rep % 2 == 0 else sides[::-1]:  # interleaved, alternating order
-            run = runner.measure(side, case.concurrency, duration, hop=None if label == "direct" else label)
-            out[label]["runs"].append(run)
-            if run.get("error"):
-                out["errors"].append(f"{label} repeat {rep + 1}: {run['errors']} errors ({run['error']})")
-            print(f"  {label:<8} {_line(run)}", flush=True)
+    try:
+        for _, side in sides:
+            runner.load(side, case.concurrency, s.warmup_s)
+        for rep in range(s.repeats):
+            for label, side in sides if rep % 2 == 0 else sides[::-1]:  # interleaved, alternating order
+                run = runner.measure(side, case.concurrency, duration, hop=None if label == "direct" else label)
+                out[label]["runs"].append(run)
+                if run.get("error"):
+                    out["errors"].append(f"{label} repeat {rep + 1}: {run['errors']} errors ({run['error']})")
+                print(f"  {label:<8} {_line(run)}", flush=True)
+    except Exception as e:  # noqa: BLE001 - a load that could not run: the case is skipped, the bench goes on
+        out["skipped"] = f"a load failed: {type(e).__name__}: {e}"
+        print(f"  skipped: {out['skipped']}", flush=True)
+        return out
     for label, _ in sides:
         out[label]["summary"] = summarise(out[label]["runs"])
     out["ratio"] = ratios(out["gateway"]["summary"], out["direct"]["summary"])
@@ -357,11 +362,14 @@ def scaling(runner: Runner, stack: Stack, s: Settings, budget: Budget, memory: l
         print(f"  skipped: {out['skipped'][-1]}", flush=True)
         return out
     load = {"channels": channels, "processes": clients}
-    runner.load(case.direct, s.scaling_concurrency, s.warmup_s, **load)  # the ceiling: Triton's own front end, same load
-    for rep in range(s.repeats):
-        run = runner.measure(case.direct, s.scaling_concurrency, s.duration_s, hop=None, **load)
-        out["direct"]["runs"].append(run)
-        print(f"  Triton direct repeat {rep + 1}: {_line(run)}", flush=True)
+    try:  # the ceiling: Triton's own front end, same load
+        runner.load(case.direct, s.scaling_concurrency, s.warmup_s, **load)
+        for rep in range(s.repeats):
+            run = runner.measure(case.direct, s.scaling_concurrency, s.duration_s, hop=None, **load)
+            out["direct"]["runs"].append(run)
+            print(f"  Triton direct repeat {rep + 1}: {_line(run)}", flush=True)
+    except Exception as e:  # noqa: BLE001 - reported; the worker counts still run, and the rest of the bench
+        _skip(out, f"Triton direct: {type(e).__name__}: {e}")
     out["direct"]["summary"] = summarise(out["direct"]["runs"])
     for workers in s.scaling_workers:
         need = s.warmup_s + s.repeats * (s.duration_s + 0.5) + 15
@@ -371,18 +379,27 @@ def scaling(runner: Runner, stack: Stack, s: Settings, budget: Budget, memory: l
         stack.start_gateway(workers)
         idle = idle_snapshot(stack, s.idle_s)
         side = replace(case.gateway, address=address(stack))
-        runner.check(side)
-        runner.load(side, s.scaling_concurrency, s.warmup_s, **load)
         runs = []
-        for rep in range(s.repeats):
-            run = runner.measure(side, s.scaling_concurrency, s.duration_s, **load)
-            runs.append(run)
-            print(f"  workers={workers} repeat {rep + 1}: {_line(run)}", flush=True)
+        try:
+            runner.check(side)
+            runner.load(side, s.scaling_concurrency, s.warmup_s, **load)
+            for rep in range(s.repeats):
+                run = runner.measure(side, s.scaling_concurrency, s.duration_s, **load)
+                runs.append(run)
+                print(f"  workers={workers} repeat {rep + 1}: {_line(run)}", flush=True)
+        except Exception as e:  # noqa: BLE001 - reported with the repeats it had; the next worker count runs
+            _skip(out, f"{workers} workers: {type(e).__name__}: {e}")
         if memory is not None:
             memory.extend(r for r in memory_rows(workers, stack, idle, memory_snapshot(stack)) if workers != s.workers)
-        out["runs"].append({"workers": workers, "pids": list(stack.gateway_pids), "runs": runs,
-                            "summary": summarise(runs)})
+        if runs:
+            out["runs"].append({"workers": workers, "pids": list(stack.gateway_pids), "runs": runs,
+                                "summary": summarise(runs)})
     return out
+
+
+def _skip(out: dict, why: str) -> None:
+    out["skipped"].append(why)
+    print(f"  failed: {why}", flush=True)
 
 
 # -- main ---------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -217,8 +218,8 @@ def test_every_path_gets_a_floor_with_the_gateways_request_and_check():
 class _FakeRunner:
     """run_case's view of a Runner: answer checks (``bad``: sides whose check fails) and measured runs."""
 
-    def __init__(self, bad=()):
-        self.bad, self.calls = set(bad), []
+    def __init__(self, bad=(), refused=()):
+        self.bad, self.refused, self.calls = set(bad), set(refused), []
         self.stack = type("S", (), {"assert_running": lambda self: None})()
 
     def check(self, side):
@@ -230,6 +231,8 @@ class _FakeRunner:
 
     def measure(self, side, concurrency, duration, hop="gateway"):
         self.calls.append(("run", side.how, hop))
+        if side.how in self.refused:
+            raise ConnectionError(f"{side.how}: 1 channel(s) not all ready in 10 s (TRANSIENT_FAILURE)")
         cpu = {"gateway": 450.0, "floor": 300.0}
         out = {"req_per_s": {"direct": 2000.0, "gateway": 1000.0, "floor": 1500.0}[side.how], "requests": 10}
         if hop is not None:
@@ -266,6 +269,26 @@ def test_a_floor_that_answers_wrong_is_left_out_and_the_case_still_runs():
     assert [c[1] for c in runner.calls if c[0] == "run"] == ["direct", "gateway"]
     bad_gateway = run_case(_FakeRunner(bad={"gateway"}), _case_with_floor(), s, Budget(600))
     assert bad_gateway["skipped"].startswith("gateway answer check failed")  # as before the floor
+
+
+def test_a_load_that_cannot_run_skips_its_case_with_why_and_the_bench_goes_on():
+    s = Settings.from_env({"BENCH_QUICK": "1", "BENCH_REPEATS": "2"})
+    out = run_case(_FakeRunner(refused={"gateway"}), _case_with_floor(), s, Budget(600))
+    assert out["skipped"] == ("a load failed: ConnectionError: gateway: 1 channel(s) not all ready in 10 s "
+                              "(TRANSIENT_FAILURE)")
+    assert "- skipped TF REST small (conc 8): a load failed: ConnectionError" in report.markdown(
+        {**_results(), "cases": [out]})
+
+
+def test_a_grpc_load_that_cannot_connect_fails_at_once_with_the_channels_state(monkeypatch):
+    from bench import grpcload
+    from tests.support import free_port
+
+    monkeypatch.setattr(grpcload, "CONNECT_S", 0.5)
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionError, match=r"^127\.0\.0\.1:\d+: 2 channel\(s\) not all ready in 0.5 s \(\w+"):
+        grpcload.load("grpc_stream", f"127.0.0.1:{free_port()}", "/test.Echo/Chat", b"y", 2, 5.0, channels=2)
+    assert time.monotonic() - t0 < 3
 
 
 def test_without_the_floor_setting_the_floor_side_is_not_run():
