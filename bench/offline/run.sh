@@ -5,7 +5,7 @@
 #   (a budget of 0 skips that part)
 # env: INSTANCES (python-backend instances per CPU model, 8), WRK_THREADS (4), REPEATS (2), DURATION (4 s),
 #      SCALING (worker counts, 1,4,8,16), SCALING_CONC (connections of the scaling runs, 64),
-#      SCALING_ONLY (the scaling rows, scaling,scaling_grpc; BENCH_SCALING_CHANNELS / _CLIENTS pass through),
+#      SCALING_ONLY (the scaling rows, scaling,scaling_grpc,scaling_stream; BENCH_SCALING_CHANNELS / _CLIENTS pass through),
 #      PY (the interpreter whose numpy the gateway uses, python3), EXTRA_SITE (its site-packages).
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 export PYTHONUNBUFFERED=1
@@ -17,7 +17,7 @@ echo "setup took $(( $(date +%s) - t0 )) s"
 export PATH=$PWD/.dev/bin:$PATH LD_LIBRARY_PATH=$PWD/.dev${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 common="BENCH_TRITON_INSTANCES=${INSTANCES:-8} BENCH_WRK_THREADS=${WRK_THREADS:-4} BENCH_REPEATS=${REPEATS:-2} BENCH_DURATION=${DURATION:-4} BENCH_WARMUP=1 BENCH_IDLE=2"
 if [ "${1:-0}" -gt 0 ]; then
-  env $common BENCH_FLOOR=0 BENCH_ONLY=${SCALING_ONLY:-scaling,scaling_grpc} BENCH_SCALING_WORKERS=${SCALING:-1,4,8,16} BENCH_SCALING_CONCURRENCY=${SCALING_CONC:-64} \
+  env $common BENCH_FLOOR=0 BENCH_ONLY=${SCALING_ONLY:-scaling,scaling_grpc,scaling_stream} BENCH_SCALING_WORKERS=${SCALING:-1,4,8,16} BENCH_SCALING_CONCURRENCY=${SCALING_CONC:-64} \
     BENCH_BUDGET_S=$1 BENCH_RESULTS=$OUT/scaling timeout $(( $1 + 60 )) .venv/bin/python -m bench.run 2>&1 | tee $OUT/scaling.log
   echo "scaling done at $(( $(date +%s) - t0 )) s"
 fi
