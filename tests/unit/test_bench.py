@@ -280,6 +280,40 @@ def test_a_load_that_cannot_run_skips_its_case_with_why_and_the_bench_goes_on():
         {**_results(), "cases": [out]})
 
 
+def test_a_scaling_step_that_cannot_run_is_listed_and_the_next_worker_count_runs():
+    """bench.run.scaling: Triton direct's load failing, or one worker count's, is said in
+    ``skipped`` with why; the worker counts after it still run and keep their figures."""
+    from bench.run import scaling
+
+    class Stack:
+        gateway_pids: list[int] = []
+
+        def start_gateway(self, workers):
+            self.workers = workers
+
+    class Runner(_FakeRunner):
+        def load(self, side, concurrency, duration, **load):
+            self.calls.append(("warmup", side.how, load))
+            if side.how == "direct" or (side.how == "gateway" and stack.workers == 2):
+                raise ConnectionError(f"{side.how}: 16 channel(s) not all ready in 10 s (CONNECTING)")
+
+        def measure(self, side, concurrency, duration, hop="gateway", **load):
+            return super().measure(side, concurrency, duration, hop)
+
+    stack, runner = Stack(), Runner()
+    side = lambda how: cases.Side(how, "grpc_stream", "127.0.0.1:1", b"", lambda raw: None)  # noqa: E731
+    case = cases.Case("v2_stream", "V2 streamed", "1 message", 8, side("direct"), side("gateway"))
+    s = Settings.from_env({"BENCH_QUICK": "1", "BENCH_REPEATS": "1", "BENCH_IDLE": "0",
+                           "BENCH_SCALING_WORKERS": "1,2,4"})
+    out = scaling(runner, stack, s, Budget(600), None, case, lambda st: "127.0.0.1:2", channels=4, clients=2)
+    assert out["skipped"] == ["Triton direct: ConnectionError: direct: 16 channel(s) not all ready in 10 s (CONNECTING)",
+                              "2 workers: ConnectionError: gateway: 16 channel(s) not all ready in 10 s (CONNECTING)"]
+    assert [w["workers"] for w in out["runs"]] == [1, 4] and out["direct"]["runs"] == []
+    assert out["runs"][1]["summary"]["req_per_s"]["median"] == 1000.0
+    assert (out["kind"], out["channels"], out["clients"]) == ("grpc_stream", 4, 2)
+    assert {c[2]["processes"] for c in runner.calls if c[0] == "warmup"} == {2}  # the stream load's client processes
+
+
 def test_a_grpc_load_that_cannot_connect_fails_at_once_with_the_channels_state(monkeypatch):
     from bench import grpcload
     from tests.support import free_port
