@@ -26,4 +26,6 @@ if [ "${2:-0}" -gt 0 ]; then
     BENCH_BUDGET_S=$2 BENCH_RESULTS=$OUT/cases timeout $(( $2 + 60 )) .venv/bin/python -m bench.run 2>&1 | tee $OUT/cases.log
 fi
 echo "all done at $(( $(date +%s) - t0 )) s"
+# the logs' last 200 lines each (whole, they can pass what a device call brings back)
+for f in $OUT/*/logs/*.log; do [ -f "$f" ] && tail -n 200 "$f" > "${f%/logs/*}/tail-$(basename "$f")"; done
 rm -rf $OUT/scaling/logs $OUT/cases/logs $OUT/*/results.png; ls -R $OUT
