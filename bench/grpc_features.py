@@ -4,7 +4,8 @@
 else. The gateway keeps, on every call, what its users and operators need (gateway/edge.py,
 gateway/dialects/v2/passthrough.py): the caller's deadline (or the listener's) on Triton's call, the
 caller's metadata forwarded, a request id in the trailing metadata, the invocation metadata and the
-time remaining read. This runs the same forwarding handler with each of those features turned on
+time remaining read; and its gRPC server and channel options (keepalive, concurrent streams per
+connection, reconnect backoff, the load-balancing service config). This runs the same forwarding handler with each of those features turned on
 alone, all together, and the gateway's own V2 listener, each in its own process on its own port in
 front of one Triton, and measures CPU per ModelInfer of each (utime+stime from /proc over the run ÷
 calls) under the same closed-loop load, the variants interleaved round by round.
@@ -12,7 +13,7 @@ calls) under the same closed-loop load, the variants interleaved round by round.
     .venv/bin/python -m bench.grpc_features          (env: ROUNDS=6, DUR=3 s, CONC=8 callers,
                                                       INSTANCES=1, VARIANTS: see DEFAULT_VARIANTS)
 
-A variant is ``plain`` or features joined by ``+`` (TIMEOUT, MD, TRAIL, CTX), or ``gateway``.
+A variant is ``plain`` or features joined by ``+`` (TIMEOUT, MD, TRAIL, CTX, SOPTS, COPTS), or ``gateway``.
 The passthrough server alone: ``python -m bench.grpc_features serve TRITON PORT FEATURES``.
 """
 
@@ -29,9 +30,10 @@ from pathlib import Path
 
 import grpc
 
-FEATURES = ("TIMEOUT", "MD", "TRAIL", "CTX")
+FEATURES = ("TIMEOUT", "MD", "TRAIL", "CTX", "SOPTS", "COPTS")
 # TIMEOUT+TRAIL+CTX is what the gateway does for this load's calls, which carry no metadata of their own
-DEFAULT_VARIANTS = ("plain", "TIMEOUT", "MD", "TRAIL", "CTX", "TIMEOUT+TRAIL+CTX", "TIMEOUT+MD+TRAIL+CTX", "gateway")
+DEFAULT_VARIANTS = ("plain", "TIMEOUT", "MD", "TRAIL", "CTX", "SOPTS", "COPTS", "TIMEOUT+TRAIL+CTX",
+                    "TIMEOUT+TRAIL+CTX+SOPTS+COPTS", "TIMEOUT+MD+TRAIL+CTX", "gateway")
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
 
@@ -42,6 +44,8 @@ class Features:
     metadata: bool = False  # one metadata entry on Triton's call (the gateway: the caller's, forwarded)
     trailing: bool = False  # a request id in the trailing metadata
     context: bool = False  # the invocation metadata and the time remaining read
+    server_options: bool = False  # the gateway's gRPC server options (keepalive pings, streams per connection)
+    channel_options: bool = False  # its channel options to Triton (keepalive, reconnect backoff, service config)
 
     @classmethod
     def parse(cls, variant: str) -> Features:
@@ -49,7 +53,24 @@ class Features:
         unknown = names - set(FEATURES)
         if unknown:
             raise ValueError(f"unknown feature(s) {sorted(unknown)}: choose from {', '.join(FEATURES)}")
-        return cls("TIMEOUT" in names, "MD" in names, "TRAIL" in names, "CTX" in names)
+        return cls(*(name in names for name in FEATURES))
+
+
+def options(features: Features) -> tuple[list, list]:
+    """(server options, channel options): the bare ones, or a gateway worker's (SOPTS: gateway/app.py's
+    ``grpc_server_options`` with the default settings; COPTS: gateway/upstream/client.py's
+    ``channel_options``)."""
+    server, channel = OPTIONS, OPTIONS
+    if features.server_options:
+        from gateway.app import grpc_server_options
+        from gateway.settings import Settings
+
+        server = grpc_server_options(Settings(), reuse_port=False)
+    if features.channel_options:
+        from gateway.upstream.client import channel_options
+
+        channel = list(channel_options())
+    return server, channel
 
 
 def handler(forward, features: Features):
@@ -77,8 +98,9 @@ def handler(forward, features: Features):
 
 
 async def serve(triton: str, port: int, features: Features) -> None:
-    channel = grpc.aio.insecure_channel(triton, options=OPTIONS)
-    server = grpc.aio.server(options=OPTIONS)
+    server_options, channel_options = options(features)
+    channel = grpc.aio.insecure_channel(triton, options=channel_options)
+    server = grpc.aio.server(options=server_options)
     server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("inference.GRPCInferenceService", {
         "ModelInfer": grpc.unary_unary_rpc_method_handler(handler(channel.unary_unary(MODEL_INFER), features))})])
     if not server.add_insecure_port(f"127.0.0.1:{port}"):

@@ -595,8 +595,23 @@ def test_grpc_features_parses_variants_and_refuses_a_misspelt_feature():
     assert Features.parse("plain") == Features() == Features.parse("")
     assert Features.parse("TIMEOUT+TRAIL") == Features(timeout=True, trailing=True)
     assert Features.parse("TIMEOUT+MD+TRAIL+CTX") == Features(True, True, True, True)
+    assert Features.parse("SOPTS+COPTS") == Features(server_options=True, channel_options=True)
     with pytest.raises(ValueError, match="TIMOUT"):
         Features.parse("TIMOUT")
+
+
+def test_grpc_features_options_are_the_gateways_own_or_the_bare_ones():
+    """SOPTS: a gateway worker's server options; COPTS: its channel options to Triton; otherwise the
+    floor's bare message-size options."""
+    from bench.grpc_features import OPTIONS, Features, options
+    from gateway.app import grpc_server_options
+    from gateway.settings import Settings
+    from gateway.upstream.client import channel_options
+
+    assert options(Features()) == (OPTIONS, OPTIONS)
+    server, channel = options(Features.parse("SOPTS+COPTS"))
+    assert server == grpc_server_options(Settings(), reuse_port=False) and ("grpc.keepalive_time_ms", 30_000) in channel
+    assert channel == list(channel_options()) and options(Features.parse("COPTS"))[0] == OPTIONS
 
 
 @pytest.mark.parametrize("variant", ["plain", "TIMEOUT", "MD", "TRAIL", "CTX", "TIMEOUT+MD+TRAIL+CTX"])
