@@ -55,6 +55,7 @@ from sanic.http import Http, Stage
 from sanic.server.protocols.http_protocol import HttpProtocol
 
 from gateway import httpbody
+from gateway.core.parts import part_size
 
 log = logging.getLogger("gateway.fastlane")
 
@@ -75,7 +76,7 @@ class Light:
 class FastLane(HttpProtocol):
     """sanic's HTTP/1.1 protocol with the fast lane (module docstring)."""
 
-    __slots__ = ("_fast", "_held", "_held_size", "_paused", "_max_body", "_max_header")
+    __slots__ = ("_fast", "_held", "_held_size", "_paused", "_max_body", "_max_header", "_max_held")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -86,13 +87,14 @@ class FastLane(HttpProtocol):
         config = self.app.config
         self._max_body = min(config.REQUEST_MAX_SIZE, httpbody.MIN_BYTES - 1)
         self._max_header = config.REQUEST_MAX_HEADER_SIZE
+        self._max_held = config.REQUEST_BUFFER_SIZE  # past it, reading pauses (as sanic's own buffer)
 
     def data_received(self, data: bytes):
         if self._fast is not None:
             self._time = current_time()
             self._held.append(data)
             self._held_size += len(data)
-            if self._held_size >= self.app.config.REQUEST_BUFFER_SIZE and self.transport and not self._paused:
+            if self._held_size >= self._max_held and self.transport and not self._paused:
                 self._paused = True
                 self.transport.pause_reading()
             return
@@ -168,7 +170,7 @@ class FastLane(HttpProtocol):
         parts = response._take_parts() if unjoined else [response.body] if response.body else []
         headers = response.headers
         if has_message_body(response.status):
-            headers["content-length"] = httpbody.part_size(parts)
+            headers["content-length"] = part_size(parts)
         else:
             parts = []
             headers.pop("content-length", None)

@@ -44,6 +44,8 @@ from sanic.exceptions import PayloadTooLarge
 from sanic.helpers import has_message_body
 from sanic.http.http1 import HTTP_CONTINUE, Http
 
+from gateway.core.parts import part_size
+
 MIN_BYTES = 1 << 20  # smaller bodies: sanic's reader (the copies cost less than the difference)
 UNJOINED_MIN = 1 << 16  # smaller answers: one write of header and body
 
@@ -233,11 +235,6 @@ class Pieces(Unjoined):
     def _take_parts(self) -> list:
         parts, self.pieces = self.pieces, []
         return parts
-
-
-def part_size(parts: list) -> int:
-    """The bytes of an answer's parts (bytes or byte memoryviews)."""
-    return sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
 
 
 def pieces(parts: list, status: int = 200, headers: dict | None = None,

@@ -15,6 +15,7 @@ from tritonclient.grpc import model_config_pb2, service_pb2
 from gateway.core import datatypes
 from gateway.core.bounded import keep
 from gateway.core.errors import ErrorKind, GatewayError
+from gateway.core.parts import nbytes, part_size
 from gateway.core.tensors import (
     InferRequest,
     InferResponse,
@@ -199,8 +200,7 @@ def serialize_request(req: InferRequest, arena=None, leases: list | None = None)
         if t.parameters:
             plain = False
         parts = _raw_parts(t)
-        size = len(parts[0]) if len(parts) == 1 and type(parts[0]) is bytes else \
-            sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
+        size = len(parts[0]) if len(parts) == 1 and type(parts[0]) is bytes else part_size(parts)
         offset = _placed(parts, size, arena, leases)
         if offset is not None:  # Triton reads it from the region: no raw contents entry
             shared[i] = (offset, size)
@@ -236,7 +236,7 @@ def serialize_message(msg: service_pb2.ModelInferRequest, raws: list, arena=None
     pieces: list = [b""]
     shared: dict[int, tuple[int, int]] = {}
     for i, raw in enumerate(raws):
-        size = raw.nbytes if isinstance(raw, memoryview) else len(raw)
+        size = nbytes(raw)
         offset = _placed([raw], size, arena, leases)
         if offset is not None:  # Triton reads it from the region: no raw contents entry
             shared[i] = (offset, size)

@@ -36,6 +36,7 @@ import numpy as np
 
 from gateway import metrics
 from gateway.core.errors import GatewayError
+from gateway.core.parts import nbytes
 
 log = logging.getLogger(__name__)
 
@@ -257,7 +258,7 @@ class Arena:
     def _write(self, pos: int, parts: list) -> None:
         mm = self._map
         for p in parts:
-            n = p.nbytes if isinstance(p, memoryview) else len(p)
+            n = nbytes(p)
             mm[pos:pos + n] = p
             pos += n
 
