@@ -115,7 +115,7 @@ class Worker:
                                  interceptors=tracing.interceptors() or None)
         services = grpchealth.ServiceNames(server)
         attach(services, edge, state)
-        self.health.attach(server, services.names)
+        self.health.attach(services, list(services.names))
         host = f"[{lst.host}]" if ":" in lst.host else lst.host
         try:
             if lst.tls is not None:

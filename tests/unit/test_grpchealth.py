@@ -103,3 +103,43 @@ async def test_watchers_hear_triton_going_away_and_coming_back(stack):
     fake.ready = True
     assert (await asyncio.wait_for(watch.read(), 10)).status == SERVING
     watch.cancel()
+
+
+def test_listeners_add_generic_handlers_only():
+    """Registered methods make every call on a grpc.aio server dearer (grpchealth.ServiceNames): what
+    a generated ``add_*Servicer_to_server`` adds through ServiceNames is its generic handler, and
+    the service's name is noted for the health statuses."""
+    from grpc_health.v1 import health
+
+    from gateway.grpchealth import ServiceNames
+
+    class Server:
+        def __init__(self):
+            self.generic, self.registered = [], []
+
+        def add_generic_rpc_handlers(self, handlers):
+            self.generic.extend(handlers)
+
+        def add_registered_method_handlers(self, name, _handlers):
+            self.registered.append(name)
+
+    server = Server()
+    names = ServiceNames(server)
+    health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), names)
+    assert server.registered == [] and len(server.generic) == 1
+    assert names.names == ["grpc.health.v1.Health"]
+
+
+async def test_tritons_methods_are_its_stubs_unregistered():
+    """gateway.upstream.client.methods: every RPC of Triton's generated stub, of the same kind."""
+    from tritonclient.grpc import service_pb2_grpc
+
+    from gateway.upstream.client import methods
+
+    channel = grpc.aio.insecure_channel("127.0.0.1:1")  # never called
+    try:
+        ours, stub = vars(methods(channel)), vars(service_pb2_grpc.GRPCInferenceServiceStub(channel))
+        assert sorted(ours) == sorted(stub)
+        assert all(type(ours[name]) is type(stub[name]) for name in stub)
+    finally:
+        await channel.close()

@@ -193,7 +193,7 @@ def attach(server: grpc.aio.Server, edge: Edge, service: Service) -> None:
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(prediction, kept)
     kept.handlers["Predict"] = kept.handlers["Predict"]._replace(response_serializer=_message_bytes)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(kept.service, kept.handlers),))
-    server.add_registered_method_handlers(kept.service, kept.handlers)
+    server.add_registered_method_handlers(kept.service, kept.handlers)  # noted by grpchealth.ServiceNames
     models = _behind(edge, ModelServicer(service), ("GetModelStatus", "HandleReloadConfigRequest"))
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(models, server)
 

@@ -58,14 +58,13 @@ class Rest:
                            ("RepositoryModelLoad", service_pb2.RepositoryModelLoadResponse),
                            ("RepositoryModelUnload", service_pb2.RepositoryModelUnloadResponse)):
             self._rpc[name] = channel.unary_unary(PREFIX + name, request_serializer=_bytes_or_message,
-                                                  response_deserializer=resp.FromString, _registered_method=True)
+                                                  response_deserializer=resp.FromString)
         # (answer, its raw contents as views of gRPC's bytes, or None: the answer's own)
         # ModelInfer is always given its wire bytes (http._parse): no serializer to call
         self._rpc["ModelInfer"] = channel.unary_unary(PREFIX + "ModelInfer", request_serializer=None,
-                                                      response_deserializer=parse_response, _registered_method=True)
+                                                      response_deserializer=parse_response)
         self._stream = channel.stream_stream(PREFIX + "ModelStreamInfer", request_serializer=_bytes_or_message,
-                                             response_deserializer=service_pb2.ModelStreamInferResponse.FromString,
-                                             _registered_method=True)
+                                             response_deserializer=service_pb2.ModelStreamInferResponse.FromString)
 
     def stream(self, request: bytes, done: asyncio.Event, metadata=None):
         """ModelStreamInfer of one request; the request side stays open until ``done`` (Triton's

@@ -1,7 +1,7 @@
 """KServe V2 gRPC passthrough: every ``inference.GRPCInferenceService`` RPC forwarded as raw bytes.
 
-Nothing is decoded. One generic handler catches the whole service (registered handlers of other
-services take precedence, so dialects on other ports are unaffected); the edge wraps each call
+Nothing is decoded. One generic handler catches the whole service and nothing else (so the health
+service beside it on the same server is found); the edge wraps each call
 (request id, admission, deadline, metrics). For each call we forward the caller's metadata (minus
 hop-by-hop keys), the deadline (the client's, or the listener's default when the client gives
 none or a longer one), and cancellation (the upstream call is cancelled in ``finally``); status
@@ -46,7 +46,7 @@ from .config import V2Config
 
 SERVICE = "inference.GRPCInferenceService"
 PREFIX = f"/{SERVICE}/"
-# the service's own methods (Triton's proto): their handlers are kept, and gRPC interns their paths
+# the service's own methods (Triton's proto): their handlers are kept
 METHODS = frozenset(service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods_by_name)
 STREAMING = frozenset({"ModelStreamInfer"})
 # Triton's control plane: refused with PERMISSION_DENIED unless dialects.v2.control_plane is true
@@ -200,14 +200,13 @@ class Passthrough(grpc.GenericRpcHandler):
     def _make(self, method: str) -> grpc.RpcMethodHandler:
         name = method[len(PREFIX):]
         model_of = model_name if name in PER_MODEL else None
-        known = name in METHODS
         if name in STREAMING:  # no serializers on either side: bytes
-            fn = _stream(self._channel.stream_stream(method, _registered_method=known), self._drop, self._scope, name)
+            fn = _stream(self._channel.stream_stream(method), self._drop, self._scope, name)
             return grpc.stream_stream_rpc_method_handler(self._edge.stream(name, fn))
         if name in CONTROL and not self._control:
             fn = _denied(name)
         else:
-            fn = _unary(self._channel.unary_unary(method, _registered_method=known), self._drop, name)
+            fn = _unary(self._channel.unary_unary(method), self._drop, name)
             if self._scope is not None:
                 fn = _scoped(name, fn, self._scope)
         return grpc.unary_unary_rpc_method_handler(self._edge.unary(name, fn, model_of))
