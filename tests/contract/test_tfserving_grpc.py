@@ -200,3 +200,29 @@ def test_errors_have_tf_serving_codes_and_texts(stub, models):
     assert code == grpc.StatusCode.UNIMPLEMENTED
     # still serving
     assert list(stub.Predict(_predict(x=_float_content([1.0]))).outputs["y"].float_val) == [3.5]
+
+
+def test_repeated_requests_read_by_their_form_answer_their_own_values(stub, channel):
+    """Predict reads a request shaped like one it parsed before by its learned form
+    (gateway/dialects/tfserving/predictform.py): each answer is its own request's, and the checks
+    still answer every request as the first."""
+    rng = np.random.default_rng(7)
+    for _ in range(3):
+        x = rng.standard_normal(6).astype(np.float32)
+        typed = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, tensor_shape=_shape(2, 3), float_val=x.tolist())
+        for tp in (typed, _float_content(x.reshape(2, 3))):
+            y = stub.Predict(_predict(x=tp), 10.0).outputs["y"]
+            assert list(y.float_val) == (x * np.float32(0.5) + np.float32(3)).tolist()
+            assert [d.size for d in y.tensor_shape.dim] == [2, 3]
+    double = tensor_pb2.TensorProto(dtype=types_pb2.DT_DOUBLE, tensor_shape=_shape(2), double_val=[1.0, 2.0])
+    for _ in range(2):
+        assert _code(stub.Predict, _predict(x=double)) == (
+            grpc.StatusCode.INVALID_ARGUMENT, "Expects arg[0] to be float but double is provided")
+    # bytes that are no PredictRequest: grpc.aio's own answer, as before Predict parsed its requests itself
+    call = channel.unary_unary("/tensorflow.serving.PredictionService/Predict")
+    with pytest.raises(grpc.RpcError) as err:
+        call(b"\xff\xff\xff", timeout=10)
+    assert err.value.code() == grpc.StatusCode.UNKNOWN
+    assert err.value.details() == ("Unexpected <class 'google.protobuf.message.DecodeError'>: "
+                                   "Error parsing message with type 'tensorflow.serving.PredictRequest'")
+    assert dict(err.value.trailing_metadata())["x-request-id"]

@@ -95,6 +95,8 @@ class Rendering:
         return httpbody.raw(body, status=status or code, content_type=ctype)
 
     def grpc(self, err: GatewayError) -> GrpcStatus:
+        if isinstance(err, Unparsable):
+            return GrpcStatus(grpc.StatusCode.UNKNOWN, err.message)
         return GrpcStatus(*grpc_error(err))
 
 
@@ -131,3 +133,15 @@ def bad_version(text: str) -> GatewayError:
 
 def signature_not_found_grpc(sig: str) -> GatewayError:
     return GatewayError(ErrorKind.FAILED_PRECONDITION, f'Serving signature key "{sig}" not found.')
+
+
+class Unparsable(GatewayError):
+    """A gRPC request that is not the message it should be: answered as grpc.aio answers a request its
+    deserializer refuses (UNKNOWN, in its words), which is what this listener answered while gRPC
+    parsed its requests."""
+
+    __slots__ = ()
+
+    def __init__(self, message_type: str):
+        super().__init__(ErrorKind.INVALID_ARGUMENT, "Unexpected <class 'google.protobuf.message.DecodeError'>: "
+                                                     f"Error parsing message with type '{message_type}'")

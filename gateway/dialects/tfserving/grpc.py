@@ -1,7 +1,8 @@
 """TensorFlow Serving gRPC listener (8500): PredictionService and ModelService.
 
 Thin: each RPC decodes its protobuf (``protocodec``), calls the shared ``Service`` and encodes the
-answer. The edge wraps every RPC: GatewayError becomes TF Serving's status code and message,
+answer. Predict takes the request's bytes: one shaped like a request it parsed before is read by
+that request's learned form (``predictform``), any other is parsed here. The edge wraps every RPC: GatewayError becomes TF Serving's status code and message,
 anything unexpected is logged and answered INTERNAL, and the client's deadline (when shorter than
 the listener's) is forwarded to Triton.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from gateway import offload
 from gateway._proto.tensorflow_serving.apis import (
@@ -22,13 +24,16 @@ from gateway._proto.tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
     regression_pb2,
 )
+from gateway.call import current
 from gateway.core.bounded import clip
 from gateway.core.errors import invalid, unimplemented
 from gateway.edge import Edge
 
 from . import protocodec
 from .codec import tf_type
+from .errors import Unparsable
 from .mapping import ServableRef, Target
+from .predictform import Forms
 from .service import Service
 
 
@@ -43,31 +48,32 @@ def _spec(request) -> ServableRef:
     return protocodec.spec_from_proto(request.model_spec)
 
 
+def _check_type(types: dict[str, str], i: int, alias: str, v2: str) -> None:
+    want = types.get(alias)  # alias -> the V2 type clients send
+    if want is not None and want != v2:
+        raise invalid(f"Expects arg[{i}] to be {tf_type(want)} but {tf_type(v2)} is provided")
+
+
 class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     def __init__(self, service: Service):
         self.service = service
         self.content = service.conf.tensor_content_outputs
+        self.forms = Forms()  # Predict requests read by their learned form (predictform.py)
 
     def _resolved_spec(self, target: Target, version: str):
         return protocodec.model_spec(target.model, version or target.version, target.signature.name)
 
-    async def Predict(self, request: predict_pb2.PredictRequest, context):
-        target = await self.service.resolve(_spec(request), grpc=True, method="predict")
-        types = target.signature.client_types  # alias -> the V2 type clients send
-        inputs = {}
-        given = request.inputs
-        for i, alias in enumerate(sorted(given)):  # the names sorted, then each entry (half the cost of items())
-            tp = given[alias]
-            size = tp.ByteSize()
-            if offload.inline(size):
-                arr, v2 = protocodec.tensor_from_proto(tp, alias)
-            else:  # large: a thread
-                arr, v2 = await offload.run(size, protocodec.tensor_from_proto, tp, alias)
-            want = types.get(alias)
-            if want is not None and want != v2:
-                raise invalid(f"Expects arg[{i}] to be {tf_type(want)} but {tf_type(v2)} is provided")
-            inputs[alias] = arr
-        version, outs = await self.service.predict(target, inputs, request.output_filter[:])  # sliced: a list, at once
+    async def Predict(self, data: bytes, context):
+        """Predict, from the request's bytes: read by a learned form when it has one, else parsed."""
+        form = self.forms.match(data)
+        if form is not None:
+            current().model = form.spec.name
+            target = await self.service.resolve(form.spec, grpc=True, method="predict")
+            _check_type(target.signature.client_types, 0, form.alias, form.v2)
+            inputs, output_filter = {form.alias: form.values(data)}, form.output_filter
+        else:
+            target, inputs, output_filter = await self._parsed(data)
+        version, outs = await self.service.predict(target, inputs, output_filter)
         spec = (target.model, version or target.version, target.signature.name)  # the answer's model_spec
         if len(outs) == 1 and not self.content:  # one float output: its answer's bytes, no message built
             ((alias, (arr, v2)),) = outs.items()
@@ -84,6 +90,33 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
                 tp = await offload.run(arr.nbytes, protocodec.tensor_to_proto, arr, v2, self.content)
                 resp.outputs[alias].CopyFrom(tp)
         return resp
+
+    async def _parsed(self, data: bytes):
+        """(target, inputs, output filter) of a request without a form: parsed and checked, and its
+        form learned when it has one."""
+        try:
+            request = predict_pb2.PredictRequest.FromString(data)
+        except DecodeError:
+            raise Unparsable("tensorflow.serving.PredictRequest") from None
+        spec = _spec(request)
+        current().model = spec.name
+        target = await self.service.resolve(spec, grpc=True, method="predict")
+        types = target.signature.client_types
+        inputs = {}
+        given = request.inputs
+        for i, alias in enumerate(sorted(given)):  # the names sorted, then each entry (half the cost of items())
+            tp = given[alias]
+            size = tp.ByteSize()
+            if offload.inline(size):
+                arr, v2 = protocodec.tensor_from_proto(tp, alias)
+            else:  # large: a thread
+                arr, v2 = await offload.run(size, protocodec.tensor_from_proto, tp, alias)
+            _check_type(types, i, alias, v2)
+            inputs[alias] = arr
+        output_filter = request.output_filter[:]  # sliced: a list, at once
+        if len(inputs) == 1:
+            self.forms.learn(data, tp, spec, alias, arr, v2, output_filter)
+        return target, inputs, output_filter
 
     async def _examples(self, request, method: str, context):
         target = await self.service.resolve(_spec(request), grpc=True, method=method)
@@ -191,7 +224,10 @@ def attach(server: grpc.aio.Server, edge: Edge, service: Service) -> None:
                          ("Predict", "Classify", "Regress", "MultiInference", "GetModelMetadata"))
     kept = _Handlers()  # the generated handlers, Predict's serializer taking bytes too
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(prediction, kept)
-    kept.handlers["Predict"] = kept.handlers["Predict"]._replace(response_serializer=_message_bytes)
+    # Predict takes the request's bytes (it parses those without a learned form itself) and answers
+    # a message or the bytes ``protocodec.predict_answer`` wrote
+    kept.handlers["Predict"] = kept.handlers["Predict"]._replace(request_deserializer=None,
+                                                                 response_serializer=_message_bytes)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(kept.service, kept.handlers),))
     server.add_registered_method_handlers(kept.service, kept.handlers)  # noted by grpchealth.ServiceNames
     models = _behind(edge, ModelServicer(service), ("GetModelStatus", "HandleReloadConfigRequest"))

@@ -1,0 +1,138 @@
+"""TF Serving gRPC Predict requests read by their learned form instead of being parsed.
+
+A client sends the same request again and again with new values: the same model spec, one input
+under the same alias, dtype and shape, the same output filter. The first one is parsed and checked
+like any other (``grpc.PredictionServicer.Predict``). When its bytes hold every value of its one
+input in one place, as the payload of a single packed ``float_val`` (DT_FLOAT) or ``double_val``
+(DT_DOUBLE) field or of ``tensor_content``, with as many values as the shape has (nothing filled
+in), its form is kept: the bytes before the values, the bytes after them, and what parsing and
+checking them gave (the spec, the alias, the dtype, the shape, the output filter). A later request
+of the same length whose bytes before and after the values are the same is the same message but
+for the values, which are fixed-width: it is answered from the form, its values an array over its
+bytes, with no message built, no names checked and no layout looked up again. Anything else
+is parsed.
+
+Sound because the form's field is the only one of its number in the only tensor of the only entry
+of ``inputs`` (so no later field replaces or extends it), and every other byte is compared.
+Bounded: at most ``PER_SIZE`` forms per request length, and ``MAX_SIZES`` lengths (then all are
+forgotten and learned again).
+
+One difference from parsing: a ``float_val`` signalling NaN keeps its bits here, as TF Serving's
+own copy of the repeated field keeps them, where the parsed path reads it through a Python float
+(which quiets it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from gateway._proto.tensorflow.core.framework import types_pb2
+from gateway.core.bounded import keep
+from gateway.upstream.codec import read_varint
+
+from .mapping import ServableRef
+
+PER_SIZE = 4
+MAX_SIZES = 256
+INPUTS, ENTRY_VALUE = 2, 2  # PredictRequest.inputs (a map: entries of key 1, value 2)
+TENSOR_CONTENT, FLOAT_VAL, DOUBLE_VAL = 4, 5, 6  # TensorProto's fields
+_PACKED = {types_pb2.DT_FLOAT: (FLOAT_VAL, np.dtype("<f4")), types_pb2.DT_DOUBLE: (DOUBLE_VAL, np.dtype("<f8"))}
+
+
+@dataclass(frozen=True, slots=True)
+class Form:
+    prefix: bytes  # the request's bytes before the values
+    suffix: bytes  # and after them
+    count: int  # values
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    spec: ServableRef
+    alias: str
+    v2: str  # the input's V2 datatype
+    output_filter: tuple[str, ...]
+
+    def values(self, data: bytes) -> np.ndarray:
+        """The request's values: an array over its bytes (read-only)."""
+        return np.frombuffer(data, self.dtype, self.count, len(self.prefix)).reshape(self.shape)
+
+
+class Forms:
+    """The learned forms of one listener."""
+
+    def __init__(self):
+        self._by_size: dict[int, tuple[Form, ...]] = {}
+
+    def match(self, data: bytes) -> Form | None:
+        for form in self._by_size.get(len(data), ()):
+            if data.startswith(form.prefix) and data.endswith(form.suffix):
+                return form
+        return None
+
+    def learn(self, data: bytes, tensor, spec: ServableRef, alias: str, arr: np.ndarray, v2: str,
+              output_filter: tuple[str, ...]) -> Form | None:
+        """Keep the form of ``data``, a request parsed and checked: ``tensor`` its one input's
+        TensorProto, read as ``arr`` (``v2``) under ``alias``. None when its values are not in one
+        place of its bytes."""
+        if tensor.tensor_content:
+            field, dtype = TENSOR_CONTENT, arr.dtype
+        elif tensor.dtype in _PACKED:
+            field, dtype = _PACKED[tensor.dtype]
+        else:
+            return None
+        size = arr.size * dtype.itemsize
+        if not size or arr.dtype != dtype.newbyteorder("="):
+            return None
+        start = _locate(data, field, size)
+        if start is None:
+            return None
+        form = Form(data[:start], data[start + size:], arr.size, dtype, arr.shape, spec, alias, v2,
+                    tuple(output_filter))
+        kept = self._by_size.get(len(data), ())
+        keep(self._by_size, len(data), (form, *kept[:PER_SIZE - 1]), MAX_SIZES)
+        return form
+
+
+def _locate(data: bytes, field: int, size: int) -> int | None:
+    """Where the payload of ``field`` (``size`` bytes) starts in ``data``: the only such field of
+    the only tensor of the only ``inputs`` entry; None otherwise, or for anything malformed."""
+    try:
+        entry = _only(data, 0, len(data), INPUTS)
+        tensor = entry and _only(data, *entry, ENTRY_VALUE)
+        values = tensor and _only(data, *tensor, field)
+    except DecodeError:
+        return None
+    if not values or values[1] - values[0] != size:
+        return None
+    return values[0]
+
+
+def _only(data: bytes, start: int, end: int, number: int) -> tuple[int, int] | None:
+    """(start, end) of the payload of the one length-delimited field ``number`` in data[start:end];
+    None when there is none, more than one, one of another wire type, or a group."""
+    found = None
+    i = start
+    while i < end:
+        key, i = read_varint(data, i)
+        wire = key & 7
+        if wire == 0:
+            _, j = read_varint(data, i)
+        elif wire == 1:
+            j = i + 8
+        elif wire == 5:
+            j = i + 4
+        elif wire == 2:
+            length, i = read_varint(data, i)
+            j = i + length
+        else:
+            return None
+        if j > end:
+            return None
+        if key >> 3 == number:
+            if wire != 2 or found is not None:
+                return None
+            found = (i, j)
+        i = j
+    return found
