@@ -799,3 +799,12 @@ def test_the_16_mib_v2_requests_and_their_checks():
     built = cases.build("http://127.0.0.1:1", "127.0.0.1:2", lambda n: "http://127.0.0.1:3", lambda n: "127.0.0.1:4", 8, 2)
     big = {c.key: c for c in built if c.key in ("v2_rest_big", "v2_grpc_big")}
     assert big["v2_rest_big"].gateway.address.endswith("/v2/models/grps_echo/infer") and big["v2_grpc_big"].concurrency == 2
+
+
+def test_the_instructions_bench_reads_callgrinds_totals_and_refuses_unknown_arguments(tmp_path, capsys):
+    from bench import instructions
+
+    dump = tmp_path / "callgrind.out.1"
+    dump.write_text("# callgrind format\nevents: Ir\nsummary: 0\n\ntotals: 1234567\n")
+    assert instructions.totals(dump) == 1234567
+    assert instructions.main(["v3", "gateway"]) == 2 and "callgrind" in capsys.readouterr().out
