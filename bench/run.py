@@ -54,7 +54,7 @@ from pathlib import Path
 
 from bench import cases as cases_mod
 from bench import grpcload, llmload, procstat, report, stats, wrk
-from bench.stack import Stack, http
+from bench.stack import Stack, StackDied, http
 from tests.support import ROOT
 
 MIB = 1024 * 1024
@@ -268,7 +268,12 @@ def run_case(runner: Runner, case: cases_mod.Case, s: Settings, budget: Budget) 
         out["skipped"] = f"needed about {need:.0f} s, {budget.left():.0f} s of the budget left"
         print(f"  skipped: {out['skipped']}", flush=True)
         return out
-    runner.stack.assert_running()
+    try:
+        runner.stack.assert_running()
+    except StackDied as e:  # nothing measured past it: the rest of the bench is skipped, its results written
+        out["skipped"] = e.headline
+        print(f"  skipped: {out['skipped']}", flush=True)
+        return out
     for label, side in list(sides):
         try:
             runner.check(side)
@@ -361,6 +366,12 @@ def scaling(runner: Runner, stack: Stack, s: Settings, budget: Budget, memory: l
         out["skipped"].append(f"all: needed about {need:.0f} s, {budget.left():.0f} s left")
         print(f"  skipped: {out['skipped'][-1]}", flush=True)
         return out
+    try:
+        stack.assert_running()
+    except StackDied as e:
+        out["skipped"].append(f"all: {e.headline}")
+        print(f"  skipped: {out['skipped'][-1]}", flush=True)
+        return out
     load = {"channels": channels, "processes": clients}
     try:  # the ceiling: Triton's own front end, same load
         runner.load(case.direct, s.scaling_concurrency, s.warmup_s, **load)
@@ -376,7 +387,12 @@ def scaling(runner: Runner, stack: Stack, s: Settings, budget: Budget, memory: l
         if budget.left() < need:
             out["skipped"].append(f"{workers} workers: needed about {need:.0f} s, {budget.left():.0f} s left")
             continue
-        stack.start_gateway(workers)
+        try:  # Triton (or the floor) gone since: nothing left to measure
+            stack.assert_running()
+            stack.start_gateway(workers)
+        except RuntimeError as e:  # StackDied, or the gateway did not start
+            _skip(out, f"{workers} workers: {getattr(e, 'headline', None) or str(e).splitlines()[0]}")
+            continue
         idle = idle_snapshot(stack, s.idle_s)
         side = replace(case.gateway, address=address(stack))
         runs = []
@@ -424,7 +440,8 @@ def main() -> int:
             stack.start_floor()
         stack.start_gateway(s.workers)
         idle = idle_snapshot(stack, s.idle_s)
-        print(f"Triton {stack.triton_version()} at {tp.grpc_target} (pids {stack.triton_pids()}), "
+        triton_version = stack.triton_version()  # read now: a Triton that dies later answers nothing
+        print(f"Triton {triton_version} at {tp.grpc_target} (pids {stack.triton_pids()}), "
               f"gateway pids {stack.gateway_pids}, floor pids {stack.floor_pids}", flush=True)
         all_cases = cases_mod.build(
             tp.http_url, tp.grpc_target, stack.gateway.url, stack.gateway.target,
@@ -456,7 +473,6 @@ def main() -> int:
             res["scaling_stream"] = scaling(runner, stack, s, budget, None, streamed,
                                             lambda st: st.gateway.target("v2_grpc"),
                                             channels=s.scaling_channels, clients=s.scaling_clients)
-        triton_version = stack.triton_version()
     res["meta"] = {
         "started": started.strftime("%Y-%m-%d %H:%M UTC"),
         "wall_s": time.monotonic() - t_start,

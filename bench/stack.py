@@ -65,6 +65,15 @@ def floor_env() -> dict[str, str]:
     grpcruntime.configure(env, grpc_loaded=False)
     return env
 
+
+class StackDied(RuntimeError):
+    """A process of the stack exited while the bench ran: ``headline`` says which and how, ``tail``
+    is the end of its log."""
+
+    def __init__(self, headline: str, tail: str):
+        super().__init__(f"{headline}:\n{tail}" if tail else headline)
+        self.headline = headline
+
 class Stack:
     """Triton once; the gateway (re)started with a given number of workers."""
 
@@ -149,13 +158,15 @@ class Stack:
         return b"resource_tracker" not in cmd
 
     def assert_running(self) -> None:
-        """Stop the benchmark, rather than measure error pages, when Triton or the gateway died."""
+        """Stop measuring, rather than measure error pages, when Triton, the gateway or the floor died
+        (``StackDied``: the bench skips what is left and writes what it measured)."""
         if self.triton is not None and self.triton.proc.poll() is not None:
-            raise RuntimeError(f"Triton exited with {self.triton.proc.returncode}:\n{self.triton.log_tail()}")
+            raise StackDied(f"Triton exited with {self.triton.proc.returncode} (logs/triton.log)",
+                            self.triton.log_tail())
         if self.gateway is not None and self.gateway.proc.poll() is not None:
-            raise RuntimeError(f"the gateway exited with {self.gateway.proc.returncode}:\n{self.gateway.log_tail()}")
+            raise StackDied(f"the gateway exited with {self.gateway.proc.returncode}", self.gateway.log_tail())
         if self.floor is not None and self.floor.poll() is not None:
-            raise RuntimeError(f"the floor exited with {self.floor.returncode} (logs/floor.log)")
+            raise StackDied(f"the floor exited with {self.floor.returncode} (logs/floor.log)", "")
 
     def worker_pids(self) -> list[int]:
         """The processes that serve requests: the only process, or every child of the supervisor."""

@@ -291,6 +291,9 @@ def test_a_scaling_step_that_cannot_run_is_listed_and_the_next_worker_count_runs
         def start_gateway(self, workers):
             self.workers = workers
 
+        def assert_running(self):
+            pass
+
     class Runner(_FakeRunner):
         def load(self, side, concurrency, duration, **load):
             self.calls.append(("warmup", side.how, load))
@@ -808,3 +811,22 @@ def test_the_instructions_bench_reads_callgrinds_totals_and_refuses_unknown_argu
     dump.write_text("# callgrind format\nevents: Ir\nsummary: 0\n\ntotals: 1234567\n")
     assert instructions.totals(dump) == 1234567
     assert instructions.main(["v3", "gateway"]) == 2 and "callgrind" in capsys.readouterr().out
+
+
+def test_a_dead_stack_skips_the_rest_and_says_which_process_died():
+    """Triton (or the gateway, or the floor) gone: no case or scaling measures error pages, each says
+    why it was skipped, and the bench goes on to write what it had (Triton 2.51 on CPU crashed twice
+    in the image-sized case of a full `make bench`, which then lost every figure)."""
+    from bench.run import scaling
+    from bench.stack import StackDied
+
+    def died(_self):
+        raise StackDied("Triton exited with -11 (logs/triton.log)", "Signal (11) received.")
+
+    runner = _FakeRunner()
+    runner.stack = type("S", (), {"assert_running": died})()
+    s = Settings.from_env({"BENCH_QUICK": "1", "BENCH_REPEATS": "2"})
+    out = run_case(runner, _case_with_floor(), s, Budget(600))
+    assert out["skipped"] == "Triton exited with -11 (logs/triton.log)" and runner.calls == []
+    sc = scaling(runner, runner.stack, s, Budget(600), None, _case_with_floor(), lambda st: "unused")
+    assert sc["skipped"] == ["all: Triton exited with -11 (logs/triton.log)"] and sc["runs"] == []
