@@ -232,16 +232,12 @@ class Edge:
         """A unary gRPC behaviour ``fn(request, context)`` behind the edge: ``_drive``'s steps for one
         answer, awaited, not driven through async generators."""
         admission = self.admission
-        keys = self.keys
 
         async def handler(request, context):
             call, token, trailing = self._grpc_begin(route, request, context, model_of)
             outcome, failure, answer = "internal", None, None
             try:
-                if keys is not None:  # _grpc_admit's steps, in line: the request path
-                    keys.check_metadata(call.metadata)
-                if not admission.acquire():
-                    raise self.errors.overloaded(admission.limit)
+                self._grpc_admit(call)
                 try:
                     answer = await fn(request, context)
                 finally:
@@ -254,10 +250,7 @@ class Edge:
                 answer = None if isinstance(failure, GrpcStatus) else failure
             finally:
                 leave(token)
-                # an answered call's code and sizes in line (_grpc_code, _size: the request path)
-                self.finish(call, outcome, "OK" if failure is None and outcome != "cancelled" else _grpc_code(failure, outcome),
-                            len(request) if request.__class__ is bytes else _size(request),
-                            len(answer) if answer.__class__ is bytes else _size(answer))
+                self.finish(call, outcome, _grpc_code(failure, outcome), _size(request), _size(answer))
             if isinstance(failure, GrpcStatus):
                 await context.abort(failure.code, failure.message, failure.trailing + trailing)
             context.set_trailing_metadata(trailing)

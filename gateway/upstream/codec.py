@@ -357,23 +357,23 @@ class AnswerForm:
         ``decode_response`` read them), else None: an answer laid out otherwise (a field after the
         raw contents, several ids, an id after them, not one raw entry per array of its size)."""
         try:
-            fields = _top_fields(data)
+            top = fields(data)
         except DecodeError:
             return None
-        ids = [i for i, f in enumerate(fields) if f[0] == _ID_TAG]
-        raws = [i for i, f in enumerate(fields) if f[0] == RAW_OUTPUT_TAG]
-        first = raws[0] if raws else len(fields)
+        ids = [i for i, f in enumerate(top) if f[0] == _ID_TAG]
+        raws = [i for i, f in enumerate(top) if f[0] == RAW_OUTPUT_TAG]
+        first = raws[0] if raws else len(top)
         # where the id is, or would be (protobuf writes fields in number order: name, version, id, ...)
-        cut = next((i for i, f in enumerate(fields) if f[0] >> 3 >= _ID_TAG >> 3), len(fields))
-        if ids not in ([], [cut]) or raws != list(range(first, len(fields))) or len(raws) != len(arrays):
+        cut = next((i for i, f in enumerate(top) if f[0] >> 3 >= _ID_TAG >> 3), len(top))
+        if ids not in ([], [cut]) or raws != list(range(first, len(top))) or len(raws) != len(arrays):
             return None
-        start = fields[first][1] if raws else len(data)
-        at = fields[cut][1] if cut < len(fields) else len(data)
+        start = top[first][1] if raws else len(data)
+        at = top[cut][1] if cut < len(top) else len(data)
         prefix = data[:at]
-        middle = data[fields[cut][3] if ids else at:start]
+        middle = data[top[cut][3] if ids else at:start]
         entries = []
         for i, arr in zip(raws, arrays, strict=True):
-            _, begin, payload, end = fields[i]
+            _, begin, payload, end = top[i]
             if end - payload != arr.nbytes:
                 return None
             # a 1-D output is read as frombuffer gives it (its reshape cost a third of the read)
@@ -406,10 +406,10 @@ class AnswerForm:
         return arrays
 
 
-def _top_fields(data: bytes) -> list[tuple[int, int, int, int]]:
-    """(tag, start, payload start, end) of each top-level field of a message's bytes (DecodeError:
-    not a message)."""
-    fields, pos, end = [], 0, len(data)
+def fields(data: bytes, start: int = 0, end: int | None = None) -> list[tuple[int, int, int, int]]:
+    """(tag, start, payload start, end) of each field of the message in ``data[start:end]`` (the
+    whole of ``data`` by default: its top-level fields); DecodeError: not a message."""
+    found, pos, end = [], start, len(data) if end is None else end
     while pos < end:
         tag, p = read_varint(data, pos)
         wire = tag & 7
@@ -424,9 +424,9 @@ def _top_fields(data: bytes) -> list[tuple[int, int, int, int]]:
             raise DecodeError(f"unexpected wire type {wire}")
         if q > end:
             raise DecodeError("field runs past the end of the message")
-        fields.append((tag, pos, p, q))
+        found.append((tag, pos, p, q))
         pos = q
-    return fields
+    return found
 
 
 def decode_response(msg: service_pb2.ModelInferResponse, raws=None, views: bool = False) -> InferResponse:
@@ -480,7 +480,7 @@ def parse_response(data: bytes) -> tuple[service_pb2.ModelInferResponse, list[me
     kept: list = []
     raws: list[memoryview] = []
     start = 0
-    for tag, begin, payload, end in _top_fields(data):
+    for tag, begin, payload, end in fields(data):
         if tag == RAW_OUTPUT_TAG:
             kept.append(view[start:begin])
             raws.append(view[payload:end])

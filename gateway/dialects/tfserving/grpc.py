@@ -229,7 +229,6 @@ def attach(server: grpc.aio.Server, edge: Edge, service: Service) -> None:
     kept.handlers["Predict"] = kept.handlers["Predict"]._replace(request_deserializer=None,
                                                                  response_serializer=_message_bytes)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(kept.service, kept.handlers),))
-    server.add_registered_method_handlers(kept.service, kept.handlers)  # noted by grpchealth.ServiceNames
     models = _behind(edge, ModelServicer(service), ("GetModelStatus", "HandleReloadConfigRequest"))
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(models, server)
 

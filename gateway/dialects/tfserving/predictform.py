@@ -31,7 +31,7 @@ from google.protobuf.message import DecodeError
 
 from gateway._proto.tensorflow.core.framework import types_pb2
 from gateway.core.bounded import keep
-from gateway.upstream.codec import read_varint
+from gateway.upstream.codec import fields
 
 from .mapping import ServableRef
 
@@ -111,28 +111,8 @@ def _locate(data: bytes, field: int, size: int) -> int | None:
 
 def _only(data: bytes, start: int, end: int, number: int) -> tuple[int, int] | None:
     """(start, end) of the payload of the one length-delimited field ``number`` in data[start:end];
-    None when there is none, more than one, one of another wire type, or a group."""
-    found = None
-    i = start
-    while i < end:
-        key, i = read_varint(data, i)
-        wire = key & 7
-        if wire == 0:
-            _, j = read_varint(data, i)
-        elif wire == 1:
-            j = i + 8
-        elif wire == 5:
-            j = i + 4
-        elif wire == 2:
-            length, i = read_varint(data, i)
-            j = i + length
-        else:
-            return None
-        if j > end:
-            return None
-        if key >> 3 == number:
-            if wire != 2 or found is not None:
-                return None
-            found = (i, j)
-        i = j
-    return found
+    None when there is none, more than one, or one of another wire type (DecodeError: not a message)."""
+    found = [f for f in fields(data, start, end) if f[0] >> 3 == number]
+    if len(found) != 1 or found[0][0] & 7 != 2:
+        return None
+    return found[0][2], found[0][3]

@@ -206,7 +206,7 @@ class Passthrough(grpc.GenericRpcHandler):
         if name in CONTROL and not self._control:
             fn = _denied(name)
         else:
-            fn = _unary(self._channel.unary_unary(method), self._drop, name, tracing.enabled())
+            fn = _unary(self._channel.unary_unary(method), self._drop, name)
             if self._scope is not None:
                 fn = _scoped(name, fn, self._scope)
         return grpc.unary_unary_rpc_method_handler(self._edge.unary(name, fn, model_of))
@@ -219,19 +219,8 @@ def _denied(name: str):
     return denied
 
 
-def _unary(upstream, drop: frozenset[str], name: str, traced: bool = True):
-    """``traced``: tracing is on in this process (off, the call needs no client span: the metadata
-    goes as it is, without ``tracing.upstream``'s context manager around the call)."""
+def _unary(upstream, drop: frozenset[str], name: str):
     skip = _HOP_KEYS | drop
-    if not traced:
-        async def untraced(request: bytes, context):
-            edge_call = current()
-            try:  # as ``unary`` below
-                return await upstream(request, timeout=edge_call.remaining(), metadata=_forwarded(edge_call.metadata, skip))
-            except grpc.aio.AioRpcError as err:
-                raise UpstreamStatus(err) from None
-
-        return untraced
 
     async def unary(request: bytes, context):
         edge_call = current()
