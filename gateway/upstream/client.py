@@ -25,7 +25,7 @@ from gateway.call import current
 from gateway.core.errors import GRPC_STATUS, ErrorKind, GatewayError, from_grpc_code
 from gateway.core.tensors import InferRequest, InferResponse, ModelIndexEntry, ModelMetadata
 
-from . import codec, shm
+from . import codec, direct, shm
 
 # Unlimited message sizes on the upstream hop: the 4 MiB grpc default breaks real tensors.
 CHANNEL_OPTIONS = (
@@ -49,15 +49,20 @@ def methods(channel: grpc.aio.Channel) -> SimpleNamespace:
     """Triton's RPCs on ``channel``, by name, with the serializers of its generated stub but not as
     registered methods, which cost every call more with grpcio 1.85 (gateway/grpchealth.py,
     ``ServiceNames``): callgrind, instructions per forwarded V2 ModelInfer, 449 k with the upstream
-    call unregistered, 460 k registered."""
-    kinds = {(False, False): channel.unary_unary, (False, True): channel.unary_stream,
-             (True, False): channel.stream_unary, (True, True): channel.stream_stream}
+    call unregistered, 460 k registered. A unary RPC is a ``direct.unary`` call (awaited, in the
+    caller's task: gateway/upstream/direct.py); a streaming one grpc.aio's multicallable."""
+    kinds = {(False, True): channel.unary_stream, (True, False): channel.stream_unary,
+             (True, True): channel.stream_stream}
     rpcs = {}
     for m in SERVICE.methods:
-        make = kinds[m.client_streaming, m.server_streaming]
-        rpcs[m.name] = make(f"/{SERVICE.full_name}/{m.name}",
-                            request_serializer=getattr(service_pb2, m.input_type.name).SerializeToString,
-                            response_deserializer=getattr(service_pb2, m.output_type.name).FromString)
+        path = f"/{SERVICE.full_name}/{m.name}"
+        serializer = getattr(service_pb2, m.input_type.name).SerializeToString
+        deserializer = getattr(service_pb2, m.output_type.name).FromString
+        if not (m.client_streaming or m.server_streaming):
+            rpcs[m.name] = direct.unary(channel, path, serializer, deserializer)
+        else:
+            rpcs[m.name] = kinds[m.client_streaming, m.server_streaming](
+                path, request_serializer=serializer, response_deserializer=deserializer)
     return SimpleNamespace(**rpcs)
 
 
@@ -233,7 +238,7 @@ class TritonUpstream:
             self._stub = methods(self._channel)
             # ModelInfer with requests written as wire bytes (codec.serialize_request, codec.wire_request),
             # answers as gRPC received them (codec.parse_answer: a large answer's tensor data not copied)
-            self._model_infer_bytes = self._channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+            self._model_infer_bytes = direct.unary(self._channel, "/inference.GRPCInferenceService/ModelInfer")
             if self._shm_sizes is not None and self.arena is None:
                 # registered in the background: a worker starts at once, Triton up or not
                 self.arena = shm.Arena(*self._shm_sizes, register=self._shm_register,

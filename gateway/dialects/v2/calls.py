@@ -14,6 +14,7 @@ from gateway import httpbody, metrics, tracing
 from gateway.access import unknown_model
 from gateway.call import current
 from gateway.core.errors import ErrorKind, GatewayError
+from gateway.upstream import direct
 from gateway.upstream.codec import RAW_INPUT_TAG, parse_response, varint
 
 from . import jsontensor
@@ -57,12 +58,10 @@ class Rest:
                            ("RepositoryIndex", service_pb2.RepositoryIndexResponse),
                            ("RepositoryModelLoad", service_pb2.RepositoryModelLoadResponse),
                            ("RepositoryModelUnload", service_pb2.RepositoryModelUnloadResponse)):
-            self._rpc[name] = channel.unary_unary(PREFIX + name, request_serializer=_bytes_or_message,
-                                                  response_deserializer=resp.FromString)
+            self._rpc[name] = direct.unary(channel, PREFIX + name, _bytes_or_message, resp.FromString)
         # (answer, its raw contents as views of gRPC's bytes, or None: the answer's own)
         # ModelInfer is always given its wire bytes (http._parse): no serializer to call
-        self._rpc["ModelInfer"] = channel.unary_unary(PREFIX + "ModelInfer", request_serializer=None,
-                                                      response_deserializer=parse_response)
+        self._rpc["ModelInfer"] = direct.unary(channel, PREFIX + "ModelInfer", None, parse_response)
         self._stream = channel.stream_stream(PREFIX + "ModelStreamInfer", request_serializer=_bytes_or_message,
                                              response_deserializer=service_pb2.ModelStreamInferResponse.FromString)
 
@@ -81,11 +80,12 @@ class Rest:
             raise unknown_model(model)
 
     async def call(self, name: str, request, model: str = ""):
+        """``name`` on Triton (a direct unary call, gateway/upstream/direct.py: a cancelled handler,
+        the client gone, cancels Triton's call)."""
         start, code = time.perf_counter(), "OK"
         with tracing.upstream(name, model) as md:  # tracing on: a client span, its traceparent to Triton
-            call = self._rpc[name](request, timeout=current().remaining(), metadata=md)
             try:
-                return await call
+                return await self._rpc[name](request, timeout=current().remaining(), metadata=md)
             except grpc.aio.AioRpcError as err:
                 code = err.code().name
                 raise UpstreamStatus(err) from None
@@ -93,7 +93,6 @@ class Rest:
                 code = "CANCELLED"
                 raise
             finally:
-                call.cancel()  # no-op once done; cancels Triton's work when the client went away
                 metrics.observe_upstream(name, model, code, time.perf_counter() - start)
 
 

@@ -39,6 +39,7 @@ from gateway.core.errors import (
 )
 from gateway.dialect import DefaultRendering, GrpcStatus
 from gateway.edge import Edge
+from gateway.upstream import direct
 from gateway.upstream.codec import read_varint
 
 from . import rjson
@@ -206,7 +207,7 @@ class Passthrough(grpc.GenericRpcHandler):
         if name in CONTROL and not self._control:
             fn = _denied(name)
         else:
-            fn = _unary(self._channel.unary_unary(method), self._drop, name)
+            fn = _unary(direct.unary(self._channel, method), self._drop, name)
             if self._scope is not None:
                 fn = _scoped(name, fn, self._scope)
         return grpc.unary_unary_rpc_method_handler(self._edge.unary(name, fn, model_of))

@@ -1,0 +1,96 @@
+"""Unary calls to Triton made on grpc.aio's own Cython call, in the caller's task.
+
+``channel.unary_unary(method)(request)`` in grpc.aio (1.85) builds a ``Metadata`` object (an ABC
+check of the metadata given), a ``UnaryUnaryCall`` with a census context, a task of its own that
+runs the call, a weak-set entry on the channel and a debug log call; the caller then waits on that
+task. ``unary(channel, method)`` gives the same call without them: the Cython call object grpc.aio
+itself creates (``AioChannel.call``) runs its one batch (``_AioCall.unary_unary``: send metadata,
+message and half-close, receive metadata, message and status) in the task that awaits it.
+Callgrind, instructions per forwarded V2 ModelInfer in bench/floor.py's forwarder: 459 k with the
+public call, 405 k with this one.
+
+What a caller sees is what the public call gives: the answer (through ``deserializer``), or
+``grpc.aio.AioRpcError`` built by grpc.aio's own function from the call's status (code, details,
+initial and trailing metadata, debug string); the deadline (``timeout``) and the metadata go to
+core as grpc.aio sends them; a cancelled caller cancels the RPC in core ("Locally cancelled by
+application!", grpc.aio's words), so Triton's work stops. Two things differ, neither used by the
+gateway: the call is not on the channel's list of active calls, so ``channel.close(grace)`` does
+not wait for it or cancel it (the gateway closes its channel once its servers have stopped and
+their handlers are done), and grpc's observability plugins see no census context.
+
+It rests on grpc.aio's private layer, so it is used only where that layer has what it needs (a
+channel without client interceptors, ``AioChannel.call`` taking grpcio 1.85's arguments);
+elsewhere ``unary`` gives the public multicallable's call, awaited. tests/unit/test_direct_call.py
+holds the two to the same answers, errors, deadlines and cancellation on a real grpc.aio server
+and checks that the pinned grpcio takes the direct path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+
+try:  # grpc.aio's private layer: present in the pinned grpcio (1.85.1)
+    from grpc._cython import cygrpc
+    from grpc.aio._call import _create_rpc_error
+except ImportError:  # pragma: no cover - another grpcio
+    cygrpc = _create_rpc_error = None
+
+CANCELLED_DETAILS = "Locally cancelled by application!"  # grpc.aio's _LOCAL_CANCELLATION_DETAILS
+_NEEDED = ("unary_unary", "cancel", "done", "is_ok", "status", "initial_metadata", "is_locally_cancelled")
+
+UnaryCall = Callable[..., Awaitable[Any]]  # (request, *, timeout=None, metadata=None) -> answer
+
+
+def available(channel: grpc.aio.Channel) -> bool:
+    """Whether calls on ``channel`` can be made directly: grpc.aio's Cython layer as grpcio 1.85
+    has it, and no client interceptors (which only the public call runs)."""
+    if cygrpc is None or _create_rpc_error is None:
+        return False
+    core = getattr(channel, "_channel", None)
+    if not isinstance(core, getattr(cygrpc, "AioChannel", ())) or not hasattr(core, "call"):
+        return False
+    if any(getattr(channel, f"_{kind}_interceptors", None) for kind in
+           ("unary_unary", "unary_stream", "stream_unary", "stream_stream")):
+        return False
+    return all(hasattr(cygrpc._AioCall, name) for name in _NEEDED)
+
+
+def unary(channel: grpc.aio.Channel, method: str, serializer: Callable[[Any], bytes] | None = None,
+          deserializer: Callable[[bytes], Any] | None = None) -> UnaryCall:
+    """``call(request, *, timeout=None, metadata=None)``: the unary RPC ``method`` on ``channel``,
+    awaited; ``request`` is bytes unless ``serializer`` makes them, the answer is its bytes unless
+    ``deserializer`` reads them."""
+    if not available(channel):
+        public = channel.unary_unary(method, request_serializer=serializer, response_deserializer=deserializer)
+
+        async def public_call(request, *, timeout: float | None = None, metadata=None):
+            return await public(request, timeout=timeout, metadata=metadata)
+
+        return public_call
+
+    core = channel._channel
+    path = method.encode()
+    open_call = core.call
+
+    async def call(request, *, timeout: float | None = None, metadata=None):
+        if serializer is not None:
+            request = serializer(request)
+        rpc = open_call(path, None if timeout is None else time.time() + timeout, None, None, 0)
+        try:
+            answer = await rpc.unary_unary(request, tuple(metadata) if metadata else (), None)
+        except asyncio.CancelledError:
+            if not rpc.done():
+                rpc.cancel(CANCELLED_DETAILS)  # Triton's call is cancelled with the caller
+            raise
+        if answer is None and not rpc.is_ok():  # grpc.aio's own error, from the same status
+            if rpc.is_locally_cancelled():
+                raise asyncio.CancelledError()
+            raise _create_rpc_error(await rpc.initial_metadata(), await rpc.status())
+        return answer if deserializer is None else deserializer(answer)
+
+    return call
