@@ -80,8 +80,15 @@ def _both(channel, name: str, serializer=None, deserializer=None):
     return direct.unary(channel, path, serializer, deserializer), public_call
 
 
-def _error(err: grpc.aio.AioRpcError) -> tuple:
-    return (err.code(), err.details(), tuple(err.initial_metadata()), tuple(err.trailing_metadata()))
+async def _errors(channel, name: str, request: bytes, timeout: float) -> list[tuple]:
+    """The error each call (direct, public) raises: code, details, initial and trailing metadata."""
+    errors = []
+    for call in _both(channel, name):
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await call(request, timeout=timeout)
+        err = info.value
+        errors.append((err.code(), err.details(), tuple(err.initial_metadata()), tuple(err.trailing_metadata())))
+    return errors
 
 
 async def test_the_pinned_grpcio_takes_the_direct_path(served):
@@ -105,11 +112,7 @@ async def test_an_answer_and_the_metadata_sent_are_the_same(served):
 
 async def test_an_error_is_grpcs_own_error(served):
     _, channel = served
-    errors = []
-    for call in _both(channel, "Fail"):
-        with pytest.raises(grpc.aio.AioRpcError) as info:
-            await call(b"that", timeout=5)
-        errors.append(_error(info.value))
+    errors = await _errors(channel, "Fail", b"that", timeout=5)
     assert errors[0] == errors[1]
     assert errors[0] == (grpc.StatusCode.RESOURCE_EXHAUSTED, "no room for that", (("initial-key", "i"),),
                          (("trailing-key", "t"), ("trailing-bin", b"\x00\x01")))
@@ -117,12 +120,8 @@ async def test_an_error_is_grpcs_own_error(served):
 
 async def test_the_deadline_is_kept(served):
     _, channel = served
-    codes = []
-    for call in _both(channel, "Slow"):
-        with pytest.raises(grpc.aio.AioRpcError) as info:
-            await call(b"", timeout=0.2)
-        codes.append((info.value.code(), info.value.details()))
-    assert codes[0] == codes[1] == (grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+    errors = await _errors(channel, "Slow", b"", timeout=0.2)
+    assert errors[0][:2] == errors[1][:2] == (grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
 
 
 @pytest.mark.parametrize("kind", ["direct", "public"])
@@ -141,12 +140,8 @@ async def test_a_cancelled_caller_cancels_the_call(served, kind):
 async def test_an_unreachable_server_is_unavailable():
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{free_port()}")
     try:
-        codes = []
-        for call in _both(channel, "Echo"):
-            with pytest.raises(grpc.aio.AioRpcError) as info:
-                await call(b"x", timeout=5)
-            codes.append(info.value.code())
-        assert codes == [grpc.StatusCode.UNAVAILABLE] * 2
+        errors = await _errors(channel, "Echo", b"x", timeout=5)
+        assert [err[0] for err in errors] == [grpc.StatusCode.UNAVAILABLE] * 2
     finally:
         await channel.close()
 
