@@ -18,11 +18,12 @@ gateway: the call is not on the channel's list of active calls, so ``channel.clo
 not wait for it or cancel it (the gateway closes its channel once its servers have stopped and
 their handlers are done), and grpc's observability plugins see no census context.
 
-It rests on grpc.aio's private layer, so it is used only where that layer has what it needs (a
-channel without client interceptors, ``AioChannel.call`` taking grpcio 1.85's arguments);
-elsewhere ``unary`` gives the public multicallable's call, awaited. tests/unit/test_direct_call.py
-holds the two to the same answers, errors, deadlines and cancellation on a real grpc.aio server
-and checks that the pinned grpcio takes the direct path.
+It rests on grpc.aio's private layer, so it is used only where that layer has what it uses (its
+Cython channel with ``call``, its call object with the methods below) and the channel has no client
+interceptors; elsewhere ``unary`` gives grpc.aio's public multicallable, called the same way.
+tests/unit/test_direct_call.py holds the two to the same answers, errors, deadlines and
+cancellation on a real grpc.aio server, and checks that the pinned grpcio (1.85.1, whose
+``AioChannel.call`` arguments the call passes) takes the direct path.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ except ImportError:  # pragma: no cover - another grpcio
 CANCELLED_DETAILS = "Locally cancelled by application!"  # grpc.aio's _LOCAL_CANCELLATION_DETAILS
 _NEEDED = ("unary_unary", "cancel", "done", "is_ok", "status", "initial_metadata", "is_locally_cancelled")
 
-UnaryCall = Callable[..., Awaitable[Any]]  # (request, *, timeout=None, metadata=None) -> answer
+UnaryCall = Callable[..., Awaitable[Any]]  # (request, *, timeout=None, metadata=None) -> an awaitable answer
 
 
 def available(channel: grpc.aio.Channel) -> bool:
@@ -65,13 +66,8 @@ def unary(channel: grpc.aio.Channel, method: str, serializer: Callable[[Any], by
     """``call(request, *, timeout=None, metadata=None)``: the unary RPC ``method`` on ``channel``,
     awaited; ``request`` is bytes unless ``serializer`` makes them, the answer is its bytes unless
     ``deserializer`` reads them."""
-    if not available(channel):
-        public = channel.unary_unary(method, request_serializer=serializer, response_deserializer=deserializer)
-
-        async def public_call(request, *, timeout: float | None = None, metadata=None):
-            return await public(request, timeout=timeout, metadata=metadata)
-
-        return public_call
+    if not available(channel):  # grpc.aio's multicallable: called the same way, its call awaited
+        return channel.unary_unary(method, request_serializer=serializer, response_deserializer=deserializer)
 
     core = channel._channel
     path = method.encode()

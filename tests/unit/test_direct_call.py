@@ -96,7 +96,7 @@ async def test_the_pinned_grpcio_takes_the_direct_path(served):
     work, through the public call, and cost more)."""
     _, channel = served
     assert direct.available(channel)
-    assert direct.unary(channel, f"/{SERVICE}/Echo").__name__ == "call"  # not "public_call"
+    assert direct.unary(channel, f"/{SERVICE}/Echo").__name__ == "call"  # the direct call, not grpc.aio's multicallable
 
 
 async def test_an_answer_and_the_metadata_sent_are_the_same(served):

@@ -2,9 +2,10 @@
 
 Thin: each RPC decodes its protobuf (``protocodec``), calls the shared ``Service`` and encodes the
 answer. Predict takes the request's bytes: one shaped like a request it parsed before is read by
-that request's learned form (``predictform``), any other is parsed here. The edge wraps every RPC: GatewayError becomes TF Serving's status code and message,
-anything unexpected is logged and answered INTERNAL, and the client's deadline (when shorter than
-the listener's) is forwarded to Triton.
+that request's learned form (``predictform``), any other is parsed here. The edge wraps every RPC:
+GatewayError becomes TF Serving's status code and message, anything unexpected is logged and
+answered INTERNAL, and the client's deadline (when shorter than the listener's) is forwarded to
+Triton.
 """
 
 from __future__ import annotations

@@ -29,17 +29,19 @@ from dataclasses import dataclass
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from gateway._proto.tensorflow.core.framework import types_pb2
+from gateway._proto.tensorflow.core.framework import tensor_pb2
+from gateway._proto.tensorflow_serving.apis import predict_pb2
 from gateway.core.bounded import keep
 from gateway.upstream.codec import fields
 
 from .mapping import ServableRef
+from .protocodec import PACKED
 
 PER_SIZE = 4
 MAX_SIZES = 256
-INPUTS, ENTRY_VALUE = 2, 2  # PredictRequest.inputs (a map: entries of key 1, value 2)
-TENSOR_CONTENT, FLOAT_VAL, DOUBLE_VAL = 4, 5, 6  # TensorProto's fields
-_PACKED = {types_pb2.DT_FLOAT: (FLOAT_VAL, np.dtype("<f4")), types_pb2.DT_DOUBLE: (DOUBLE_VAL, np.dtype("<f8"))}
+_INPUTS = predict_pb2.PredictRequest.DESCRIPTOR.fields_by_name["inputs"]
+INPUTS, ENTRY_VALUE = _INPUTS.number, _INPUTS.message_type.fields_by_name["value"].number  # a map: its entries' value
+TENSOR_CONTENT = tensor_pb2.TensorProto.DESCRIPTOR.fields_by_name["tensor_content"].number
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +80,8 @@ class Forms:
         place of its bytes."""
         if tensor.tensor_content:
             field, dtype = TENSOR_CONTENT, arr.dtype
-        elif tensor.dtype in _PACKED:
-            field, dtype = _PACKED[tensor.dtype]
+        elif v2 in PACKED:  # float_val, double_val
+            field, dtype = PACKED[v2]
         else:
             return None
         size = arr.size * dtype.itemsize

@@ -178,7 +178,11 @@ def shape_proto(shape, unknown_rank: bool = False,
 
 
 # -- a predict's answer as bytes ---------------------------------------------------------------
-_PACKED = {"FP32": (5, "<f4"), "FP64": (6, "<f8")}  # float_val, double_val (packed) and their wire type
+_TENSOR_FIELD = tensor_pb2.TensorProto.DESCRIPTOR.fields_by_name
+# the V2 types whose values a TensorProto holds packed: (its field, the little-endian numpy type);
+# predictform.py reads requests by the same table
+PACKED = {"FP32": (_TENSOR_FIELD["float_val"].number, np.dtype("<f4")),
+          "FP64": (_TENSOR_FIELD["double_val"].number, np.dtype("<f8"))}
 _answer_parts: dict[tuple, tuple[bytes, bytes, bytes]] = {}  # by alias, type, shape and spec
 
 
@@ -190,7 +194,7 @@ def predict_answer(alias: str, arr: np.ndarray, v2: str, spec: tuple[str, int | 
     protobuf once and kept, and each answer only adds its values, packed as protobuf packs them.
     None for any other output (the caller builds the message). The values are the array's bytes:
     a signalling NaN stays one, as in TF Serving's own float_val copy (a Python float would quiet it)."""
-    packed = _PACKED.get(v2)
+    packed = PACKED.get(v2)
     if packed is None or not arr.size:
         return None
     key = (alias, v2, arr.shape, spec)
