@@ -229,7 +229,7 @@ class Edge:
 
     def unary(self, route: str, fn: Callable[[Any, Any], Awaitable[Any]],
               model_of: Callable[[Any], str] | None = None):
-        """A unary gRPC behaviour ``fn(request, context)`` behind the edge: ``_drive``'s steps for one
+        """A unary gRPC behaviour ``fn(request, context)`` behind the edge: ``stream``'s steps for one
         answer, awaited, not driven through async generators."""
         admission = self.admission
 
@@ -260,12 +260,39 @@ class Edge:
 
     def stream(self, route: str, fn: Callable[[Any, Any], AsyncIterator[Any]],
                model_of: Callable[[Any], str] | None = None):
-        """A server- or bidi-streaming gRPC behaviour ``fn(request_or_iterator, context)``."""
-        drive = self._drive
+        """A server- or bidi-streaming gRPC behaviour ``fn(request_or_iterator, context)`` behind the
+        edge: the one gRPC path, key, admission, the handler's answers, then a failure either aborts
+        the call with its status or, for a dialect that answers errors in-band (GRPS), is the last
+        answer. The handler is itself the async generator grpc.aio drives (no layer around it: each
+        layer costs every message a generator step)."""
+        admission = self.admission
 
         async def handler(request, context):
-            async for item in drive(route, fn, request, context, model_of):
-                yield item
+            call, token, trailing = self._grpc_begin(route, request, context, model_of)
+            outcome, failure, sent = "internal", None, 0
+            try:
+                self._grpc_admit(call)
+                try:
+                    async for item in fn(request, context):
+                        sent += len(item) if type(item) is bytes else _size(item)
+                        yield item
+                finally:
+                    admission.release()
+                outcome = call.failed or "ok"
+            except BaseException as exc:  # noqa: BLE001 - the edge: every failure takes Edge.failure
+                outcome, failure = self._grpc_failure(exc)
+                if failure is None:
+                    raise
+                if not isinstance(failure, GrpcStatus):
+                    sent += _size(failure)
+            finally:
+                leave(token)
+                self.finish(call, outcome, _grpc_code(failure, outcome), _size(request), sent)
+            if isinstance(failure, GrpcStatus):
+                await context.abort(failure.code, failure.message, failure.trailing + trailing)
+            if failure is not None:
+                yield failure
+            context.set_trailing_metadata(trailing)
 
         return handler
 
@@ -275,36 +302,6 @@ class Edge:
         re-raises."""
         outcome, err = self._failed(exc)
         return outcome, (None if err is None else self.errors.grpc(err))
-
-    async def _drive(self, route: str, fn, request, context, model_of) -> AsyncIterator[Any]:
-        """The one gRPC path: key, admission, the handler's answers, then a failure either aborts the
-        call with its status or, for a dialect that answers errors in-band (GRPS), is the last answer."""
-        call, token, trailing = self._grpc_begin(route, request, context, model_of)
-        admission = self.admission
-        outcome, failure, sent = "internal", None, 0
-        try:
-            self._grpc_admit(call)
-            try:
-                async for item in fn(request, context):
-                    sent += _size(item)
-                    yield item
-            finally:
-                admission.release()
-            outcome = call.failed or "ok"
-        except BaseException as exc:  # noqa: BLE001 - the edge: every failure takes Edge.failure
-            outcome, failure = self._grpc_failure(exc)
-            if failure is None:
-                raise
-            if not isinstance(failure, GrpcStatus):
-                sent += _size(failure)
-        finally:
-            leave(token)
-            self.finish(call, outcome, _grpc_code(failure, outcome), _size(request), sent)
-        if isinstance(failure, GrpcStatus):
-            await context.abort(failure.code, failure.message, failure.trailing + trailing)
-        if failure is not None:
-            yield failure
-        context.set_trailing_metadata(trailing)
 
 
 _access_enabled = logs.ACCESS.isEnabledFor
