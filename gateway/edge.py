@@ -249,10 +249,9 @@ class Edge:
                     raise
                 answer = None if isinstance(failure, GrpcStatus) else failure
             finally:
-                leave(token)
-                self.finish(call, outcome, _grpc_code(failure, outcome), _size(request), _size(answer))
+                self._grpc_end(call, token, outcome, failure, request, _size(answer))
             if isinstance(failure, GrpcStatus):
-                await context.abort(failure.code, failure.message, failure.trailing + trailing)
+                await _abort(context, failure, trailing)
             context.set_trailing_metadata(trailing)
             return answer
 
@@ -286,15 +285,20 @@ class Edge:
                 if not isinstance(failure, GrpcStatus):
                     sent += _size(failure)
             finally:
-                leave(token)
-                self.finish(call, outcome, _grpc_code(failure, outcome), _size(request), sent)
+                self._grpc_end(call, token, outcome, failure, request, sent)
             if isinstance(failure, GrpcStatus):
-                await context.abort(failure.code, failure.message, failure.trailing + trailing)
+                await _abort(context, failure, trailing)
             if failure is not None:
                 yield failure
             context.set_trailing_metadata(trailing)
 
         return handler
+
+    def _grpc_end(self, call: Call, token, outcome: str, failure, request, sent: int) -> None:
+        """A gRPC call's end, answered or failed: its Call no longer current, its metrics and access
+        line (``sent``: the bytes of its answers)."""
+        leave(token)
+        self.finish(call, outcome, _grpc_code(failure, outcome), _size(request), sent)
 
     def _grpc_failure(self, exc: BaseException):
         """(outcome, the dialect's answer for it: a GrpcStatus to abort with, or an in-band message
@@ -323,6 +327,11 @@ def _grpc_code(answer, outcome: str) -> str:
     if isinstance(answer, GrpcStatus):
         return answer.code.name
     return "CANCELLED" if outcome == "cancelled" else "OK"  # GRPS answers its errors as OK + a FAILURE body
+
+
+async def _abort(context, failure: GrpcStatus, trailing: tuple) -> None:
+    """Ends the call with the dialect's status, the request id among its trailing metadata."""
+    await context.abort(failure.code, failure.message, failure.trailing + trailing)
 
 
 def _size(message) -> int:

@@ -37,11 +37,11 @@ import grpc
 
 try:  # grpc.aio's private layer: present in the pinned grpcio (1.85.1)
     from grpc._cython import cygrpc
+    from grpc.aio._call import _LOCAL_CANCELLATION_DETAILS as CANCELLED_DETAILS
     from grpc.aio._call import _create_rpc_error
 except ImportError:  # pragma: no cover - another grpcio
     cygrpc = _create_rpc_error = None
-
-CANCELLED_DETAILS = "Locally cancelled by application!"  # grpc.aio's _LOCAL_CANCELLATION_DETAILS
+    CANCELLED_DETAILS = "Locally cancelled by application!"
 _NEEDED = ("unary_unary", "cancel", "done", "is_ok", "status", "initial_metadata", "is_locally_cancelled")
 
 UnaryCall = Callable[..., Awaitable[Any]]  # (request, *, timeout=None, metadata=None) -> an awaitable answer
