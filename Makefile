@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 CONFIG ?= gateway.yaml
 PIP_FLAGS ?= --disable-pip-version-check -q
 
-.PHONY: install browser run run-pd test test-unit test-contract proto onnx lint bench bench-pd bench-wrk clean
+.PHONY: install browser run run-pd test test-unit test-contract test-latest proto onnx lint bench bench-pd bench-wrk clean
 
 install: $(VENV)/.installed $(VENV)/.bench-installed $(TRITON_VENV)/.installed .run/legacy-clients/.installed .run/kserve-client/.installed browser
 
@@ -54,6 +54,16 @@ test-unit: install
 test-contract: install
 	$(BIN)/python -m pytest tests -m contract
 
+# The unit tests and the HTTP differential tests with sanic, grpcio and prometheus-client at their newest
+# releases (the pins lifted, in .venv-latest), and which fast paths survive them (gateway/observe/fastpaths.py).
+LATEST := sanic sanic-routing grpcio prometheus-client
+test-latest: $(TRITON_VENV)/.installed .run/legacy-clients/.installed .run/kserve-client/.installed
+	@test -x .venv-latest/bin/python || $(PYTHON) -m venv .venv-latest
+	.venv-latest/bin/pip install $(PIP_FLAGS) -c requirements/constraints.txt -e ".[dev]"
+	.venv-latest/bin/pip install $(PIP_FLAGS) --upgrade $(LATEST)
+	.venv-latest/bin/python -m gateway.tools.fastpaths
+	.venv-latest/bin/python -m pytest tests/unit tests/contract/test_fastlane.py tests/contract/test_v2_http_differential.py
+
 proto: $(VENV)/.installed
 	$(BIN)/python -m gateway.tools.genproto
 
@@ -97,4 +107,4 @@ bench-wrk:
 		|| { echo "error: wrk is missing and could not be installed: apt-get install -y wrk"; exit 1; }
 
 clean:
-	rm -rf $(VENV) $(TRITON_VENV) .venv-onnx .run
+	rm -rf $(VENV) $(TRITON_VENV) .venv-onnx .venv-latest .run

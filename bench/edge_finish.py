@@ -12,9 +12,9 @@ import statistics
 import sys
 import timeit
 
-from gateway import logs
 from gateway.call import Admission, Call
 from gateway.edge import Edge
+from gateway.observe import logs
 
 
 def bench(label: str, fn, number: int) -> None:

@@ -1,7 +1,7 @@
 """What grpc.aio itself charges for the per-call features a V2 gRPC passthrough keeps.
 
 `make bench`'s floor for the V2 unary passthrough (bench/floor.py) forwards the bytes and nothing
-else. The gateway keeps, on every call, what its users and operators need (gateway/edge.py,
+else. The gateway keeps, on every call, what its users and operators need (gateway/edge/__init__.py,
 gateway/dialects/v2/passthrough.py): the caller's deadline (or the listener's) on Triton's call, the
 caller's metadata forwarded, a request id in the trailing metadata, the invocation metadata and the
 time remaining read; and its gRPC server and channel options (keepalive, concurrent streams per

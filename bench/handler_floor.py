@@ -270,7 +270,7 @@ async def grps_floor_loop(n: int) -> float:
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
-    from gateway import logs
+    from gateway.observe import logs
 
     logs.setup("WARNING", "json", False)  # no access lines on the terminal (their cost is measured with them on)
     gw = min(asyncio.run(gateway_loop(n)) for _ in range(5))

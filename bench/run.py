@@ -1,6 +1,6 @@
 """`make bench`: every path through the gateway, directly to Triton and through the floor, on a stack of its own.
 
-Starts the local CPU Triton (gateway.localtriton), the gateway (`python -m gateway serve`,
+Starts the local CPU Triton (gateway.local.localtriton), the gateway (`python -m gateway serve`,
 tests/support.py) and the floor (bench/floor.py: each path done the least possible way on the
 same stack) on free 127.0.0.1 ports, measures every case in bench/cases.py, then the
 scaling of the small TF Serving REST predict with 1, 2 and nproc workers (beside Triton's own HTTP

@@ -25,8 +25,9 @@ import urllib.request
 from pathlib import Path
 
 from bench import procstat
-from gateway import grpcruntime, localtriton
 from gateway.dialects import LISTENERS
+from gateway.local import localtriton
+from gateway.process import grpcruntime
 from gateway.settings import LocalTriton
 from tests.support import (
     ROOT,
@@ -59,7 +60,7 @@ def http(method: str, url: str, body: bytes | None = None, headers: dict | None 
 
 def floor_env() -> dict[str, str]:
     """The floor's environment: gRPC's runtime choices as a gateway worker makes them
-    (gateway/grpcruntime.py: ``GRPC_EXPERIMENTS``, unless the operator set it), so the floor runs
+    (gateway/process/grpcruntime.py: ``GRPC_EXPERIMENTS``, unless the operator set it), so the floor runs
     the same gRPC, not grpc's defaults (this process has loaded grpc before it could choose)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     grpcruntime.configure(env, grpc_loaded=False)

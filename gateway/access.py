@@ -106,7 +106,7 @@ class ReloadingKeys(ApiKeys):
     __slots__ = ("_inline", "_path", "_watch", "_name")
 
     def __init__(self, name: str, inline: Iterable[str], path: str):
-        from gateway.filewatch import FileWatch
+        from gateway.process.filewatch import FileWatch
 
         self._name, self._inline, self._path = name, tuple(inline), path
         self._watch = FileWatch([path])
@@ -170,7 +170,7 @@ class _ReloadingContext:
     theirs; a set of files that does not load keeps the previous context, with a warning."""
 
     def __init__(self, tls, name: str):
-        from gateway.filewatch import FileWatch
+        from gateway.process.filewatch import FileWatch
 
         self.tls, self.name = tls, name
         self.base = self.current = _server_context(tls)
@@ -206,7 +206,7 @@ def _grpc_certificates(tls):
 def server_credentials(tls, name: str = "?") -> grpc.ServerCredentials:
     """A gRPC listener's TLS; with ``client_ca_file`` a client certificate is required (mTLS). grpc asks
     for the certificates at each new connection: the files are read again when they changed."""
-    from gateway.filewatch import FileWatch
+    from gateway.process.filewatch import FileWatch
 
     watch = FileWatch(_tls_files(tls))
 

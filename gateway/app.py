@@ -15,14 +15,17 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from gateway import access, grpchealth, malloc, tracing
+from gateway import access
 from gateway.context import GatewayContext
 from gateway.core import bounded
 from gateway.dialect import Dialect, load
 from gateway.dialects import CATALOGUE
-from gateway.edge import Edge
-from gateway.fastlane import FastLane
-from gateway.http import make_app
+from gateway.edge import Edge, sanicx
+from gateway.edge.fastlane import FastLane
+from gateway.edge.http import make_app
+from gateway.observe import fastpaths, metrics, tracing
+from gateway.ops import grpchealth
+from gateway.process import malloc
 from gateway.settings import Listener, Settings
 from gateway.upstream import Upstream, from_settings
 
@@ -71,7 +74,7 @@ class Worker:
         return from_settings(self.settings)
 
     async def start(self) -> GatewayContext:
-        malloc.keep_large_buffers()  # large bodies without page faults on every request (gateway/malloc.py)
+        malloc.keep_large_buffers()  # large bodies without page faults on every request (gateway/process/malloc.py)
         bounded.configure(self.settings.limits)  # the limits pure decoding functions read
         tracing.configure(self.settings.tracing)  # before any Edge exists (off: nothing)
         upstream = self._upstream()
@@ -87,7 +90,9 @@ class Worker:
             await self.stop()
             raise
         if self._http:
-            _touch_up(self._http[0].app)
+            sanicx.touch_up(self._http[0].app)
+        fastpaths.announce(log, metrics.FAST_PATH,
+                           {} if self.settings.http_fast_path else {"http_fast_lane": "http_fast_path: false"})
         ctx.started.set()
         return ctx
 
@@ -134,7 +139,8 @@ class Worker:
         attach(app, edge, state)
         sock = bind_socket(lst, self.reuse_port)
         tls = access.server_ssl(lst.tls, lst.name) if lst.tls is not None else None
-        protocol = FastLane if self.settings.http_fast_path else None  # None: sanic's HttpProtocol
+        fast = self.settings.http_fast_path and sanicx.FAST_LANE
+        protocol = FastLane if fast else None  # None: sanic's HttpProtocol
         srv = await app.create_server(sock=sock, ssl=tls, return_asyncio_server=True, access_log=False,
                                       protocol=protocol)
         await srv.startup()
@@ -188,30 +194,6 @@ def freeze_heap() -> None:
 
     gc.collect()
     gc.freeze()
-
-
-def _touch_up(app) -> None:
-    """Sanic's TouchUp, once per process: it compiles out of sanic's shared HTTP classes the signal
-    dispatches that no app handles (several per request; our apps register none) and the Alt-Svc
-    header code. The classes are shared by every app of the process, so it must run only once,
-    after every HTTP listener exists (``TOUCHUP`` is off in each app's config for that reason).
-
-    Sanic removes the ``alt-svc`` header only when the app's ``server_info`` names one HTTP version;
-    ``create_server`` records none, so without the stand-in below every answer carried an empty
-    ``alt-svc:`` header that none of the original servers sends. Every listener is HTTP/1.1."""
-    from sanic.application.state import ApplicationServerInfo
-    from sanic.http import Http
-    from sanic.http.constants import HTTP
-    from sanic.touchup import TouchUp
-
-    if not getattr(Http, "__touched__", False):
-        state = app.state
-        recorded = state.server_info
-        state.server_info = [ApplicationServerInfo(settings={"version": HTTP.VERSION_1})]
-        try:
-            TouchUp.run(app)
-        finally:
-            state.server_info = recorded
 
 
 async def _quietly(coro) -> None:

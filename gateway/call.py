@@ -1,6 +1,6 @@
 """One request in flight: its ``Call`` (id, route, model, deadlines), the worker's in-flight bound.
 
-The edge (gateway/edge.py) makes a ``Call`` for every request and makes it current for the
+The edge (gateway/edge/__init__.py) makes a ``Call`` for every request and makes it current for the
 duration of the handler; code below the edge (the upstream client, the generation core, a
 dialect's service) reads it with ``current()`` instead of having it passed along. This module
 imports nothing of the gateway but metrics and the error taxonomy, so every layer may use it.
@@ -19,8 +19,8 @@ import os
 import time
 from contextvars import ContextVar
 
-from gateway import metrics
 from gateway.core.errors import GatewayError
+from gateway.observe import metrics
 
 REQUEST_ID = "x-request-id"  # HTTP header and gRPC metadata key, both ways
 MAX_REQUEST_ID = 128  # longer client ids are cut (they travel in logs, headers and Triton's trace)
@@ -65,7 +65,7 @@ class Call:
         self.route = route
         self.model = ""
         self.failed = ""  # an error kind a handler answered in-band (a stream that failed midway)
-        self.trace = None  # the request's server span, a gateway.tracing.Traced (tracing on)
+        self.trace = None  # the request's server span, a gateway.observe.tracing.Traced (tracing on)
         self.metadata = ()  # a gRPC call's invocation metadata, read once by the edge (grpc builds it anew per read)
         self.start = now = time.monotonic()
         if client_timeout is not None:

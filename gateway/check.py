@@ -35,7 +35,7 @@ from gateway.access import scoped
 from gateway.core.errors import GatewayError
 from gateway.dialect import load
 from gateway.dialects import CATALOGUE
-from gateway.findings import CheckContext, Finding, Row
+from gateway.ops.findings import CheckContext, Finding, Row
 from gateway.settings import Settings
 from gateway.upstream import Upstream, from_settings
 

@@ -24,7 +24,7 @@ log = logging.getLogger("gateway")
 
 
 def _setup_logging(s: Settings) -> None:
-    from gateway import logs
+    from gateway.observe import logs
 
     logs.setup(s.log_level, s.log_format, s.access_log)
 
@@ -50,7 +50,7 @@ async def _serve_async(settings: Settings, reuse_port: bool, announce: bool) -> 
     await stop.wait()
     log.info("worker %d stopping", os.getpid())
     await worker.stop(grace=settings.limits.drain_s)
-    from gateway import logs, metrics
+    from gateway.observe import logs, metrics
 
     logs.flush()  # the access lines still queued (a spawned worker exits without atexit handlers)
     metrics.flush()  # and the observations
@@ -85,10 +85,10 @@ def serve(settings: Settings, config: str | None) -> int:
         _run_loop(_serve_async(settings, reuse_port=False, announce=True))
         return 0
     # Several processes, each with every listener, sharing ports through SO_REUSEPORT.
-    from gateway import shared
+    from gateway.process import shared
 
     metrics_dir = tempfile.mkdtemp(prefix="gateway-metrics-")
-    shared_dir = tempfile.mkdtemp(prefix="gateway-shared-")  # state every worker sees (gateway/shared.py)
+    shared_dir = tempfile.mkdtemp(prefix="gateway-shared-")  # state every worker sees (gateway/process/shared.py)
     env = {
         "PROMETHEUS_MULTIPROC_DIR": metrics_dir,
         shared.ENV: shared_dir,
@@ -124,7 +124,7 @@ def serve(settings: Settings, config: str | None) -> int:
 
 
 def _auto_workers_line(workers: int) -> str:
-    from gateway import cpus
+    from gateway.process import cpus
 
     usable = cpus.usable()
     why = f"{usable} usable CPUs" if workers == usable else "a setting keeps state in one process"
@@ -170,7 +170,8 @@ def _supervise(procs: list, spawn, stopping, stop) -> int:
 
 def local(settings: Settings, config: str | None) -> int:
     """Start the bundled tritonserver on CPU, then the gateway in front of it; stop both on exit."""
-    from gateway import launch, startup
+    from gateway import startup
+    from gateway.local import launch
 
     # While Triton starts, SIGTERM becomes an exception so that start() stops what it started;
     # afterwards serve() handles signals itself and the finally below stops Triton.
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return check_mod.main(s, as_json=args.json)
     if args.command == "run-pd":
-        from gateway import launch
+        from gateway.local import launch
 
         return launch.run_pd(s, [int(p) for p in args.ports.split(",")], args.admin_base)
     _setup_logging(s)

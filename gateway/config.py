@@ -21,9 +21,10 @@ import yaml
 from pydantic import BaseModel, PlainValidator, SecretStr, ValidationError, create_model
 from pydantic_core import PydanticCustomError
 
-from gateway import cpus
 from gateway.access import read_keys_file
 from gateway.dialects import CATALOGUE
+from gateway.process import cpus
+from gateway.process.shared import single_worker_problems
 from gateway.settings import (
     ENV_PREFIX,
     Limits,
@@ -40,7 +41,6 @@ from gateway.settings import (
     UpstreamSettings,
     upstream_addresses,
 )
-from gateway.shared import single_worker_problems
 
 __all__ = ["SettingsError", "load", "schema"]
 
@@ -61,7 +61,7 @@ def _section(d) -> type[BaseModel]:
 
 
 def _workers(value):
-    """``workers``: a whole number of at least 1, or ``auto`` (one per usable CPU: gateway/cpus.py)."""
+    """``workers``: a whole number of at least 1, or ``auto`` (one per usable CPU: gateway/process/cpus.py)."""
     if value == "auto" or (type(value) is int and value >= 1):
         return value
     raise PydanticCustomError("workers", "Input should be a whole number of at least 1, or auto")
@@ -221,8 +221,8 @@ def _resolve(doc: BaseModel, source: str) -> Settings:
 
 
 def _auto_workers(settings: Settings) -> Settings:
-    """``workers: auto``: one per CPU this process may use (gateway/cpus.py); 1 where a setting keeps
-    state that one process owns (gateway/shared.py), which a number above 1 would be refused for."""
+    """``workers: auto``: one per CPU this process may use (gateway/process/cpus.py); 1 where a setting keeps
+    state that one process owns (gateway/process/shared.py), which a number above 1 would be refused for."""
     workers = replace(settings, workers=cpus.usable(), workers_auto=True)
     return replace(workers, workers=1) if single_worker_problems(workers) else workers
 

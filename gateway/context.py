@@ -70,4 +70,8 @@ class DialectContext:
     @property
     def channel(self) -> grpc.aio.Channel:
         """The raw channel to Triton (TritonUpstream.channel), for byte-level forwarding."""
-        return self.worker.upstream.channel  # type: ignore[attr-defined]  (fakes have none)
+        return self.worker.upstream.channel
+
+    def unary(self, method: str, serializer=None, deserializer=None):
+        """A unary RPC on Triton's channel, made as the gateway's own calls are (``Upstream.unary``)."""
+        return self.worker.upstream.unary(method, serializer, deserializer)

@@ -152,7 +152,7 @@ class LocalTriton(Strict):
 
 
 class TracingSettings(Strict):
-    """``tracing``: OpenTelemetry spans (gateway/tracing.py, docs/operations.md); off by default."""
+    """``tracing``: OpenTelemetry spans (gateway/observe/tracing.py, docs/operations.md); off by default."""
 
     enabled: bool = False
     endpoint: str = "http://127.0.0.1:4318/v1/traces"  # the OTLP receiver (a Collector); grpc: host:4317
@@ -193,11 +193,11 @@ class Settings:
     local_triton: LocalTriton = field(default_factory=LocalTriton)
     tracing: TracingSettings = field(default_factory=TracingSettings)
     workers: int = 1
-    workers_auto: bool = False  # ``workers: auto`` chose the number (gateway/cpus.py)
+    workers_auto: bool = False  # ``workers: auto`` chose the number (gateway/process/cpus.py)
     log_level: str = "INFO"
     log_format: str = "auto"
     access_log: bool = True
-    http_fast_path: bool = True  # gateway/fastlane.py
+    http_fast_path: bool = True  # gateway/edge/fastlane.py
     dialects: Mapping[str, BaseModel] = field(default_factory=dict)
     source: str = ""  # the file it came from
 

@@ -1,11 +1,11 @@
 """Start-up checks that turn the usual failures into one sentence saying what failed and what to do.
 
-* a configuration that cannot run with several workers (gateway/shared.py), naming the field;
+* a configuration that cannot run with several workers (gateway/process/shared.py), naming the field;
 * a port already in use: which port, which setting holds it, and how to change it;
 * the upstream Triton unreachable (``gateway serve``): a warning naming the target and the setting
   (the gateway still starts: it reconnects by itself and answers UNAVAILABLE meanwhile).
 
-``gateway local`` (gateway/localtriton.py) uses the same port message for Triton's own ports.
+``gateway local`` (gateway/local/localtriton.py) uses the same port message for Triton's own ports.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def _tcp_open(target: str) -> bool:
 
 def preflight(settings: Settings, upstream: bool = True, out=None) -> bool:
     """Check the listeners' ports (fatal) and, with ``upstream``, Triton (a warning). Prints to stderr."""
-    from gateway.shared import single_worker_problems
+    from gateway.process.shared import single_worker_problems
 
     out = out or sys.stderr
     problems = single_worker_problems(settings) + listener_port_problems(settings)

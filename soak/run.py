@@ -30,8 +30,8 @@ from pathlib import Path
 import psutil
 import yaml
 
-from gateway import localtriton
 from gateway.dialects import LISTENERS
+from gateway.local import localtriton
 from gateway.settings import LocalTriton
 from soak import openapi_fuzz
 from soak.clients import CLEAN, CORRECT, LOST, Clients

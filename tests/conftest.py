@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gateway import localtriton
 from gateway.dialects import LISTENERS
+from gateway.local import localtriton
 from gateway.settings import LocalTriton
 from tests.support import (  # noqa: F401  (re-exported for tests)
     ROOT,
@@ -65,7 +65,7 @@ def restore_logging():
     """The root logger's handlers and level, and the access logger's level, put back after the test."""
     import logging
 
-    from gateway import logs
+    from gateway.observe import logs
 
     root, access = logging.getLogger(), logs.ACCESS
     saved = root.handlers[:], root.level, access.level

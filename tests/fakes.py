@@ -31,6 +31,7 @@ from gateway.core.tensors import (
     Tensor,
     TensorSpec,
 )
+from gateway.upstream import direct
 
 TRTLLM_INPUTS = ("text_input", "max_tokens", "stream", "temperature", "top_p", "top_k", "seed",
                  "repetition_penalty", "stop_words", "exclude_input_in_output")
@@ -88,6 +89,11 @@ class FakeUpstream:
 
     async def connect(self) -> None:
         pass
+
+    channel = None  # a fake with a gRPC server standing in for Triton sets its channel here
+
+    def unary(self, method: str, serializer=None, deserializer=None):
+        return direct.unary(self.channel, method, serializer, deserializer)
 
     def body_buffer(self, size: int):
         return None  # large bodies in a buffer of the edge's own

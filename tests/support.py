@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import yaml
 
-from gateway import launch
+from gateway.local import launch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,7 +36,7 @@ def free_port() -> int:
 
 
 def wait_http(url: str, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
-    """``url`` answers 200 (gateway.launch.wait_health, which ``gateway run-pd`` uses too)."""
+    """``url`` answers 200 (gateway.local.launch.wait_health, which ``gateway run-pd`` uses too)."""
     launch.wait_health(url, proc, timeout)
 
 
@@ -130,7 +130,7 @@ def start_gateway(config: dict, tmp: Path) -> GatewayProcess:
         wait_http(f"http://127.0.0.1:{ports['admin_http']}/health", timeout=60, proc=proc)
         workers = config.get("workers", 1)
         if workers == "auto":  # the gateway counts as the child would: the same affinity and cgroup
-            from gateway import cpus
+            from gateway.process import cpus
 
             workers = cpus.usable()
         if workers > 1:  # the first worker up answers /health; wait for every one
@@ -180,7 +180,7 @@ def stop_gateway(gw: GatewayProcess) -> None:
 
 
 class LaneSpy:
-    """How many requests the HTTP fast lane (gateway/fastlane.py) has taken in this process (its
+    """How many requests the HTTP fast lane (gateway/edge/fastlane.py) has taken in this process (its
     ``_run``); a request with the id ``gated`` waits in the lane until ``release`` is set
     (``entered`` says it got there)."""
 
@@ -209,7 +209,7 @@ class LaneSpy:
 
 
 def spy_on_lane(monkeypatch) -> LaneSpy:
-    from gateway.fastlane import FastLane
+    from gateway.edge.fastlane import FastLane
 
     spy = LaneSpy()
     run = FastLane._run

@@ -127,7 +127,7 @@ def bytes_parts(arr: np.ndarray) -> list:
     """BYTES tensor → the pieces of its KServe wire form (<uint32 LE length><bytes> per element,
     row-major), not yet joined: a caller that joins them with more pieces copies the data once.
     Elements are converted as ``to_bytes_array`` does, but a ``bytearray`` or byte ``memoryview``
-    one (an HTTP body read into a buffer, gateway/httpbody.py) is a piece as it is, not copied into
+    one (an HTTP body read into a buffer, gateway/edge/httpbody.py) is a piece as it is, not copied into
     ``bytes`` first."""
     flat = arr.reshape(-1) if isinstance(arr, np.ndarray) and arr.dtype.kind == "O" else to_bytes_array(arr).reshape(-1)
     parts: list = []

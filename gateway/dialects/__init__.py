@@ -4,8 +4,8 @@ Adding a dialect is one package under ``gateway/dialects/`` declaring ``DIALECT`
 here; settings, the worker, metrics and the admin listener all read this tuple.
 """
 
-from gateway import admin
 from gateway.dialect import Dialect
+from gateway.ops import admin
 
 from . import grps, mindie, tfserving, v2
 

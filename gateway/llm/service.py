@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
-from gateway import metrics, tracing
 from gateway.call import current
+from gateway.observe import metrics, tracing
 from gateway.upstream import Upstream
 
 from .served import Resolved

@@ -20,10 +20,10 @@ import grpc
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 from tritonclient.grpc import service_pb2
 
-from gateway import metrics, tracing
 from gateway.call import current
 from gateway.core.errors import GRPC_STATUS, ErrorKind, GatewayError, from_grpc_code
 from gateway.core.tensors import InferRequest, InferResponse, ModelIndexEntry, ModelMetadata
+from gateway.observe import metrics, tracing
 
 from . import codec, direct, shm
 
@@ -47,7 +47,7 @@ SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 
 def methods(channel: grpc.aio.Channel) -> SimpleNamespace:
     """Triton's RPCs on ``channel``, by name, with the serializers of its generated stub but not as
-    registered methods, which cost every call more with grpcio 1.85 (gateway/grpchealth.py,
+    registered methods, which cost every call more with grpcio 1.85 (gateway/ops/grpchealth.py,
     ``ServiceNames``): callgrind, instructions per forwarded V2 ModelInfer, 449 k with the upstream
     call unregistered, 460 k registered. A unary RPC is a ``direct.unary`` call (awaited, in the
     caller's task: gateway/upstream/direct.py); a streaming one grpc.aio's multicallable."""
@@ -95,6 +95,18 @@ class Upstream(Protocol):
         ...
 
     def stream(self, req: InferRequest) -> AsyncIterator[InferResponse]: ...
+
+    @property
+    def channel(self) -> grpc.aio.Channel:
+        """The raw channel to Triton, for a dialect that forwards bytes (the V2 passthrough)."""
+        ...
+
+    def unary(self, method: str, serializer: Callable[[Any], bytes] | None = None,
+              deserializer: Callable[[bytes], Any] | None = None) -> direct.UnaryCall:
+        """``call(request, *, timeout=None, metadata=None)``: the unary RPC ``method`` on Triton's
+        channel, made as the gateway's own calls are (gateway/upstream/direct.py), for a dialect
+        that forwards or writes a V2 call itself."""
+        ...
 
     def body_buffer(self, size: int) -> tuple[memoryview, Callable[[], None]] | None:
         """Where a large HTTP body is best read (``Edge.bodies``): a writable view and the function
@@ -289,6 +301,10 @@ class TritonUpstream:
         if self._channel is None:
             raise GatewayError(ErrorKind.INTERNAL, "upstream channel used before connect()")
         return self._channel
+
+    def unary(self, method: str, serializer: Callable[[Any], bytes] | None = None,
+              deserializer: Callable[[bytes], Any] | None = None) -> direct.UnaryCall:
+        return direct.unary(self.channel, method, serializer, deserializer)
 
     @property
     def stub(self) -> SimpleNamespace:

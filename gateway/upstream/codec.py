@@ -16,6 +16,7 @@ from gateway.core import datatypes
 from gateway.core.bounded import keep
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.core.parts import nbytes, part_size
+from gateway.core.protowire import delimited, fields, read_varint, varint
 from gateway.core.tensors import (
     InferRequest,
     InferResponse,
@@ -76,21 +77,6 @@ def _raw(t: Tensor) -> bytes:
 RAW_INPUT_TAG = bytes([service_pb2.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number << 3 | 2])
 
 
-_ONE_BYTE = [bytes((i,)) for i in range(0x80)]
-
-
-def varint(n: int) -> bytes:
-    """A protobuf base-128 varint (non-negative ``n``)."""
-    if n < 0x80:  # tags and short lengths: one byte
-        return _ONE_BYTE[n]
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _raw_parts(t: Tensor) -> list:
     """The tensor's raw contents as bytes-like pieces: a small numeric tensor as one copy, a large
     one as a view (not a copy), BYTES as its length-prefixed elements."""
@@ -106,11 +92,6 @@ def contents(arr: np.ndarray) -> bytes | memoryview:
         return arr.tobytes()
     # as bytes of a uint8 view: extension dtypes (ml_dtypes' bfloat16) export no buffer of their own
     return memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
-
-
-def delimited(field: int, payload: bytes) -> bytes:
-    """A length-delimited field (wire type 2) of a protobuf message."""
-    return varint(field << 3 | 2) + varint(len(payload)) + payload
 
 
 def _header(req: InferRequest) -> bytes:
@@ -406,29 +387,6 @@ class AnswerForm:
         return arrays
 
 
-def fields(data: bytes, start: int = 0, end: int | None = None) -> list[tuple[int, int, int, int]]:
-    """(tag, start, payload start, end) of each field of the message in ``data[start:end]`` (the
-    whole of ``data`` by default: its top-level fields); DecodeError: not a message."""
-    found, pos, end = [], start, len(data) if end is None else end
-    while pos < end:
-        tag, p = read_varint(data, pos)
-        wire = tag & 7
-        if wire == 2:
-            n, p = read_varint(data, p)
-            q = p + n
-        elif wire == 0:
-            q = read_varint(data, p)[1]
-        elif wire in (1, 5):
-            q = p + (8 if wire == 1 else 4)
-        else:
-            raise DecodeError(f"unexpected wire type {wire}")
-        if q > end:
-            raise DecodeError("field runs past the end of the message")
-        found.append((tag, pos, p, q))
-        pos = q
-    return found
-
-
 def decode_response(msg: service_pb2.ModelInferResponse, raws=None, views: bool = False) -> InferResponse:
     """``raws``: the raw contents as ``parse_response`` cut them out of the wire (else the message's).
     ``views`` (with ``raws``): BYTES elements as memoryviews of those raw contents, not copied into
@@ -449,20 +407,6 @@ def decode_response(msg: service_pb2.ModelInferResponse, raws=None, views: bool 
 
 RAW_OUTPUT_TAG = service_pb2.ModelInferResponse.DESCRIPTOR.fields_by_name["raw_output_contents"].number << 3 | 2
 SPLIT_MIN = 1 << 16  # smaller answers are parsed by protobuf as they are (faster than the scan below)
-
-
-def read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    """(a protobuf varint at ``data[pos]``, the offset after it); DecodeError when truncated or overlong."""
-    value = shift = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise DecodeError("truncated or overlong varint")
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
 
 
 def parse_response(data: bytes) -> tuple[service_pb2.ModelInferResponse, list[memoryview] | None]:

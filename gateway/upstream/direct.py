@@ -35,6 +35,8 @@ from typing import Any
 
 import grpc
 
+from gateway.observe import fastpaths
+
 try:  # grpc.aio's private layer: present in the pinned grpcio (1.85.1)
     from grpc._cython import cygrpc
     from grpc.aio._call import _LOCAL_CANCELLATION_DETAILS as CANCELLED_DETAILS
@@ -44,13 +46,24 @@ except ImportError:  # pragma: no cover - another grpcio
     CANCELLED_DETAILS = "Locally cancelled by application!"
 _NEEDED = ("unary_unary", "cancel", "done", "is_ok", "status", "initial_metadata", "is_locally_cancelled")
 
+
+def _missing() -> list[str]:
+    """What the pinned grpcio's private layer has and this one lacks (empty: the direct call is on)."""
+    if cygrpc is None or _create_rpc_error is None:
+        return ["grpc._cython.cygrpc / grpc.aio._call._create_rpc_error"]
+    missing = [] if hasattr(getattr(cygrpc, "AioChannel", None), "call") else ["cygrpc.AioChannel.call"]
+    return missing + [f"cygrpc._AioCall.{n}" for n in _NEEDED if not hasattr(getattr(cygrpc, "_AioCall", None), n)]
+
+
+ON = fastpaths.declare("grpc_direct_call", _missing())
+
 UnaryCall = Callable[..., Awaitable[Any]]  # (request, *, timeout=None, metadata=None) -> an awaitable answer
 
 
 def available(channel: grpc.aio.Channel) -> bool:
     """Whether calls on ``channel`` can be made directly: grpc.aio's Cython layer as grpcio 1.85
     has it, and no client interceptors (which only the public call runs)."""
-    if cygrpc is None or _create_rpc_error is None:
+    if not ON:
         return False
     core = getattr(channel, "_channel", None)
     if not isinstance(core, getattr(cygrpc, "AioChannel", ())) or not hasattr(core, "call"):
@@ -58,7 +71,7 @@ def available(channel: grpc.aio.Channel) -> bool:
     if any(getattr(channel, f"_{kind}_interceptors", None) for kind in
            ("unary_unary", "unary_stream", "stream_unary", "stream_stream")):
         return False
-    return all(hasattr(cygrpc._AioCall, name) for name in _NEEDED)
+    return True
 
 
 def unary(channel: grpc.aio.Channel, method: str, serializer: Callable[[Any], bytes] | None = None,

@@ -34,9 +34,9 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 
-from gateway import metrics
 from gateway.core.errors import GatewayError
 from gateway.core.parts import nbytes
+from gateway.observe import metrics
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,10 @@ class Arena:
 
     ``register`` and ``unregister`` are coroutines the upstream client passes in (its own gRPC
     calls to Triton: ``(name, key, size)`` and ``(name)``), so this module knows no gRPC."""
+
+    async def send_placed(self, write: Callable[[Arena | None, list], bytes], send: Callable[[bytes], Awaitable]):
+        """``send_placed(self, write, send)``: for a caller that holds the arena (``Upstream.shared_arena``)."""
+        return await send_placed(self, write, send)
 
     def __init__(self, size: int, min_bytes: int,
                  register: Callable[[str, str, int], Awaitable[None]],

@@ -10,8 +10,8 @@ import pytest
 import tritonclient.grpc.aio as grpcclient
 import trustme
 
-from gateway import localtriton
 from gateway.app import Worker
+from gateway.local import localtriton
 from gateway.settings import LocalTriton
 from tests.support import ROOT, free_port, worker_settings
 

@@ -14,8 +14,8 @@ import psutil
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway import metrics
 from gateway.dialects import LISTENERS
+from gateway.observe import metrics
 from tests.support import (
     ROOT,
     free_port,
@@ -194,7 +194,7 @@ def test_triton_that_cannot_start_fails_clearly_with_its_log_tail(tmp_path):
 
     import pytest
 
-    from gateway import localtriton
+    from gateway.local import localtriton
     from gateway.settings import LocalTriton
 
     repo = tmp_path / "repo"
@@ -214,7 +214,7 @@ def test_missing_triton_environment_is_reported(tmp_path):
 
     import pytest
 
-    from gateway import localtriton
+    from gateway.local import localtriton
     from gateway.settings import LocalTriton
 
     cfg = LocalTriton(venv=str(tmp_path / "nowhere"))
@@ -236,8 +236,8 @@ def _local_config(tmp_path) -> tuple[dict, object]:
 
 def _regions_left(before: set[str]) -> set[str]:
     """The python backend's shared-memory regions that appeared since ``before`` and that no process
-    maps: what a stopped Triton left in /dev/shm (gateway/stubregions.py gives them back)."""
-    from gateway import stubregions
+    maps: what a stopped Triton left in /dev/shm (gateway/local/stubregions.py gives them back)."""
+    from gateway.local import stubregions
 
     return (stubregions.present() - before) - stubregions.mapped()
 
@@ -245,7 +245,7 @@ def _regions_left(before: set[str]) -> set[str]:
 def test_local_stops_everything_when_its_parent_dies(tmp_path):
     """`make run` does not pass SIGTERM on: when the parent (make) dies, gateway local must stop anyway,
     and give back the shared memory its Triton's python backend held."""
-    from gateway import stubregions
+    from gateway.local import stubregions
 
     regions = stubregions.present()
     cfg, path = _local_config(tmp_path)
@@ -274,7 +274,7 @@ def test_local_stops_everything_when_its_parent_dies(tmp_path):
 
 
 def test_sigterm_while_triton_is_starting_leaves_nothing_behind(tmp_path):
-    from gateway import stubregions
+    from gateway.local import stubregions
 
     regions = stubregions.present()
     cfg, path = _local_config(tmp_path)

@@ -1,4 +1,4 @@
-"""The HTTP fast lane (gateway/fastlane.py) answers with sanic's bytes: two workers in front of the
+"""The HTTP fast lane (gateway/edge/fastlane.py) answers with sanic's bytes: two workers in front of the
 real Triton, one with ``http_fast_path`` (the default) and one without, get the same raw requests
 over raw sockets, and every answer is compared byte for byte. The lane's own count says which
 requests it took: the small whole POSTs to the routes that opt in, and none of the rest."""

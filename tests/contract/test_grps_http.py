@@ -162,7 +162,7 @@ def test_gmap_keys_feed_inputs_of_the_same_name(url):
     assert r["gmap"] == {"s_b": {"text_out": "/w=="}}
 
 
-@pytest.mark.parametrize("size", [(1 << 20) - 1, 1 << 20, (16 << 20) + 3])  # around gateway/httpbody.py's MIN_BYTES
+@pytest.mark.parametrize("size", [(1 << 20) - 1, 1 << 20, (16 << 20) + 3])  # around gateway/edge/httpbody.py's MIN_BYTES
 def test_large_bin_data_comes_back_byte_for_byte(url, size):
     """A large octet-stream body (read into one buffer, sent to Triton as it is, its answer taken as a
     view of gRPC's bytes) is echoed unchanged, also when the client waits for 100-continue."""

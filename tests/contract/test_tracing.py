@@ -34,9 +34,9 @@ from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from gateway import localtriton
 from gateway._proto import grps_pb2, grps_pb2_grpc
 from gateway.dialects import LISTENERS
+from gateway.local import localtriton
 from gateway.settings import LocalTriton
 from tests.support import ROOT, free_port, gateway_config, start_gateway, stop_gateway
 

@@ -17,7 +17,7 @@ import grpc
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from gateway import localtriton
+from gateway.local import localtriton
 from gateway.settings import LocalTriton
 from tests.support import ROOT, free_port, gateway_config, start_gateway, stop_gateway
 

@@ -13,8 +13,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from gateway import localtriton
 from gateway.dialects import LISTENERS
+from gateway.local import localtriton
 from gateway.settings import LocalTriton
 from tests.support import ROOT, free_port, gateway_config, start_gateway, stop_gateway
 

@@ -87,7 +87,7 @@ def test_a_pd_coordinator_is_refused_with_several_workers(tmp_path):
 def test_workers_auto_starts_one_per_cpu_the_process_may_use(triton, tmp_path, allowed):
     """``workers: auto`` under an affinity of 1 and of 2 CPUs (the gateway inherits the test's): that
     many workers, said at start; with 2, fresh connections reach both."""
-    from gateway import cpus
+    from gateway.process import cpus
     from tests.support import serving_workers
 
     mine = os.sched_getaffinity(0)

@@ -584,7 +584,7 @@ def test_the_floor_runs_the_gateways_grpc_runtime(monkeypatch):
     """The floor's process gets GRPC_EXPERIMENTS as a gateway worker sets it (the bench's own process
     loaded grpc before it could), and an operator's own value is kept."""
     from bench.stack import floor_env
-    from gateway import grpcruntime
+    from gateway.process import grpcruntime
 
     monkeypatch.delenv(grpcruntime.ENV, raising=False)
     assert floor_env()[grpcruntime.ENV] == grpcruntime.EXPERIMENTS

@@ -9,9 +9,10 @@ import json
 import pytest
 import yaml
 
-from gateway import check, cli, config, findings, settings
+from gateway import check, cli, config, settings
 from gateway.core.errors import ErrorKind, GatewayError, not_found
 from gateway.core.tensors import ModelIndexEntry, ModelMetadata, TensorSpec
+from gateway.ops import findings
 from tests.fakes import FakeUpstream, trtllm_meta, vllm_meta
 from tests.support import free_port
 

@@ -1,5 +1,5 @@
 """``workers: auto``: the CPUs a process may use, from its affinity and the cgroup CPU quotas over it
-(gateway/cpus.py), read from cgroup trees written by the test, and what the settings make of it."""
+(gateway/process/cpus.py), read from cgroup trees written by the test, and what the settings make of it."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import os
 
 import pytest
 
-from gateway import cli, config, cpus
-from gateway.shared import single_worker_problems
+from gateway import cli, config
+from gateway.process import cpus
+from gateway.process.shared import single_worker_problems
 
 
 @pytest.fixture
@@ -95,7 +96,7 @@ def test_workers_auto_is_the_usable_cpus(tmp_path, monkeypatch):
 
 
 def test_workers_auto_is_one_where_a_setting_keeps_state_in_one_process(tmp_path, monkeypatch):
-    """A MindIE PD coordinator is refused with a number above 1 (gateway/shared.py); auto starts 1."""
+    """A MindIE PD coordinator is refused with a number above 1 (gateway/process/shared.py); auto starts 1."""
     monkeypatch.setattr(cpus, "usable", lambda: 6)
     coordinator = {"GATEWAY__DIALECTS__MINDIE__PD__ROLE": "coordinator",
                    "GATEWAY__DIALECTS__MINDIE__PD__PREFILL": "[127.0.0.1:2025]",

@@ -316,8 +316,8 @@ def test_the_readme_gives_the_cpu_command_beside_the_gpu_one():
 
 def test_the_kubernetes_gateway_loads_its_config_with_its_environment(monkeypatch):
     """deploy/k8s/gateway.yaml: config/docker.yaml with the container's environment; `workers: auto`
-    counts the CPU limit's quota (gateway/cpus.py), here 2 CPUs."""
-    from gateway import cpus
+    counts the CPU limit's quota (gateway/process/cpus.py), here 2 CPUs."""
+    from gateway.process import cpus
 
     docs = list(yaml.safe_load_all((ROOT / "deploy" / "k8s" / "gateway.yaml").read_text()))
     pod = next(d for d in docs if d and d.get("kind") == "Deployment")["spec"]["template"]["spec"]

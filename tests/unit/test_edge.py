@@ -307,10 +307,10 @@ async def test_a_stream_closed_from_another_context_is_still_finished():
     import contextvars
     import gc
 
-    from gateway import metrics
     from gateway.call import Admission
     from gateway.dialect import DefaultRendering
     from gateway.edge import Edge
+    from gateway.observe import metrics
 
     class Ctx:
         def invocation_metadata(self):
@@ -349,13 +349,13 @@ async def test_a_stream_closed_from_another_context_is_still_finished():
 
 
 def test_only_routes_that_ask_for_it_take_the_fast_lane_and_none_with_tracing():
-    """Edge.route marks a route's handler for the fast lane (gateway/fastlane.py) only when the route
+    """Edge.route marks a route's handler for the fast lane (gateway/edge/fastlane.py) only when the route
     asks for it, with the answer-once predicate it gave, and never on a traced listener."""
     from gateway.call import Admission
     from gateway.dialect import DefaultRendering
     from gateway.edge import Edge
-    from gateway.fastlane import FAST
-    from gateway.http import make_app
+    from gateway.edge.fastlane import FAST
+    from gateway.edge.http import make_app
 
     settings: Settings = worker_settings({}, "127.0.0.1:1")
 

@@ -11,12 +11,11 @@ import aiohttp
 import numpy as np
 import pytest
 
-from gateway import httpbody
 from gateway.call import Admission
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.dialect import DefaultRendering
-from gateway.edge import Edge
-from gateway.http import make_app
+from gateway.edge import Edge, httpbody
+from gateway.edge.http import make_app
 from tests.support import free_port, worker_settings
 
 LIMIT = 4 << 20

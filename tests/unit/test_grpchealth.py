@@ -1,4 +1,4 @@
-"""grpc.health.v1.Health on every gRPC listener (gateway/grpchealth.py): SERVING per service and for
+"""grpc.health.v1.Health on every gRPC listener (gateway/ops/grpchealth.py): SERVING per service and for
 the whole server while the worker serves and Triton is ready; NOT_SERVING while Triton is away or not
 ready and while draining (Watch hears it before the listeners stop); the V2 passthrough answers it
 itself. A real Worker runs in-process in front of a scripted gRPC server standing in for Triton.
@@ -112,7 +112,7 @@ def test_listeners_add_generic_handlers_only():
     the service's name is noted for the health statuses."""
     from grpc_health.v1 import health
 
-    from gateway.grpchealth import ServiceNames
+    from gateway.ops.grpchealth import ServiceNames
 
     class Server:
         def __init__(self):

@@ -1,4 +1,4 @@
-"""The gateway's processes run gRPC without the EventEngine socket threads (gateway/grpcruntime.py),
+"""The gateway's processes run gRPC without the EventEngine socket threads (gateway/process/grpcruntime.py),
 unless the operator says otherwise; Triton started by the gateway keeps gRPC's defaults."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from gateway import grpcruntime
+from gateway.process import grpcruntime
 from tests.support import ROOT
 
 

@@ -1,4 +1,4 @@
-"""The gateway's answers (gateway/httpbody.py) are, on the wire, what sanic writes for the same
+"""The gateway's answers (gateway/edge/httpbody.py) are, on the wire, what sanic writes for the same
 HTTPResponse: ``Answer``'s header lines are sanic's for any names and values, and a large answer
 written after its header (``Unjoined``: GRPS bin_data; ``Pieces``: V2 REST's header and binary
 outputs, never joined) has the same status line, headers and body, GET and HEAD."""
@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sanic import HTTPResponse
 
-from gateway.http import make_app
-from gateway.httpbody import Answer, Pieces, Unjoined, pieces
+from gateway.edge.http import make_app
+from gateway.edge.httpbody import Answer, Pieces, Unjoined, pieces
 from tests.support import free_port, worker_settings
 
 SIZES = [0, 1, 70_000, 3 * 2**20 + 1]

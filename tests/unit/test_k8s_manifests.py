@@ -120,7 +120,7 @@ def test_the_gateway_probes_grpc_health_and_admin_live_and_exposes_a_service_per
     ports = {p["name"]: p["containerPort"] for p in gw["ports"]}
     assert set(ports.values()) == {lst["port"] for lst in DOCKER["listeners"].values()}
     admin = DOCKER["listeners"]["admin_http"]["port"]
-    # readiness: the gRPC health service of the V2 listener (gateway/grpchealth.py), the whole server
+    # readiness: the gRPC health service of the V2 listener (gateway/ops/grpchealth.py), the whole server
     assert gw["readinessProbe"]["grpc"] == {"port": DOCKER["listeners"]["v2_grpc"]["port"]}
     assert gw["readinessProbe"]["grpc"]["port"] in ports.values()
     assert ports[gw["livenessProbe"]["httpGet"]["port"]] == admin and gw["livenessProbe"]["httpGet"]["path"] == "/live"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway import localtriton
-from gateway.localtriton import LoadProgress, TritonProcess, TritonStartError, explain_exit
+from gateway.local import localtriton
+from gateway.local.localtriton import LoadProgress, TritonProcess, TritonStartError, explain_exit
 from gateway.settings import LocalTriton
 from tests.support import ROOT, free_port
 

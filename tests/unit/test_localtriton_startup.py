@@ -14,7 +14,8 @@ import grpc
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from gateway import cli, launch, localtriton, startup
+from gateway import cli, startup
+from gateway.local import launch, localtriton
 from tests.support import ROOT, free_port, worker_settings
 
 
@@ -126,7 +127,7 @@ def test_a_local_stop_caused_by_the_parent_exiting_says_so(capsys):
 def test_a_parent_already_gone_at_start_is_said_before_the_stop():
     """Started by a process that exited at once (setsid -f, a daemonizing wrapper): `gateway local`
     stops at once, saying why (in a child process: PR_SET_PDEATHSIG is set for real)."""
-    code = ("import os, signal; from gateway import launch; os.getppid = lambda: 1; "
+    code = ("import os, signal; from gateway.local import launch; os.getppid = lambda: 1; "
             "os.kill = lambda pid, sig: print('signal', signal.Signals(sig).name, pid == os.getpid(), flush=True); "
             "launch.exit_with_parent()")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)

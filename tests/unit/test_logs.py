@@ -15,9 +15,10 @@ import grpc
 import orjson
 import pytest
 
-from gateway import config, logs, settings
+from gateway import config, settings
 from gateway.app import Worker
 from gateway.core.tensors import InferResponse, ModelMetadata, TensorSpec
+from gateway.observe import logs
 from tests.fakes import FakeUpstream, text_response, trtllm_meta
 from tests.support import free_port, worker_settings
 

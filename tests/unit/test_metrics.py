@@ -20,12 +20,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.grpc import service_pb2
 
 import gateway
-from gateway import metrics
 from gateway._proto import grps_pb2, grps_pb2_grpc
 from gateway._proto.tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
 from gateway.app import Worker
 from gateway.core.errors import GatewayError
 from gateway.core.tensors import InferRequest
+from gateway.observe import metrics
 from gateway.upstream import TritonUpstream
 from tests.fakes import FakeUpstream, text_response
 from tests.support import ROOT, free_port, worker_settings

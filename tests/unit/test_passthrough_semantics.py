@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 from tritonclient.grpc import service_pb2
 
-from gateway import metrics
 from gateway.app import Worker
 from gateway.dialects.v2.passthrough import _scan, forward_metadata, model_name
+from gateway.observe import metrics
 from tests.support import worker_settings
 
 SVC = "/inference.GRPCInferenceService/"
@@ -354,7 +354,10 @@ async def test_handlers_are_kept_for_the_service_methods_only():
     from gateway.edge import Edge
 
     channel = grpc.aio.insecure_channel("127.0.0.1:1")  # never called: handlers are only made
-    state = SimpleNamespace(ctx=SimpleNamespace(channel=channel, scope=None), config=SimpleNamespace(control_plane=True))
+    from gateway.upstream import direct
+
+    ctx = SimpleNamespace(channel=channel, scope=None, unary=lambda method: direct.unary(channel, method))
+    state = SimpleNamespace(ctx=ctx, config=SimpleNamespace(control_plane=True))
     passthrough = Passthrough(Edge("v2", "v2_grpc", DefaultRendering(), Admission(8), 5.0, 5.0), state)
     try:
         made_up = [passthrough.service(SimpleNamespace(method=f"{SVC}Nope{i}")) for i in range(50)]

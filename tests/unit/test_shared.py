@@ -1,11 +1,11 @@
-"""gateway/shared.py: a Flag is one value for every worker of a gateway; configurations pinned to one
+"""gateway/process/shared.py: a Flag is one value for every worker of a gateway; configurations pinned to one
 process are refused with several workers, naming the field."""
 
 from __future__ import annotations
 
 import multiprocessing
 
-from gateway import shared
+from gateway.process import shared
 from tests.support import worker_settings
 
 

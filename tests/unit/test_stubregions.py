@@ -1,11 +1,11 @@
-"""gateway/stubregions.py over a stand-in /dev/shm and /proc: only the python backend's regions no
+"""gateway/local/stubregions.py over a stand-in /dev/shm and /proc: only the python backend's regions no
 process maps are unlinked, and the list kept in Triton's work dir follows what is left."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from gateway import stubregions
+from gateway.local import stubregions
 
 A, B, C = (stubregions.PREFIX + x for x in ("aaaa", "bbbb", "cccc"))
 

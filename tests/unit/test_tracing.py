@@ -1,4 +1,4 @@
-"""Tracing (gateway/tracing.py): the caller's W3C trace context continued on HTTP and gRPC listeners,
+"""Tracing (gateway/observe/tracing.py): the caller's W3C trace context continued on HTTP and gRPC listeners,
 one server span per request with its attributes, the Triton call as a client child span whose
 ``traceparent`` reaches Triton, errors with their kind, the trace id in the access line; off, nothing.
 
@@ -19,8 +19,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 from tritonclient.grpc import service_pb2
 
-from gateway import logs, tracing
 from gateway.app import Worker
+from gateway.observe import logs, tracing
 from gateway.settings import TracingSettings
 from tests.support import free_port, worker_settings
 

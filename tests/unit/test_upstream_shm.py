@@ -220,7 +220,7 @@ async def test_a_body_read_into_the_region_is_the_tensor_without_another_copy(sh
     assert await arena.open()
     payload = os.urandom(2 * MiB)
     view, release = arena.body(len(payload))
-    view[:] = payload  # as the socket reads it (gateway/httpbody.py)
+    view[:] = payload  # as the socket reads it (gateway/edge/httpbody.py)
     free_before = arena.free_bytes
     leases: list = []
     prefix = len(payload).to_bytes(4, "little")  # a BYTES element: its length, then the body

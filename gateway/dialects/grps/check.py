@@ -17,7 +17,7 @@ import numpy as np
 from gateway.core import datatypes
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.core.tensors import InferResponse, ModelMetadata, Tensor
-from gateway.findings import CheckContext, ios
+from gateway.ops.findings import CheckContext, ios
 
 from . import codec, mapping
 from .config import GrpsSettings

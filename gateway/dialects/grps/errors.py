@@ -18,9 +18,9 @@ import logging
 
 import grpc
 
-from gateway import httpbody
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.dialect import GrpcStatus
+from gateway.edge import httpbody
 
 from . import codec
 from .config import GrpsSettings

@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 from sanic import Request, Sanic
 
-from gateway import httpbody, offload
 from gateway.call import stream_headers
 from gateway.core.errors import invalid
-from gateway.edge import Edge
+from gateway.edge import Edge, httpbody
+from gateway.process import offload
 
 from . import codec, monitor_page, plain
 from .service import GrpsService

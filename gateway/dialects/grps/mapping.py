@@ -68,7 +68,7 @@ def to_request(
         if kind == "str_data":
             inputs = [_single(spec, msg.str_data.encode("utf-8"), meta)]
         elif payload is not None and spec.datatype == "BYTES":
-            # an octet-stream body (bytes, or a memoryview: gateway/httpbody.py) is the element, not copied
+            # an octet-stream body (bytes, or a memoryview: gateway/edge/httpbody.py) is the element, not copied
             inputs = [Tensor(spec.name, _one(payload).reshape(_shape_for(spec, meta)), "BYTES")]
         else:
             inputs = [_single(spec, msg.bin_data if payload is None else bytes(payload), meta)]

@@ -12,8 +12,7 @@ from importlib import resources
 import orjson
 from sanic import Request, Sanic
 
-from gateway import httpbody
-from gateway.edge import Edge
+from gateway.edge import Edge, httpbody
 
 from . import codec
 from .monitor import Monitor

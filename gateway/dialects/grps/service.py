@@ -4,7 +4,7 @@ Handlers stay thin: they decode the wire into a GrpsMessage, call one method her
 comes back. Every method answers a GrpsMessage with its status filled in; errors are raised as
 GatewayError and rendered by the caller through ``errors``, except in streams, which end with one
 FAILURE message. The online/offline switch lives here, shared by HTTP and gRPC (as in the C++ GRPS
-server) and by every worker of the gateway (``gateway.shared.Flag``): offline on one connection is
+server) and by every worker of the gateway (``gateway.process.shared.Flag``): offline on one connection is
 offline on all of them.
 """
 
@@ -17,12 +17,12 @@ from contextlib import asynccontextmanager
 import numpy as np
 import yaml
 
-from gateway import offload, shared
 from gateway.call import current
 from gateway.context import GatewayContext
 from gateway.core.bounded import keep
 from gateway.core.errors import ErrorKind, GatewayError, invalid, not_found
 from gateway.core.tensors import InferResponse, ModelMetadata, Tensor
+from gateway.process import offload, shared
 from gateway.upstream import codec as codec_v2
 
 from . import codec, config, errors, mapping, plain, wireplan

@@ -14,10 +14,10 @@ import asyncio
 from dataclasses import replace
 
 from gateway.core.errors import ErrorKind, GatewayError
-from gateway.findings import CheckContext, Finding, ios
 from gateway.llm import profiles
 from gateway.llm.served import ServedModels
 from gateway.llm.types import GenerateRequest
+from gateway.ops.findings import CheckContext, Finding, ios
 
 from .config import MindieConfig
 from .pd.config import split_host_port

@@ -13,10 +13,10 @@ from typing import Any
 
 import orjson
 
-from gateway import offload
 from gateway.core.errors import GatewayError, invalid
 from gateway.llm.served import Resolved
 from gateway.llm.types import Done, GenerateRequest, Sampling, Token
+from gateway.process import offload
 
 from . import errors
 from . import validate as v
@@ -102,7 +102,7 @@ def single_sequence(b: Mapping[str, Any]) -> None:
 
 
 async def json_body(request) -> dict:
-    """The request's JSON object; a large body is parsed off the event loop (gateway.offload)."""
+    """The request's JSON object; a large body is parsed off the event loop (gateway.process.offload)."""
     raw = request.body or b""
     try:
         body = await offload.run(len(raw), orjson.loads, raw)

@@ -27,6 +27,6 @@ class MindieConfig(ServedModelsSettings):
     pd: PdConfig = PdConfig()
 
     def single_worker_reason(self) -> str | None:
-        """Why this section cannot run with several workers (gateway/shared.py), or None."""
+        """Why this section cannot run with several workers (gateway/process/shared.py), or None."""
         reason = self.pd.single_worker_reason()
         return f"pd.{reason}" if reason else None

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import orjson
 
-from gateway import httpbody
 from gateway.call import current
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.dialect import DefaultRendering
+from gateway.edge import httpbody
 
 VALIDATION = "Input Validation Error"
 

@@ -17,8 +17,7 @@ import re
 import orjson
 from sanic import Request, Sanic, response
 
-from gateway import httpbody
-from gateway.edge import Edge
+from gateway.edge import Edge, httpbody
 
 from . import validate as v
 from .common import json_body

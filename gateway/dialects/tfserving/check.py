@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from gateway.core import datatypes
 from gateway.core.errors import ErrorKind, GatewayError
-from gateway.findings import CheckContext, ios
+from gateway.ops.findings import CheckContext, ios
 
 from . import codec, examples
 from .config import ModelConf, TFServingConfig

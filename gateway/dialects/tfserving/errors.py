@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import grpc
 
-from gateway import httpbody
 from gateway.core.bounded import clip
 from gateway.core.errors import ErrorKind, GatewayError, invalid, not_found
 from gateway.dialect import GrpcStatus
+from gateway.edge import httpbody
 
 from . import jsonwrite
 

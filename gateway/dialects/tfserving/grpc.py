@@ -15,7 +15,6 @@ from types import SimpleNamespace
 import grpc
 from google.protobuf.message import DecodeError
 
-from gateway import offload
 from gateway._proto.tensorflow_serving.apis import (
     classification_pb2,
     get_model_metadata_pb2,
@@ -29,6 +28,7 @@ from gateway.call import current
 from gateway.core.bounded import clip
 from gateway.core.errors import invalid, unimplemented
 from gateway.edge import Edge
+from gateway.process import offload
 
 from . import protocodec
 from .codec import tf_type

@@ -13,12 +13,12 @@ from urllib.parse import unquote
 
 from sanic import Request, Sanic
 
-from gateway import httpbody, offload
 from gateway.call import current
 from gateway.core import bounded
 from gateway.core.bounded import check_name, keep
 from gateway.core.errors import invalid
-from gateway.edge import Edge
+from gateway.edge import Edge, httpbody
+from gateway.process import offload
 
 from . import codec, errors, jsonio, protocodec, protojson
 from .mapping import ServableRef

@@ -32,7 +32,7 @@ from google.protobuf.message import DecodeError
 from gateway._proto.tensorflow.core.framework import tensor_pb2
 from gateway._proto.tensorflow_serving.apis import predict_pb2
 from gateway.core.bounded import keep
-from gateway.upstream.codec import fields
+from gateway.core.protowire import fields
 
 from .mapping import ServableRef
 from .protocodec import PACKED

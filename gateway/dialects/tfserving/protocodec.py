@@ -23,8 +23,8 @@ from gateway._proto.tensorflow_serving.apis import (
 from gateway.core import datatypes
 from gateway.core.bounded import check_name, clip, dims_text, keep
 from gateway.core.errors import invalid
+from gateway.core.protowire import delimited
 from gateway.core.tensors import TensorSpec, element_count, too_large
-from gateway.upstream.codec import delimited
 
 from .examples import Feature, Features
 from .mapping import ServableRef, Signature

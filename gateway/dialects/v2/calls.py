@@ -10,12 +10,13 @@ import grpc
 from sanic import Request
 from tritonclient.grpc import service_pb2
 
-from gateway import httpbody, metrics, tracing
 from gateway.access import unknown_model
 from gateway.call import current
 from gateway.core.errors import ErrorKind, GatewayError
-from gateway.upstream import direct
-from gateway.upstream.codec import RAW_INPUT_TAG, parse_response, varint
+from gateway.core.protowire import varint
+from gateway.edge import httpbody
+from gateway.observe import metrics, tracing
+from gateway.upstream.codec import RAW_INPUT_TAG, parse_response
 
 from . import jsontensor
 from .passthrough import PREFIX, State, UpstreamStatus
@@ -58,10 +59,10 @@ class Rest:
                            ("RepositoryIndex", service_pb2.RepositoryIndexResponse),
                            ("RepositoryModelLoad", service_pb2.RepositoryModelLoadResponse),
                            ("RepositoryModelUnload", service_pb2.RepositoryModelUnloadResponse)):
-            self._rpc[name] = direct.unary(channel, PREFIX + name, _bytes_or_message, resp.FromString)
+            self._rpc[name] = state.ctx.unary(PREFIX + name, _bytes_or_message, resp.FromString)
         # (answer, its raw contents as views of gRPC's bytes, or None: the answer's own)
         # ModelInfer is always given its wire bytes (http._parse): no serializer to call
-        self._rpc["ModelInfer"] = direct.unary(channel, PREFIX + "ModelInfer", None, parse_response)
+        self._rpc["ModelInfer"] = state.ctx.unary(PREFIX + "ModelInfer", None, parse_response)
         self._stream = channel.stream_stream(PREFIX + "ModelStreamInfer", request_serializer=_bytes_or_message,
                                              response_deserializer=service_pb2.ModelStreamInferResponse.FromString)
 
@@ -80,7 +81,7 @@ class Rest:
             raise unknown_model(model)
 
     async def call(self, name: str, request, model: str = ""):
-        """``name`` on Triton (a direct unary call, gateway/upstream/direct.py: a cancelled handler,
+        """``name`` on Triton (``Upstream.unary``, a direct call: a cancelled handler,
         the client gone, cancels Triton's call)."""
         start, code = time.perf_counter(), "OK"
         with tracing.upstream(name, model) as md:  # tracing on: a client span, its traceparent to Triton

@@ -8,7 +8,7 @@ it fail as Triton answers them.
 from __future__ import annotations
 
 from gateway.core.errors import GatewayError
-from gateway.findings import CheckContext, ios
+from gateway.ops.findings import CheckContext, ios
 
 _DECOUPLED = ", decoupled (REST /infer answers 501, as Triton's HTTP: gRPC ModelStreamInfer)"
 

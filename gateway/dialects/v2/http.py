@@ -28,11 +28,11 @@ import zlib
 from sanic import Request, Sanic
 from tritonclient.grpc import service_pb2
 
-from gateway import httpbody, offload
 from gateway.call import current
 from gateway.core.errors import ErrorKind, GatewayError, invalid
-from gateway.edge import Edge
-from gateway.upstream import codec, shm
+from gateway.edge import Edge, httpbody
+from gateway.process import offload
+from gateway.upstream import codec
 
 from . import calls, documents, jsontensor, plain, sse
 from .calls import JSON, Rest
@@ -274,8 +274,8 @@ async def _infer(rest: Rest, request: Request, model: str, version: str):
     if data is not None:
         resp, raws = await rest.call("ModelInfer", data, model)
     else:
-        resp, raws = await shm.send_placed(
-            arena, lambda region, leases: codec.serialize_message(parsed.msg, parsed.raws, region, leases),
+        resp, raws = await arena.send_placed(
+            lambda region, leases: codec.serialize_message(parsed.msg, parsed.raws, region, leases),
             lambda placed: rest.call("ModelInfer", placed, model))
     raws = list(resp.raw_output_contents) if raws is None else raws  # each read once (a read copies)
     out_size = 4 * sum(len(r) for r in raws)

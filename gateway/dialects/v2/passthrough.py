@@ -25,7 +25,6 @@ import grpc
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 
-from gateway import httpbody, tracing
 from gateway.access import AUTHORIZATION, ModelScope, unknown_model
 from gateway.call import current
 from gateway.context import DialectContext
@@ -37,10 +36,10 @@ from gateway.core.errors import (
     from_grpc_code,
     public_details,
 )
+from gateway.core.protowire import read_varint
 from gateway.dialect import DefaultRendering, GrpcStatus
-from gateway.edge import Edge
-from gateway.upstream import direct
-from gateway.upstream.codec import read_varint
+from gateway.edge import Edge, httpbody
+from gateway.observe import tracing
 
 from . import rjson
 from .config import V2Config
@@ -178,13 +177,14 @@ class Passthrough(grpc.GenericRpcHandler):
     def __init__(self, edge: Edge, state: State):
         self._edge = edge
         self._channel = state.ctx.channel
+        self._unary = state.ctx.unary
         self._scope = state.ctx.scope  # dialects.v2.triton_models: the models it may name (None: every one)
         self._control = state.config.control_plane
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
         self._drop = frozenset({AUTHORIZATION}) if edge.keys is not None else frozenset()
 
     def service_name(self) -> str:
-        """The service it serves (its grpc.health.v1 name, gateway/grpchealth.py)."""
+        """The service it serves (its grpc.health.v1 name, gateway/ops/grpchealth.py)."""
         return SERVICE
 
     def service(self, handler_call_details):
@@ -207,7 +207,7 @@ class Passthrough(grpc.GenericRpcHandler):
         if name in CONTROL and not self._control:
             fn = _denied(name)
         else:
-            fn = _unary(direct.unary(self._channel, method), self._drop, name)
+            fn = _unary(self._unary(method), self._drop, name)
             if self._scope is not None:
                 fn = _scoped(name, fn, self._scope)
         return grpc.unary_unary_rpc_method_handler(self._edge.unary(name, fn, model_of))
@@ -225,7 +225,7 @@ def _unary(upstream, drop: frozenset[str], name: str):
 
     async def unary(request: bytes, context):
         edge_call = current()
-        # tracing on: the caller's traceparent replaced by the gateway's client span (gateway/tracing.py)
+        # tracing on: the caller's traceparent replaced by the gateway's client span (gateway/observe/tracing.py)
         with tracing.upstream(name, edge_call.model, _forwarded(edge_call.metadata, skip)) as md:
             try:
                 # the caller went away (this task cancelled): grpc.aio cancels Triton's call as the

@@ -24,7 +24,8 @@ from tritonclient.grpc import service_pb2
 
 from gateway.core import datatypes
 from gateway.core.bounded import LIMITS, keep
-from gateway.upstream.codec import RAW_INPUT_TAG, varint
+from gateway.core.protowire import varint
+from gateway.upstream.codec import RAW_INPUT_TAG
 
 from .jsontensor import INT64_MAX, UINT64_MAX, Output, Parsed
 

@@ -12,9 +12,9 @@ import time
 import grpc
 from sanic import Request
 
-from gateway import metrics, tracing
 from gateway.call import current, stream_headers
 from gateway.core.errors import ErrorKind, GatewayError, invalid
+from gateway.observe import metrics, tracing
 
 from . import generate, rjson
 from .calls import Rest, answer, require, serialize

@@ -1,5 +1,5 @@
 """Tests here run on both event loops: asyncio's and uvloop, which the gateway's workers run on
-(a test that reaches into the transport, as gateway/httpbody.py does, can differ between them).
+(a test that reaches into the transport, as gateway/edge/httpbody.py does, can differ between them).
 Tests elsewhere run on asyncio's loop only."""
 
 from __future__ import annotations

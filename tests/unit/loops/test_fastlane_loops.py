@@ -1,4 +1,4 @@
-"""gateway/fastlane.py on both event loops (the workers run uvloop): a sanic app with one edge route
+"""gateway/edge/fastlane.py on both event loops (the workers run uvloop): a sanic app with one edge route
 that echoes its body, served once with the fast lane and once without; the same raw bytes to both
 give the same answers, in request order, also when a request is held while another waits in the lane
 and when what is held passes sanic's read buffer (reading paused, then resumed)."""
@@ -10,13 +10,12 @@ import contextlib
 
 import pytest
 
-from gateway import httpbody
-from gateway.app import _touch_up
 from gateway.call import Admission
 from gateway.dialect import DefaultRendering
-from gateway.edge import Edge
-from gateway.fastlane import FastLane
-from gateway.http import make_app
+from gateway.edge import Edge, httpbody
+from gateway.edge.fastlane import FastLane
+from gateway.edge.http import make_app
+from gateway.edge.sanicx import touch_up
 from tests.support import free_port, spy_on_lane, worker_settings
 
 
@@ -29,7 +28,7 @@ async def _serving(lane: bool):
         return httpbody.raw(bytes(request.body), content_type="text/plain")
 
     edge.route(app, echo, "/echo", ["POST"], "echo", fast=True)
-    _touch_up(app)  # once per process, as a worker does: without it the lane stays off
+    touch_up(app)  # once per process, as a worker does: without it the lane stays off
     port = free_port()
     srv = await app.create_server(host="127.0.0.1", port=port, return_asyncio_server=True, access_log=False,
                                   protocol=FastLane if lane else None)

@@ -1,4 +1,4 @@
-"""gateway/httpbody.py: a large body read into one buffer is the body sanic's own reader gives, byte for
+"""gateway/edge/httpbody.py: a large body read into one buffer is the body sanic's own reader gives, byte for
 byte, through a real sanic server (Content-Length, Expect: 100-continue, chunked, over the limit)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import pytest
 import trustme
 from sanic import response
 
-from gateway import httpbody
-from gateway.http import make_app
+from gateway.edge import httpbody
+from gateway.edge.http import make_app
 from gateway.settings import Settings
 from tests.support import free_port, worker_settings
 
@@ -34,7 +34,7 @@ def _make_server(tls: ssl.SSLContext | None = None):
         reader = "buffer"
         if buffered:
             body = await httpbody.read_into_buffer(stream)
-        elif (body := httpbody.received(stream)) is not None:  # the edge's order (gateway/edge.py _read_body)
+        elif (body := httpbody.received(stream)) is not None:  # the edge's order (gateway/edge/__init__.py _read_body)
             reader = "received"
         else:
             reader = "sanic"

@@ -35,11 +35,10 @@ import aiohttp
 import orjson
 from sanic import Request, Sanic, response
 
-from gateway import httpbody
 from gateway.call import current, stream_headers
 from gateway.context import GatewayContext
 from gateway.core.errors import ErrorKind, GatewayError
-from gateway.edge import Edge
+from gateway.edge import Edge, httpbody
 
 from . import peers
 from . import records as rec

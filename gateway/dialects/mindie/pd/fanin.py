@@ -2,7 +2,7 @@
 
 A D instance has one ``/dresult`` link, which lands on whichever worker the kernel picks, while
 hand-offs and relayed records land on any worker. With ``workers`` > 1 (the supervisor's shared
-directory, gateway/shared.py) each worker of D listens on a unix socket of that directory,
+directory, gateway/process/shared.py) each worker of D listens on a unix socket of that directory,
 ``dresult-<pid>.sock``, and the directory's ``dresult.owner`` names the worker that accepted the
 latest ``/dresult``:
 

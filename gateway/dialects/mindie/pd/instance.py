@@ -41,12 +41,12 @@ import aiohttp
 import orjson
 from sanic import Request, Sanic, response
 
-from gateway import shared
 from gateway.call import current, stream_headers
 from gateway.core.errors import ErrorKind, GatewayError, invalid
 from gateway.edge import Edge
 from gateway.llm.pd import Handoff, PhasedGeneration, Resume
 from gateway.llm.types import Done, Token
+from gateway.process import shared
 
 from .. import errors, metrics, native, openai, tgi, triton_generate, triton_token, vllm
 from ..http import Handlers, json_body

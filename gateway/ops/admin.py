@@ -10,16 +10,16 @@ from dataclasses import dataclass
 
 from sanic import Sanic, response
 
-from gateway import httpbody, metrics
 from gateway.context import GatewayContext
 from gateway.dialect import DefaultRendering, Dialect, ListenerSpec
-from gateway.edge import Edge
+from gateway.edge import Edge, httpbody
+from gateway.observe import metrics
 
 DIALECT = Dialect(
     name="admin",
     listeners=(ListenerSpec("admin_http", 9090, "http", "admin HTTP (/health, /live, /metrics)",
-                            "gateway.admin:attach"),),
-    open="gateway.admin:open",
+                            "gateway.ops.admin:attach"),),
+    open="gateway.ops.admin:open",
     reaches_models=False,
 )
 

@@ -74,8 +74,6 @@ class _Servicer(health_aio.HealthServicer):
         super().__init__()
         self._health = health
         self.services = ("", *services)
-        for name in self.services:
-            self._server_status[name] = NOT_SERVING
 
     async def Check(self, request, context):  # noqa: N802 - gRPC's name
         await self._health.refresh()
@@ -96,7 +94,7 @@ class Health:
     def __init__(self, ctx: GatewayContext):
         self.ctx = ctx
         self._servicers: list[_Servicer] = []
-        self._status = NOT_SERVING
+        self._status: int | None = None  # None: not yet said to the servicers (the next refresh says it)
         self._task: asyncio.Task | None = None
         self._watching = 0
         self._closed = False
@@ -105,6 +103,7 @@ class Health:
         """Add the Health service to a listener's server, for ``services`` and the whole server."""
         servicer = _Servicer(self, services)
         self._servicers.append(servicer)
+        self._status = None  # the next refresh (every Check and Watch begins with one) sets its names
         health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
 
     async def serving(self) -> bool:

@@ -42,9 +42,13 @@ import numpy as np
 from sanic import HTTPResponse
 from sanic.exceptions import PayloadTooLarge
 from sanic.helpers import has_message_body
-from sanic.http.http1 import HTTP_CONTINUE, Http
+from sanic.http import http1
+from sanic.http.http1 import Http
 
 from gateway.core.parts import part_size
+from gateway.edge import sanicx
+
+HTTP_CONTINUE = getattr(http1, "HTTP_CONTINUE", b"HTTP/1.1 100 Continue\r\n\r\n")
 
 MIN_BYTES = 1 << 20  # smaller bodies: sanic's reader (the copies cost less than the difference)
 UNJOINED_MIN = 1 << 16  # smaller answers: one write of header and body
@@ -58,7 +62,8 @@ def received(stream) -> bytes | None:
     body, one over the size limit (sanic's reader refuses it), nor one waiting for its ``100 Continue``.
     Sanic's reader would also dispatch the ``http.lifecycle.read_body`` signal, which no gateway
     app handles."""
-    if type(stream) is not Http or stream.request_body is not True or stream.expecting_continue:
+    if (not sanicx.BODY_READER or type(stream) is not Http or stream.request_body is not True
+            or stream.expecting_continue):
         return None
     left, buf = stream.request_bytes_left, stream.recv_buffer
     if not left or len(buf) < left or stream.request_bytes > stream.request_max_size:
@@ -72,7 +77,7 @@ def received(stream) -> bytes | None:
 
 def wants_buffer(stream) -> bool:
     """Whether ``read_into_buffer`` takes this request's body (HTTP/1.1, a Content-Length, large)."""
-    return (type(stream) is Http and stream.request_body is True
+    return (sanicx.BODY_READER and type(stream) is Http and stream.request_body is True
             and (stream.request_bytes_left or 0) >= MIN_BYTES)
 
 
@@ -175,6 +180,8 @@ class Answer(HTTPResponse):
 
     @property
     def processed_headers(self) -> list[tuple[bytes, bytes]]:
+        if not sanicx.ANSWER_HEADERS:
+            return super().processed_headers
         headers = self.headers
         if has_message_body(self.status):
             headers.setdefault("content-type", self.content_type)

@@ -14,9 +14,9 @@
     errors       GatewayError (or anything unexpected, logged, as INTERNAL) rendered by the
                  dialect's ErrorRendering, on HTTP and gRPC alike
     metrics      one observation per request: dialect, listener, route, model, outcome, status, bytes;
-                 and one access log line (``access_log``, gateway/logs.py)
+                 and one access log line (``access_log``, gateway/observe/logs.py)
     tracing      with ``tracing.enabled``, one server span per request continuing the caller's W3C
-                 trace context (gateway/tracing.py); off, ``Edge.tracer`` is None and nothing happens
+                 trace context (gateway/observe/tracing.py); off, ``Edge.tracer`` is None and nothing happens
 
 The request's ``Call`` (gateway/call.py) is current for the duration of the handler, so the upstream
 client takes the deadline and the request id from it without every dialect passing them along.
@@ -35,12 +35,13 @@ from typing import Any
 import grpc
 from sanic.exceptions import SanicException
 
-from gateway import httpbody, logs, metrics, tracing
 from gateway.access import AUTHORIZATION, UNAUTHENTICATED_MESSAGE, ApiKeys, bearer
 from gateway.call import REQUEST_ID, Admission, Call, current, enter, leave, request_id
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.dialect import ErrorRendering, GrpcStatus
-from gateway.fastlane import FAST
+from gateway.edge import httpbody
+from gateway.edge.fastlane import FAST
+from gateway.observe import logs, metrics, tracing
 
 log = logging.getLogger("gateway.edge")
 
@@ -132,9 +133,9 @@ class Edge:
               fast: bool | Callable[[str], bool] = False) -> None:
         """Add ``handler(request, **path_params)`` to a sanic app behind the edge, as route ``name``
         (``public``: no API key asked, for probes; ``buffered``: a large body is read into one
-        buffer, ``request.body`` a memoryview: gateway/httpbody.py; ``fast``: the handler answers
+        buffer, ``request.body`` a memoryview: gateway/edge/httpbody.py; ``fast``: the handler answers
         a POST with one response, never streamed, and reads only the request's method, path,
-        headers, body and app, so a small one may take the fast lane, gateway/fastlane.py; True
+        headers, body and app, so a small one may take the fast lane, gateway/edge/fastlane.py; True
         for every POST, or a function of the path saying which; not with tracing, whose spans
         read more of the request)."""
         endpoint = self.http(name, handler, admit, public, buffered, app.config.REQUEST_MAX_SIZE)

@@ -13,7 +13,7 @@ loops and listeners".
 gRPC reads ``GRPC_EXPERIMENTS`` once, when ``grpc`` is imported, so ``configure`` runs from
 ``gateway/__init__.py``; an operator's own ``GRPC_EXPERIMENTS`` wins. A name gRPC no longer knows
 costs one error line at start-up ("Unknown experiment") and nothing else. Triton, started by
-``gateway local``, does not inherit the gateway's value (gateway/localtriton.py).
+``gateway local``, does not inherit the gateway's value (gateway/local/localtriton.py).
 """
 
 from __future__ import annotations

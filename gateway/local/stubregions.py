@@ -4,7 +4,7 @@ Triton's python backend talks to each model's stub through a region under /dev/s
 (``triton_python_backend_shm_region_<uuid>``, 1 MiB and growing) that Triton unlinks when it unloads
 the model. A Triton stopped before it unloads its models (SIGTERM while it is still loading, a
 shutdown past ``stop``'s grace, SIGKILL) leaves its regions behind: memory nothing frees until the
-machine restarts. ``gateway local`` (gateway/localtriton.py) notes the regions that appear while
+machine restarts. ``gateway local`` (gateway/local/localtriton.py) notes the regions that appear while
 its Triton runs, keeps their list in Triton's work dir (``remember``), and once Triton and its
 stubs are gone unlinks those no process maps any more (``forget``, ``release``); a list left by a
 run that could not clean up (its supervisor SIGKILLed) is released at the next start.

@@ -9,7 +9,7 @@ The wheel needs hand-holding (docs/local-triton.md):
     (numpy<2 there: the 2.51 stub returns empty outputs with numpy 2).
 Triton is started in its own process group so that stopping it also ends every stub process; the
 python backend's shared-memory regions it leaves behind when stopped before it unloads its models
-are given back once the group is gone (gateway/stubregions.py).
+are given back once the group is gone (gateway/local/stubregions.py).
 
 Start-up says what is happening: Triton loads every model before it opens its HTTP and gRPC ports
 (so its repository index cannot be polled meanwhile), hence progress comes from its log, read as it
@@ -34,7 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway import grpcruntime, stubregions
+from gateway.local import stubregions
+from gateway.process import grpcruntime
 from gateway.settings import LocalTriton
 from gateway.startup import port_in_use, port_in_use_message
 
@@ -374,7 +375,7 @@ def _ours(tp: TritonProcess) -> bool:
     return f"Started HTTPService at {tp.cfg.host}:{tp.cfg.http_port}" in text
 
 
-def main() -> int:  # pragma: no cover - manual helper: python -m gateway.localtriton
+def main() -> int:  # pragma: no cover - manual helper: python -m gateway.local.localtriton
     tp = start(LocalTriton())
     print(f"triton ready: grpc {tp.grpc_target}, http {tp.http_url}", file=sys.stderr)
     try:

@@ -24,7 +24,7 @@ def orjson_dumps(obj, **_kw) -> str:
 
 def make_app(name: str, settings: Settings, edge: Edge | None = None) -> Sanic:
     # Sanic keeps a process-wide registry of app names; tests build many apps in one process.
-    # configure_logging=False: sanic's loggers propagate to the gateway's one handler (gateway/logs.py)
+    # configure_logging=False: sanic's loggers propagate to the gateway's one handler (gateway/observe/logs.py)
     app = Sanic(f"{name}_{next(_names)}", dumps=orjson_dumps, configure_logging=False)
     limits = settings.limits
     app.config.update(
@@ -39,7 +39,7 @@ def make_app(name: str, settings: Settings, edge: Edge | None = None) -> Sanic:
             "FALLBACK_ERROR_FORMAT": "json",
             "REQUEST_BUFFER_SIZE": 1 << 20,
             "MOTD": False,
-            "TOUCHUP": False,  # run once per process by the worker (app._touch_up), not once per app
+            "TOUCHUP": False,  # run once per process by the worker (edge/sanicx.touch_up), not once per app
         }
     )
     if edge is not None:

@@ -54,10 +54,10 @@ from sanic.helpers import has_message_body
 from sanic.http import Http, Stage
 from sanic.server.protocols.http_protocol import HttpProtocol
 
-from gateway import httpbody
 from gateway.core.parts import part_size
+from gateway.edge import httpbody
 
-log = logging.getLogger("gateway.fastlane")
+log = logging.getLogger("gateway.edge.fastlane")
 
 FAST = "fast_lane"  # the attribute Edge.route sets on a route's handler that may take the lane
 _REFUSED = frozenset(("transfer-encoding", "expect", "upgrade"))
@@ -107,7 +107,7 @@ class FastLane(HttpProtocol):
         # sanic's Http waiting for a request (its loop at the top: no request of its own still
         # finishing, no body left to drain), and the worker's TouchUp run (else sanic writes an alt-svc line)
         if (http is None or http.stage is not Stage.IDLE or getattr(http, "request", True) is not None
-                or not http.keep_alive or not Http.__touched__):
+                or not http.keep_alive or not getattr(Http, "__touched__", False)):
             return False
         end = data.find(b"\r\n\r\n")
         if end < 0 or end >= self._max_header:

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import yaml
 
-from gateway import localtriton
 from gateway.dialects import LISTENERS
+from gateway.local import localtriton
 from gateway.settings import Settings
 
 PD_PORTS = (1025, 2025, 2026, 3025, 3026)  # coordinator, P1, P2, D1, D2

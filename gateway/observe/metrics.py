@@ -39,6 +39,7 @@ from prometheus_client import (
 )
 
 import gateway
+from gateway.observe import fastpaths
 
 
 class _Flush:
@@ -78,6 +79,8 @@ UPSTREAM_LATENCY = Histogram("gateway_upstream_request_duration_seconds",
 UPSTREAM_SHM_BYTES = Counter("gateway_upstream_shared_memory_bytes",
                              "Bytes of input tensors handed to Triton through shared memory instead of gRPC "
                              "(upstream.shared_memory)")
+FAST_PATH = Gauge("gateway_fast_path", "1 when a fast path is on in this worker, 0 when off "
+                  "(a library piece missing, or turned off in the settings)", ["path"], multiprocess_mode="min")
 BUILD_INFO = Gauge("gateway_build_info", "Always 1; the labels say which gateway build is running",
                    ["version", "commit", "python"], multiprocess_mode="max")
 
@@ -134,7 +137,7 @@ def _inc(counter: Counter):
 # A request's five series (count, latency, bytes in and out, Triton's latency) are queued as one
 # tuple and written at most FLUSH_S later, grouped by labels: one increment per label set and one
 # histogram update per batch instead of a lock and a method call per series per request (as the
-# access lines are, gateway/logs.py). Reading the registry (a scrape, ``exposition``) writes
+# access lines are, gateway/observe/logs.py). Reading the registry (a scrape, ``exposition``) writes
 # them first; in multiprocess mode another worker's scrape sees them at most FLUSH_S late.
 FLUSH_S = 0.1
 FLUSH_BATCH = 1024
@@ -240,6 +243,15 @@ def _upstream_child(key: tuple):
     return child
 
 
+def _batch_observe_missing() -> list[str]:
+    """prometheus-client's histogram child fields ``observe_all`` writes (0.26, pinned)."""
+    child = Histogram("gateway_fence_probe", "probe", registry=None, buckets=(1.0,))
+    return [f"Histogram.{n}" for n in ("_upper_bounds", "_buckets", "_sum") if not hasattr(child, n)]
+
+
+BATCH_OBSERVE = fastpaths.declare("metrics_batch_observe", _batch_observe_missing())
+
+
 def observe_all(child, values: list[float]) -> None:
     """``child.observe(v)`` for every value, as one update of each bucket and of the sum: the
     histogram child's own values (prometheus-client 0.26, pinned; its ``observe`` adds 1 to the
@@ -247,7 +259,7 @@ def observe_all(child, values: list[float]) -> None:
     compares it with ``observe``."""
     bounds = getattr(child, "_upper_bounds", None)
     buckets = getattr(child, "_buckets", None)
-    if bounds is None or buckets is None or len(bounds) != len(buckets):
+    if not BATCH_OBSERVE or bounds is None or buckets is None or len(bounds) != len(buckets):
         for v in values:
             child.observe(v)
         return

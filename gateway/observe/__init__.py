@@ -1,0 +1,1 @@
+"""What every layer reports through: Prometheus metrics, log lines, traces."""

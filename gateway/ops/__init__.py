@@ -1,0 +1,1 @@
+"""What an operator calls: the admin listener, gRPC health, what `gateway check` finds."""
