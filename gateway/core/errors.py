@@ -6,7 +6,9 @@
 Triton's gRPC status codes become a GatewayError at the upstream edge (``from_grpc_code``); each
 dialect renders an ErrorKind in its own envelope through a table of its own
 (``ErrorKind -> (HTTP status, gRPC status, body)``) that must cover every kind: see
-``check_table``. Nothing outside ``gateway.upstream`` ever sees a grpc exception.
+``check_table``. Besides ``gateway.upstream``, grpc's own errors are seen by the V2 dialect (its
+passthrough and REST calls hand Triton's own status on in Triton's words, docs/v2.md), start-up's
+readiness probe, and tracing (a span's status); every other dialect sees GatewayError only.
 """
 
 from __future__ import annotations

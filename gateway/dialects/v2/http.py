@@ -234,7 +234,7 @@ def _parse(body: bytes, header: int, model: str, version: str,
     """The ModelInfer request's wire bytes and how to answer: a plain body written straight
     (plain.request), any other through the protobuf message (jsontensor.parse, calls.serialize).
     ``wire`` False: the message and its raw inputs (views of the body) only, no bytes (None), for
-    a request whose large inputs go through the shared-memory region (``_serialize``)."""
+    a request whose large inputs go through the shared-memory region (``Arena.send_placed`` in ``_infer``)."""
     doc = loads(body if header == len(body) else bytes(body[:header]))
     binary = memoryview(body)[header:]
     if wire:
