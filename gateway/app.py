@@ -185,8 +185,8 @@ class Worker:
 def freeze_heap() -> None:
     """Move what start-up built (modules, classes, settings, listeners: ~80,000 objects) out of the
     garbage collector's reach (``gc.freeze``), after one collection of start-up's garbage. Without
-    it each full collection walks all of them: ~50 ms with the worker holding everything up, every
-    few tens of thousands of requests (measured with gc.callbacks under a TF REST load); with it a
+    it each full collection walks all of them, the worker holding everything up meanwhile, every
+    few tens of thousands of requests (gc.callbacks under a TF REST load shows it); with it a
     full collection walks only what requests left behind. Objects made later are collected as usual.
     A worker process calls it once it serves (gateway/cli.py), not ``Worker.start``, which tests call
     many times in one process."""

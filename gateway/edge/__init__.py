@@ -146,8 +146,8 @@ class Edge:
 
     def http(self, route: str, handler: Callable[..., Awaitable[Any]], admit: bool = True, public: bool = False,
              buffered: bool = False, max_body: int | None = None):
-        """The route's endpoint; ``max_body``: the app's ``REQUEST_MAX_SIZE`` (read once: sanic's
-        config lookup cost 0.5 µs a request), None to read it from the request's app."""
+        """The route's endpoint; ``max_body``: the app's ``REQUEST_MAX_SIZE`` (read once, not
+        through sanic's config lookup per request), None to read it from the request's app."""
         admission = self.admission
         keys = None if public else self.keys
 

@@ -4,10 +4,9 @@ per-request machinery, every other request through sanic as before.
 Sanic handles each HTTP/1.1 request in its connection's task: the received bytes wake the task
 (an ``asyncio.Event``), ``http1_request_header`` parses the header, a ``Request`` is built (its URL
 parsed again by httptools), ``handle_request`` routes it, runs the handler, connects the answer to
-the stream and writes it through ``http1_response_header``. Measured against the floor of the
-stack (``floor_ratio.sh small``, a minimal Sanic route), that machinery is about 40 µs of the
-gateway's ~290 µs a small TF Serving predict on the 2-core build machine: the gateway's own work
-on top of it had been cut until what was left was its features.
+the stream and writes it through ``http1_response_header``. Against the floor of the stack
+(``floor_ratio.sh small``, a minimal Sanic route) that machinery is a large share of a small
+predict's CPU (docs/benchmarks.md).
 
 ``FastLane`` is sanic's ``HttpProtocol`` with one change in ``data_received``: when the connection
 is idle (sanic's ``Http`` waiting for a request, nothing buffered, no fast request in flight) and

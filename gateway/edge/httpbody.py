@@ -21,8 +21,7 @@ its chunk list.
 
 ``raw(body, ...)`` is ``sanic.response.raw``, and every dialect's answers are made by it: an
 ``Answer``, whose header lines are encoded without sanic's character stripping where there is
-nothing to strip (printable names and values: the same bytes, ~4 µs less for an answer's four
-lines); for a body of 64 KiB or more an ``Unjoined`` answer, which writes the header, then the
+nothing to strip (printable names and values: the same bytes); for a body of 64 KiB or more an ``Unjoined`` answer, which writes the header, then the
 body as it is (sanic writes ``header + body``: a copy of the whole body); the bytes on the wire
 are the same. The body is counted (the edge's access line, metrics) before sanic calls ``send``.
 
@@ -58,7 +57,7 @@ def received(stream) -> bytes | None:
     """The whole body when sanic has already received all of it (a small request's body nearly
     always comes in the same read as its header), else None for sanic's reader to read: the bytes
     and the stream's state are what ``request.receive_body()`` leaves, without its async generator
-    and its list of chunks (about 3 µs of a small predict in a loop, 6–7 µs live). Not for a chunked
+    and its list of chunks. Not for a chunked
     body, one over the size limit (sanic's reader refuses it), nor one waiting for its ``100 Continue``.
     Sanic's reader would also dispatch the ``http.lifecycle.read_body`` signal, which no gateway
     app handles."""
@@ -171,7 +170,7 @@ class _Into(asyncio.BufferedProtocol):
 class Answer(HTTPResponse):
     """``sanic.HTTPResponse`` whose header lines are encoded without a ``str.translate`` of each name
     and value. Sanic strips CR, LF and NUL from every name and value (``_sanitize_header_value``),
-    which took ~1 µs a line: most of the 7 µs its headers cost an answer of four. A printable name
+    most of what its header lines cost an answer. A printable name
     or value holds none of the three, so it is encoded as it is, and only one that is not goes
     through sanic's own stripping: the bytes are sanic's in every case
     (tests/unit/test_httpbody_answer.py holds them to sanic's for generated headers)."""

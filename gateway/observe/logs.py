@@ -132,8 +132,8 @@ def access(request_id: str, dialect: str, listener: str, route: str, model: str,
     While setup()'s handler is the only one, the line skips the LogRecord and the handler
     chain: its values are queued as they are, and the queued lines are formatted (the line its
     formatter writes) and written in one write at most ACCESS_FLUSH_S later, or at once past
-    ACCESS_BATCH lines (as nginx's ``access_log ... buffer= flush=``). In the gateway's loop a record
-    cost ~35 µs of CPU a request; this costs a few (docs/operations.md). Any other handler (a test's,
+    ACCESS_BATCH lines (as nginx's ``access_log ... buffer= flush=``): a fraction of what a
+    LogRecord through the handler chain costs a request (docs/operations.md). Any other handler (a test's,
     an operator's) gets the ordinary record, as does a call outside an event loop; ``flush()`` writes
     what is queued (at exit, and before setup() replaces the handler)."""
     handler = _fast

@@ -41,10 +41,9 @@ class ServiceNames:
 
     A generated ``add_*Servicer_to_server`` adds the same handlers twice, as a generic handler and
     as registered methods. With grpcio 1.85's grpc.aio, registered methods make every call on the
-    server dearer, theirs and the others': callgrind, instructions per V2 ModelInfer forwarded by a
-    bare grpc.aio handler (bench.grpc_features' plain one): 449 k; with the health service's
-    methods registered on the same server 460 k; with ModelInfer itself registered 466 k; with the
-    health service as a generic handler only 449 k. The generic handler finds the same method, so
+    server dearer, theirs and the others' (``python -m bench.instructions`` shows it: a bare
+    forwarder with and without the health service's methods registered beside it). The generic
+    handler finds the same method, so
     registered methods are dropped here (as is ``_registered_method`` on the upstream calls,
     gateway/upstream/client.py).
     """

@@ -3,8 +3,8 @@
 A 16 MiB binary body passes through several 16 MiB buffers per request (the body, the gRPC
 request, gRPC's own copies, the answer). With glibc's defaults each freed block at the top of the
 heap past twice the (dynamic) mmap threshold is given back to the kernel, and the next request
-faults every page in again: 12,000-15,000 minor faults and ~50 ms of system time per 16 MiB echo,
-half the gateway's CPU for it (docs/architecture.md, "Large bodies"). Fixing the mmap threshold at
+faults every page in again: thousands of minor faults per 16 MiB echo, a large share of the
+gateway's CPU for it (docs/architecture.md, "Large bodies"). Fixing the mmap threshold at
 32 MiB (glibc's own ceiling for the dynamic one) and the trim threshold at 128 MiB keeps up to
 128 MiB of freed heap per arena for reuse: the faults go, at the cost of that much resident memory
 after a burst. Called once per worker process; a no-op off glibc, and left to the operator when

@@ -1,12 +1,11 @@
-"""Parsing and rendering off the event loop, above a size threshold (issue 13).
+"""Parsing and rendering off the event loop, above a size threshold.
 
 Every listener of a worker shares one event loop: a body that takes 100 ms to parse there holds
 up every other request of the worker for 100 ms. ``run(size, fn, *args)`` calls ``fn`` inline when
 ``size`` (the body's or the answer's bytes) is at most ``limits.offload_bytes``, else in a small
 per-process thread pool (``limits.offload_threads``) and awaits it; in-flight requests (and so the
-pool's queue) are bounded by the edge's admission. Inline is cheaper for small inputs: a thread
-hop costs ~30-75 µs; parsing 64 KiB of TF JSON ~0.7 ms, writing 64 KiB of float text ~1.5 ms
-(docs/architecture.md, "Bounded resources").
+pool's queue) are bounded by the edge's admission. Inline is cheaper for small inputs, whose
+parse costs less than the thread hop (docs/architecture.md, "Bounded resources").
 """
 
 from __future__ import annotations

@@ -48,8 +48,7 @@ SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 def methods(channel: grpc.aio.Channel) -> SimpleNamespace:
     """Triton's RPCs on ``channel``, by name, with the serializers of its generated stub but not as
     registered methods, which cost every call more with grpcio 1.85 (gateway/ops/grpchealth.py,
-    ``ServiceNames``): callgrind, instructions per forwarded V2 ModelInfer, 449 k with the upstream
-    call unregistered, 460 k registered. A unary RPC is a ``direct.unary`` call (awaited, in the
+    ``ServiceNames``). A unary RPC is a ``direct.unary`` call (awaited, in the
     caller's task: gateway/upstream/direct.py); a streaming one grpc.aio's multicallable."""
     kinds = {(False, True): channel.unary_stream, (True, False): channel.stream_unary,
              (True, True): channel.stream_stream}

@@ -6,8 +6,7 @@ runs the call, a weak-set entry on the channel and a debug log call; the caller 
 task. ``unary(channel, method)`` gives the same call without them: the Cython call object grpc.aio
 itself creates (``AioChannel.call``) runs its one batch (``_AioCall.unary_unary``: send metadata,
 message and half-close, receive metadata, message and status) in the task that awaits it.
-Callgrind, instructions per forwarded V2 ModelInfer in bench/floor.py's forwarder: 459 k with the
-public call, 405 k with this one.
+``python -m bench.instructions`` counts what that saves a call.
 
 What a caller sees is what the public call gives: the answer (through ``deserializer``), or
 ``grpc.aio.AioRpcError`` built by grpc.aio's own function from the call's status (code, details,

@@ -1,7 +1,7 @@
 """Large input tensors handed to a Triton on the same host through POSIX shared memory.
 
 Over gRPC a large tensor is copied by grpc (slices, HTTP/2 frames, the socket) and by Triton on
-the way in: a 16 MiB tensor costs the gateway's worker ~15 ms of CPU that way. Through Triton's
+the way in, a large share of the worker's CPU for a 16 MiB tensor. Through Triton's
 system shared-memory extension it is one memcpy into a region Triton has mapped; the request then
 names the region, offset and size in the input's parameters (``shared_memory_region``,
 ``shared_memory_offset``, ``shared_memory_byte_size``) instead of carrying the bytes.
