@@ -73,17 +73,19 @@ def load_json(body: bytes, empty: bytes = b"{}") -> dict:
 def decode_predict(body: bytes) -> tuple[dict, GrpsMessage, np.ndarray | None]:
     """A predict JSON body → (its object, GrpsMessage, ndarray or None): one call, for the thread pool."""
     doc = load_json(body, b"")  # GRPS parses the body with rapidjson: an empty one is no JSON
-    msg, ndarray = message_from_json(doc)
+    msg, ndarray = message_from_json(doc, body)
     return doc, msg, ndarray
 
 
-def message_from_json(doc: dict) -> tuple[GrpsMessage, np.ndarray | None]:
-    """A predict JSON object → (GrpsMessage, ndarray or None), dispatched on its keys as GRPS does."""
+def message_from_json(doc: dict, body: bytes | memoryview | None = None) -> tuple[GrpsMessage, np.ndarray | None]:
+    """A predict JSON object → (GrpsMessage, ndarray or None), dispatched on its keys as GRPS does;
+    ``body``: its JSON text, when known (an ndarray body without a ``t`` or ``f`` has no bool in it)."""
     if any(k in doc for k in _PARSED_KEYS):
         return parse_message(doc), None
     if "ndarray" in doc:
         msg = parse_message({k: v for k, v in doc.items() if k in ("model", "status")})
-        return msg, ndarray_from_json(doc["ndarray"])
+        maybe_bool = body is None or _has_bool_token(body)
+        return msg, ndarray_from_json(doc["ndarray"], maybe_bool)
     if "bin_data" in doc or "binData" in doc:
         raise invalid("bin_data should use application/octet-stream format.")
     raise invalid("Have no legal member in json body.")
@@ -242,7 +244,7 @@ NDARRAY_RAGGED = "Parse NDArray failed: NDArray some array size not match."
 NDARRAY_NOT_NUMBER = "Parse NDArray failed: NDArray some array is not a number or array."
 
 
-def ndarray_from_json(value) -> np.ndarray:
+def ndarray_from_json(value, maybe_bool: bool = True) -> np.ndarray:
     """An ``ndarray`` value → one FP32 array, refused as GRPS's C++ handler refuses it.
 
     GRPS takes a bare number as a scalar and an array through ``ParseNDArray``; anything else is
@@ -250,7 +252,9 @@ def ndarray_from_json(value) -> np.ndarray:
     stops at the first empty array (``size <= 0``), array whose length differs from the first one
     seen at its depth (``size not match``) or element that is neither a number nor an array (a bool,
     a string, null, an object). numpy reads a well-formed array at C speed; only one it refuses, or
-    one with a bool or an empty dimension in it, is walked here to find GRPS's words."""
+    one with a bool or an empty dimension in it, is walked here to find GRPS's words (numpy reads a
+    bool among numbers as a number: ``maybe_bool`` False, when the body has no ``t`` or ``f``,
+    spares looking for one)."""
     if isinstance(value, bool) or not isinstance(value, int | float | list):
         raise invalid(NDARRAY_NOT_NUMBER_OR_ARRAY)
     with np.errstate(over="ignore"):  # past FP32's range: inf, as the C++ GetFloat gives
@@ -260,7 +264,7 @@ def ndarray_from_json(value) -> np.ndarray:
             arr = np.asarray(value)
         except (ValueError, OverflowError):  # ragged
             arr = None
-        if arr is None or arr.dtype.kind not in "iuf" or arr.size == 0 or _holds_bool(value):
+        if arr is None or arr.dtype.kind not in "iuf" or arr.size == 0 or maybe_bool and _holds_bool(value):
             shape, flat = _walk_ndarray(value)
             if len(flat) != math.prod(shape):  # arrays and numbers side by side: GRPS
                 raise invalid(  # takes them (its converter then refuses the tensor); Triton needs a shape
@@ -268,6 +272,13 @@ def ndarray_from_json(value) -> np.ndarray:
                     f"{dims_text(shape)}")
             arr = np.asarray(flat, dtype=np.float64).reshape(shape)
         return arr.astype(np.float32, copy=False)
+
+
+def _has_bool_token(body: bytes | memoryview) -> bool:
+    """Whether the text may hold ``true``/``false``: a ``t`` or an ``f`` anywhere (one byte, found at
+    memchr speed; no number has one, and ``{"ndarray": …}`` neither)."""
+    text = body if isinstance(body, bytes) else bytes(body)
+    return b"t" in text or b"f" in text
 
 
 def _holds_bool(value: list) -> bool:

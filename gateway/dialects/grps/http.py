@@ -126,7 +126,7 @@ async def _decode_predict(request: Request, doc: dict | None = None):
         # the body stays out of the message (oneof set, empty): predict takes it as the payload
         msg, ndarray = codec.GrpsMessage(bin_data=b""), None
     elif doc is not None:
-        msg, ndarray = codec.message_from_json(doc)
+        msg, ndarray = codec.message_from_json(doc, request.body)
     elif media == JSON:  # a large body is parsed in a thread (limits.offload_bytes)
         _, msg, ndarray = await offload.run(len(request.body), codec.decode_predict, request.body)
     else:

@@ -174,6 +174,13 @@ def test_ndarrays_grps_reads_are_read_as_it_reads_them(value, shape):
     assert np.array_equal(arr, flat)
 
 
+def test_a_bool_among_numbers_is_found_with_the_body_known_and_not():
+    for body in (b'{"ndarray": [[1.5, true]]}', None):
+        with pytest.raises(GatewayError, match="NDArray some array is not a number or array"):
+            codec.message_from_json({"ndarray": [[1.5, True]]}, body)
+    assert codec.message_from_json({"ndarray": [[1.5, 1]]}, b'{"ndarray": [[1.5, 1]]}')[1].tolist() == [[1.5, 1.0]]
+
+
 def test_an_ndarray_mixing_numbers_and_arrays_that_fill_no_shape_is_refused_in_the_gateways_words():
     # GRPS reads [1, [2, 3]] as shape [2, 2] with 3 values and leaves the refusal to its converter
     with pytest.raises(GatewayError, match=r"^NDArray mixes numbers and arrays at one depth: 3 values do not "
