@@ -101,10 +101,11 @@ class Clients:
             doc = json.loads(body)
         except ValueError:
             return LOST
-        if status == 200:
+        code = doc.get("status", {}).get("code", status)  # GRPS's code is the body's (HTTP 200 by default)
+        if code == 200:
             return CORRECT if doc.get("str_data") == "soak" and doc["status"]["status"] == "SUCCESS" else LOST
         failed = doc.get("status", {}).get("status") == "FAILURE"
-        return CLEAN if status in UPSTREAM_DOWN_HTTP and failed else (LOST, f"{status} {body[:200]!r}")
+        return CLEAN if code in UPSTREAM_DOWN_HTTP and failed else (LOST, f"{status} {body[:200]!r}")
 
     def grps_grpc(self) -> str:
         stub = grps_pb2_grpc.GrpsServiceStub(self._channel("grps_grpc"))
@@ -236,6 +237,8 @@ class Clients:
         status, body = self._http("grps_http", "POST", "/grps/v1/infer/predict",
                                   b'{"gtensors": {"tensors": [{"dtype": "DT_FLOAT32", "shape": [1, 2], '
                                   b'"flat_float32": [1.0]}]}}', {"Content-Type": "application/json"})
+        if self._envelope(body, "status") and isinstance(found := json.loads(body)["status"], dict):
+            status = found.get("code", status)  # GRPS's code is the body's (HTTP 200 by default)
         if self._envelope(body, "status") and (status == 400 or status in UPSTREAM_DOWN_HTTP):
             return CORRECT if status == 400 else CLEAN  # GRPS resolves the model before it reads tensors
         return LOST, f"{status} {body[:200]!r}"

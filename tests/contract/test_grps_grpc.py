@@ -104,10 +104,18 @@ def test_errors_travel_in_the_body_with_grpc_ok(stub):
 def test_metadata(stub):
     r = stub.ServerMetadata(GrpsMessage())
     assert ok(r) and "tiny_llm-1" in yaml.safe_load(r.str_data)["models"]
-    r = stub.ModelMetadata(GrpsMessage(str_data="tiny_llm-1"))
+    # GRPS's template client asks ModelMetadata(str_data='your_model'): inference.yml's bare name
+    r = stub.ModelMetadata(GrpsMessage(str_data="tiny_llm"))
     assert ok(r) and yaml.safe_load(r.str_data)["decoupled"] is True
-    r = stub.ModelMetadata(GrpsMessage(str_data=""))
-    assert (r.status.code, r.status.status) == (400, FAILURE)
+    r = stub.ModelMetadata(GrpsMessage(str_data="your_model"))
+    assert ok(r) and yaml.safe_load(r.str_data)["version"] == "1.0.0"
+    # grps_handler.cc: anything else is status {404, "Not Found", FAILURE} with an empty str_data set
+    not_found = GrpsMessage(str_data="")
+    not_found.status.code, not_found.status.msg, not_found.status.status = 404, "Not Found", FAILURE
+    for name in ("tiny_llm-1", "your_model-1.0.0", "", "nope"):
+        r = stub.ModelMetadata(GrpsMessage(str_data=name))
+        assert r.WhichOneof("data_oneof") == "str_data"
+        assert r.SerializeToString(deterministic=True) == not_found.SerializeToString(deterministic=True)
 
 
 def test_predict_streaming_delivers_messages_as_produced(stub):

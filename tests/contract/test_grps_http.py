@@ -33,6 +33,19 @@ def predict(url, body=None, params=None, **kw):
     return requests.post(f"{url}/grps/v1/infer/predict", json=body, params=params, timeout=30, **kw)
 
 
+def failure(code: int, msg: str, more: str = "") -> str:
+    """GRPS's SetStatus(code, msg, FAILURE) as its C++ Pb2json writes it (add_whitespace), ``more``
+    the fields after the status; the C++ server sends it with HTTP 200 (it never sets the status)."""
+    msg = msg.replace("<", "\\u003c").replace(">", "\\u003e")  # protobuf's JSON escapes (json_escaping.cc)
+    return (f'{{\n "status": {{\n  "code": {code},\n  "msg": "{msg}",\n  "status": "FAILURE"\n }}'
+            f"{more}\n}}\n")
+
+
+def assert_answer(r, body: str) -> None:
+    """The whole answer: HTTP 200, a JSON Content-Type, these bytes."""
+    assert (r.status_code, r.headers["content-type"], r.text) == (200, "application/json", body)
+
+
 # -- the seed's examples, verbatim ----------------------------------------------------------------
 @pytest.mark.parametrize("op", ["online", "live", "ready", "offline"])
 def test_health_endpoints_answer_ok(url, op):
@@ -44,8 +57,7 @@ def test_health_endpoints_answer_ok(url, op):
 def test_readiness_follows_the_online_switch(url):
     assert requests.get(f"{url}/grps/v1/health/offline", timeout=5).ok
     r = requests.get(f"{url}/grps/v1/health/ready", timeout=5)
-    assert r.status_code == 503
-    assert r.json() == {"status": {"code": 503, "msg": "Service Unavailable", "status": "FAILURE"}}
+    assert_answer(r, failure(503, "Service Unavailable"))  # grps_handler.cc CheckReadiness
     assert requests.post(f"{url}/grps/v1/health/online", json={}, timeout=5).json() == {"status": OK}
     assert requests.get(f"{url}/grps/v1/health/ready", timeout=5).json() == {"status": OK}
 
@@ -106,7 +118,7 @@ def test_seed_model_selection_query_and_body(url):
     r = predict(url, {"model": "your_model-1.0.0", "str_data": "hi"}, params={"model": "no_such-1"})
     assert r.json()["str_data"] == "hi"
     r = predict(url, {"model": "no_such-1", "str_data": "hi"}, params={"model": "your_model-1.0.0"})
-    assert r.status_code == 500 and r.json()["status"]["msg"] == "Not found model: no_such-1"  # GRPS's executor
+    assert_answer(r, failure(500, "Not found model: no_such-1"))  # GRPS's executor
 
 
 def test_seed_metadata_server_and_model_are_yaml(url):
@@ -115,12 +127,24 @@ def test_seed_metadata_server_and_model_are_yaml(url):
     doc = yaml.safe_load(r["str_data"])
     assert "saved_model_half_plus_three-123" in doc["models"] and "tiny_llm-1" in doc["models"]
     assert "gateway_config" not in doc["grps"]  # only with dialects.grps.server_metadata_config: true
-    r = requests.post(f"{url}/grps/v1/metadata/model", json={"str_data": "saved_model_half_plus_three-123"},
+    r = requests.post(f"{url}/grps/v1/metadata/model", json={"str_data": "saved_model_half_plus_three"},
                       timeout=10).json()
     doc = yaml.safe_load(r["str_data"])
     assert doc["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1], "optional": False}]
-    r = requests.post(f"{url}/grps/v1/metadata/model", json={"str_data": "nope-1"}, timeout=10)
-    assert r.status_code == 404 and r.json()["status"]["status"] == "FAILURE"
+
+
+def test_model_metadata_is_asked_by_inference_yml_name_as_grps_template_client_asks(url):
+    """GRPS's ModelMetadata compares str_data with inference.yml's models[].name, the bare name its
+    template client sends (``your_model``); ``name-version``, "" and unknown names are 404 ``Not Found``
+    (grps_handler.cc), with HTTP 200 and Content-Type application/json."""
+    r = requests.post(f"{url}/grps/v1/metadata/model", json={"str_data": "your_model"}, timeout=10)
+    assert r.status_code == 200 and r.json()["status"] == OK
+    doc = yaml.safe_load(r.json()["str_data"])
+    assert (doc["name"], doc["version"], doc["triton_model"], doc["triton_version"]) == \
+        ("your_model", "1.0.0", "grps_echo", "1")
+    for name in ("your_model-1.0.0", "saved_model_half_plus_three-123", "nope", ""):
+        r = requests.post(f"{url}/grps/v1/metadata/model", json={"str_data": name}, timeout=10)
+        assert_answer(r, failure(404, "Not Found"))
 
 
 # -- other Triton models and payload kinds --------------------------------------------------------
@@ -202,15 +226,66 @@ def test_streaming_delivers_messages_as_they_are_produced(url):
 
 
 # -- bad input ------------------------------------------------------------------------------------
+JSON_CT = {"content-type": "application/json"}
+TWO_INPUTS = {"gtensors": {"tensors": [{"name": "in1", "dtype": "DT_INT32", "shape": [1, 1], "flat_int32": [1]},
+                                       {"name": "f32", "dtype": "DT_FLOAT32", "shape": [1], "flat_float32": [1]}]}}
+INT_INPUT = {"gtensors": {"tensors": [TWO_INPUTS["gtensors"]["tensors"][0]]}}
+ND = {"return-ndarray": "true"}
+BOTH = {"streaming": "true", "return-ndarray": "true"}
+BAD = "Bad Request, err: "
+
+
+@pytest.mark.parametrize(
+    "kwargs,answer",
+    [
+        # PredictByHttp: streaming + return-ndarray is refused before the Content-Type is looked at
+        ({"json": {"str_data": "x"}, "params": BOTH},
+         failure(400, BAD + "Streaming and ret ndarray are not supported at the same time.")),
+        ({"data": b"{not json", "headers": {"content-type": "text/plain"}, "params": BOTH},
+         failure(400, BAD + "Streaming and ret ndarray are not supported at the same time.")),
+        ({"data": b"{}", "params": BOTH},
+         failure(400, BAD + "Streaming and ret ndarray are not supported at the same time.")),
+        # then the Content-Type: compared with application/json and application/octet-stream (brpc
+        # reads a missing one as "")
+        ({"data": b"{}", "headers": {"content-type": "text/plain"}}, failure(400, BAD + "Content type is not supported.")),
+        ({"data": b"{}"}, failure(400, BAD + "Content type is not supported.")),
+        ({"data": b"{}", "headers": {"content-type": ""}}, failure(400, BAD + "Content type is not supported.")),
+        # then rapidjson and the keys
+        ({"data": b"{not json", "headers": JSON_CT}, failure(400, BAD + "Parse json failed.")),
+        ({"data": b"", "headers": JSON_CT}, failure(400, BAD + "Parse json failed.")),
+        ({"json": {"bin_data": "aGk="}}, failure(400, BAD + "bin_data should use application/octet-stream format.")),
+        ({"json": {"foo": 1}}, failure(400, BAD + "Have no legal member in json body.")),
+        # ParseNDArray (depth first: the first refusal)
+        ({"json": {"ndarray": [[1, 2], [3]]}}, failure(400, BAD + "Parse NDArray failed: NDArray some array size not match.")),
+        ({"json": {"ndarray": [[1, 2], []]}}, failure(400, BAD + "Parse NDArray failed: NDArray some array size <= 0.")),
+        ({"json": {"ndarray": [[1, "a"], [2]]}},
+         failure(400, BAD + "Parse NDArray failed: NDArray some array is not a number or array.")),
+        ({"json": {"ndarray": [[1, True]]}},
+         failure(400, BAD + "Parse NDArray failed: NDArray some array is not a number or array.")),
+        ({"json": {"ndarray": "x"}}, failure(400, BAD + "NDArray is not number or array.")),
+        ({"json": {"ndarray": None}}, failure(400, BAD + "NDArray is not number or array.")),
+        # the executor: any exception is status 500 with its text
+        ({"json": {"model": "no_such_model-1", "str_data": "x"}}, failure(500, "Not found model: no_such_model-1")),
+        # GenNDArrayFromGrpsMsg (str_data, bin_data and gtensors cleared; gmap kept)
+        ({"json": TWO_INPUTS, "params": ND}, failure(500, "NDArray only support one tensor")),
+        ({"json": INT_INPUT, "params": ND}, failure(500, "NDArray only support float32")),
+        ({"json": {"str_data": "x"}, "params": ND}, failure(500, "No tensors in output. Cannot convert to ndarray.")),
+        ({"json": {"gmap": {"s_s": {"text": "hi"}}}, "params": ND},
+         failure(500, "No tensors in output. Cannot convert to ndarray.",
+                 ',\n "gmap": {\n  "s_s": {\n   "text_out": "hi"\n  }\n }')),
+    ],
+)
+def test_grps_refusals_are_the_cpp_servers_whole_answer(url, kwargs, answer):
+    """Texts, codes and order from server/cpp_server/src/handler/grps_handler.cc (PredictByHttp,
+    ParseNDArray, GenNDArrayFromGrpsMsg), printed by Pb2json, sent with HTTP 200."""
+    r = requests.post(f"{url}/grps/v1/infer/predict", timeout=30, **kwargs)
+    assert_answer(r, answer)
+    assert predict(url, {"str_data": "still serving"}).json()["str_data"] == "still serving"
+
+
 @pytest.mark.parametrize(
     "kwargs,code,text",
-    [
-        ({"data": b"{not json", "headers": {"content-type": "application/json"}}, 400, "Parse json failed"),
-        ({"data": b"{}", "headers": {"content-type": "text/plain"}}, 400, "Content type is not supported"),
-        ({"data": b"{}", "headers": {"content-type": ""}}, 400, "No content type"),
-        ({"json": {"bin_data": "aGk="}}, 400, "bin_data should use application/octet-stream"),
-        ({"json": {"foo": 1}}, 400, "Have no legal member"),
-        ({"json": {"model": "no_such_model-1", "str_data": "x"}}, 500, "Not found model: no_such_model-1"),
+    [  # refusals of the gateway's own (a Triton model's declared inputs; GRPS's converters differ)
         ({"json": {"gtensors": {"tensors": [{"name": "in1", "dtype": "DT_INT32", "shape": [3, 2],
                                              "flat_int32": [1, 2, 3]}]}}}, 400, "do not fill shape [3, 2]"),
         ({"json": {"gtensors": {"tensors": [{"name": "nope", "dtype": "DT_INT32", "shape": [1],
@@ -219,18 +294,14 @@ def test_streaming_delivers_messages_as_they_are_produced(url):
                                              "flat_float32": [1]}]}}}, 400, "is INT32, not FP32"),
         ({"json": {"gtensors": {"tensors": [{"name": "u8", "dtype": "DT_UINT8", "shape": [1],
                                              "flat_uint8": [256]}]}}}, 400, "out of range for DT_UINT8"),
-        ({"json": {"ndarray": [[1, 2], [3]]}}, 400, "NDArray some array size not match"),
-        ({"json": {"ndarray": [["a"]]}}, 400, "NDArray is not number or array"),
         ({"json": {"ndarray": [1, 2]}}, 400, "rank 3"),
-        ({"json": {"str_data": "x"}, "params": {"streaming": "true", "return-ndarray": "true"}}, 400,
-         "Streaming and ret ndarray are not supported at the same time."),
         ({"json": {"model": "saved_model_half_plus_three-123", "str_data": "x"}}, 400, "has no BYTES input"),
     ],
 )
 def test_bad_input_is_a_failure_with_the_right_code(url, kwargs, code, text):
     r = requests.post(f"{url}/grps/v1/infer/predict", timeout=30, **kwargs)
     body = r.json()
-    assert r.status_code == code, body
+    assert r.status_code == 200, body  # the C++ server's HTTP status (dialects.grps.http_error_status: false)
     assert body["status"]["code"] == code and body["status"]["status"] == "FAILURE"
     assert text in body["status"]["msg"]
     assert "Traceback" not in body["status"]["msg"]

@@ -175,6 +175,12 @@ ERRORS = [
      f"Servable not found for request: Specific({HP3}, 7)"),
     ("POST", "/v1/models/hp3/labels/nope:predict", '{"instances": [1.0]}', 400,
      "Unrecognized servable version label: nope"),
+    # ServerCore resolves the label before it looks for the model (GetModelVersionForLabel)
+    ("POST", "/v1/models/nope/labels/stable:predict", '{"instances": [1.0]}', 400,
+     "Unrecognized servable version label: stable"),
+    ("GET", "/v1/models/nope/labels/stable/metadata", None, 400, "Unrecognized servable version label: stable"),
+    ("POST", "/v1/models/hp3/labels/broken:predict", '{"instances": [1.0]}', 404,
+     "Servable not found for request: Specific(hp3, 7)"),
     ("POST", f"/v1/models/{HP3}:regress", '{"signature_name": "tensorflow/serving/regress"}', 400, None),
     ("GET", "/v1/models/nope", None, 404, "Could not find any versions of model nope"),
     ("GET", f"/v1/models/{HP3}/versions/7", None, 404, f"Could not find version 7 of model {HP3}"),

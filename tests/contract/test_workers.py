@@ -32,11 +32,13 @@ def two_workers(triton, tmp_path_factory):
 
 
 def _fresh(url: str) -> list[tuple[int, str]]:
-    """``FRESH`` GETs, each on a connection of its own: (status, the worker's request-id prefix)."""
+    """``FRESH`` GETs, each on a connection of its own: (GRPS's status code, the worker's request-id
+    prefix); the code is the body's (the HTTP status is 200, as GRPS's C++ server answers)."""
     out = []
     for _ in range(FRESH):
         r = requests.get(url, headers={"Connection": "close"}, timeout=10)
-        out.append((r.status_code, r.headers["X-Request-Id"].split("-")[0]))
+        assert r.status_code == 200
+        out.append((r.json()["status"]["code"], r.headers["X-Request-Id"].split("-")[0]))
     return out
 
 
@@ -104,7 +106,7 @@ def test_workers_auto_starts_one_per_cpu_the_process_may_use(triton, tmp_path, a
     try:
         assert f"workers: auto: {expected} ({expected} usable CPUs)" in gw.log_path.read_text()
         assert len(serving_workers(gw)) == (expected if expected > 1 else 0)  # one worker: in the process itself
-        seen = _fresh(gw.url("grps_http") + "/grps/v1/health/ready")
+        seen = _fresh(gw.url("grps_http") + "/grps/v1/health/live")
         assert [s for s, _ in seen] == [200] * FRESH
         assert len({w for _, w in seen}) == expected
     finally:

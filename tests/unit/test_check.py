@@ -226,8 +226,8 @@ async def test_grps_outputs_and_constants(tmp_path):
     assert errors(r, "grps") == [
         "a-1: str_output 'y' is not a BYTES output of model 'saved_model_half_plus_three' (it has: y FP32 [-1]); "
         "str_data answers fall back to gtensors",
-        "b-1: ndarray_output 'text_out': return-ndarray answers fail: No float32 tensors in output. Cannot "
-        "convert to ndarray. (outputs: text_out BYTES [1])",
+        "b-1: ndarray_output 'text_out': return-ndarray answers fail: NDArray only support float32 "
+        "(outputs: text_out BYTES [1])",
         "c-1: constant input 'x': input 'x' of model 'saved_model_half_plus_three' is FP32; got 'many'",
     ]
     assert warnings(r, "grps") == ["c-1: constant input 'no_such' is ignored: model 'saved_model_half_plus_three' "

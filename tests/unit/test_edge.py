@@ -7,6 +7,8 @@ gRPC server with no methods (nothing here needs Triton: refused requests never r
 
 from __future__ import annotations
 
+import json
+
 import aiohttp
 import grpc
 import orjson
@@ -76,7 +78,11 @@ def test_every_dialect_renders_every_error_kind(dialect):
         err = GatewayError(kind, "what happened")
         resp = errors.http(err)
         if kind in HTTP.get(dialect.name, {}):
-            assert resp.status == HTTP[dialect.name][kind], (dialect.name, kind)
+            expected = HTTP[dialect.name][kind]
+            if dialect.name == "grps":  # the C++ server: HTTP 200, the code in the body; brpc's refusals keep theirs
+                assert json.loads(resp.body)["status"]["code"] == expected, kind
+                expected = expected if kind in (K.OVERLOADED, K.UNAUTHENTICATED) else 200
+            assert resp.status == expected, (dialect.name, kind)
         else:
             assert 400 <= resp.status < 600
         answer = errors.grpc(err)

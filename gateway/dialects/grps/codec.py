@@ -12,6 +12,7 @@ protobuf C++ printer writes it. Nothing here does I/O.
 
 from __future__ import annotations
 
+import math
 import sys
 
 import numpy as np
@@ -54,11 +55,11 @@ def failure(code: int, text: str) -> GrpsMessage:
 
 
 # -- JSON -----------------------------------------------------------------------------------------
-def load_json(body: bytes) -> dict:
+def load_json(body: bytes, empty: bytes = b"{}") -> dict:
     """A JSON body → its top-level object (400 when it is not JSON or not an object, or nests
-    deeper than limits.max_json_depth)."""
+    deeper than limits.max_json_depth); an empty body reads as ``empty`` (b"": not JSON)."""
     try:
-        doc = orjson.loads(body or b"{}")
+        doc = orjson.loads(body or empty)
     except orjson.JSONDecodeError:
         raise invalid("Parse json failed.") from None
     if not isinstance(doc, dict):
@@ -71,18 +72,20 @@ def load_json(body: bytes) -> dict:
 
 def decode_predict(body: bytes) -> tuple[dict, GrpsMessage, np.ndarray | None]:
     """A predict JSON body → (its object, GrpsMessage, ndarray or None): one call, for the thread pool."""
-    doc = load_json(body)
-    msg, ndarray = message_from_json(doc)
+    doc = load_json(body, b"")  # GRPS parses the body with rapidjson: an empty one is no JSON
+    msg, ndarray = message_from_json(doc, body)
     return doc, msg, ndarray
 
 
-def message_from_json(doc: dict) -> tuple[GrpsMessage, np.ndarray | None]:
-    """A predict JSON object → (GrpsMessage, ndarray or None), dispatched on its keys as GRPS does."""
+def message_from_json(doc: dict, body: bytes | memoryview | None = None) -> tuple[GrpsMessage, np.ndarray | None]:
+    """A predict JSON object → (GrpsMessage, ndarray or None), dispatched on its keys as GRPS does;
+    ``body``: its JSON text, when known (an ndarray body without a ``t`` or ``f`` has no bool in it)."""
     if any(k in doc for k in _PARSED_KEYS):
         return parse_message(doc), None
     if "ndarray" in doc:
         msg = parse_message({k: v for k, v in doc.items() if k in ("model", "status")})
-        return msg, ndarray_from_json(doc["ndarray"])
+        maybe_bool = body is None or _has_bool_token(body)
+        return msg, ndarray_from_json(doc["ndarray"], maybe_bool)
     if "bin_data" in doc or "binData" in doc:
         raise invalid("bin_data should use application/octet-stream format.")
     raise invalid("Have no legal member in json body.")
@@ -234,18 +237,77 @@ def _alias_flat_double(doc: dict) -> None:
                 t["flat_float64"] = t.pop(key)
 
 
-def ndarray_from_json(value) -> np.ndarray:
-    """A nested list of numbers → one FP32 array (ragged, empty or non-numeric arrays are 400)."""
-    try:
-        arr = np.asarray(value)
-    except ValueError:
-        raise invalid("NDArray some array size not match.") from None
-    if arr.dtype.kind not in "iuf" or arr.ndim == 0 and not isinstance(value, (int, float)):
-        raise invalid("NDArray is not number or array.")
-    if arr.size == 0:
-        raise invalid("NDArray must not be empty.")
-    with np.errstate(over="ignore"):  # past FP32's range: inf, as the C++ cast gives
+# GRPS's C++ texts for an ``ndarray`` it cannot read (server/cpp_server/src/handler/grps_handler.cc)
+NDARRAY_NOT_NUMBER_OR_ARRAY = "NDArray is not number or array."
+NDARRAY_EMPTY = "Parse NDArray failed: NDArray some array size <= 0."
+NDARRAY_RAGGED = "Parse NDArray failed: NDArray some array size not match."
+NDARRAY_NOT_NUMBER = "Parse NDArray failed: NDArray some array is not a number or array."
+
+
+def ndarray_from_json(value, maybe_bool: bool = True) -> np.ndarray:
+    """An ``ndarray`` value → one FP32 array, refused as GRPS's C++ handler refuses it.
+
+    GRPS takes a bare number as a scalar and an array through ``ParseNDArray``; anything else is
+    ``NDArray is not number or array.``. ``ParseNDArrayShapeAndVal`` walks the array depth first and
+    stops at the first empty array (``size <= 0``), array whose length differs from the first one
+    seen at its depth (``size not match``) or element that is neither a number nor an array (a bool,
+    a string, null, an object). numpy reads a well-formed array at C speed; only one it refuses, or
+    one with a bool or an empty dimension in it, is walked here to find GRPS's words (numpy reads a
+    bool among numbers as a number: ``maybe_bool`` False, when the body has no ``t`` or ``f``,
+    spares looking for one)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | list):
+        raise invalid(NDARRAY_NOT_NUMBER_OR_ARRAY)
+    with np.errstate(over="ignore"):  # past FP32's range: inf, as the C++ GetFloat gives
+        if not isinstance(value, list):
+            return np.asarray(value, dtype=np.float64).astype(np.float32)
+        try:
+            arr = np.asarray(value)
+        except (ValueError, OverflowError):  # ragged
+            arr = None
+        if arr is None or arr.dtype.kind not in "iuf" or arr.size == 0 or maybe_bool and _holds_bool(value):
+            shape, flat = _walk_ndarray(value)
+            if len(flat) != math.prod(shape):  # arrays and numbers side by side: GRPS
+                raise invalid(  # takes them (its converter then refuses the tensor); Triton needs a shape
+                    f"NDArray mixes numbers and arrays at one depth: {len(flat)} values do not fill shape "
+                    f"{dims_text(shape)}")
+            arr = np.asarray(flat, dtype=np.float64).reshape(shape)
         return arr.astype(np.float32, copy=False)
+
+
+def _has_bool_token(body: bytes | memoryview) -> bool:
+    """Whether the text may hold ``true``/``false``: a ``t`` or an ``f`` anywhere (one byte, found at
+    memchr speed; no number has one, and ``{"ndarray": …}`` neither)."""
+    text = body if isinstance(body, bytes) else bytes(body)
+    return b"t" in text or b"f" in text
+
+
+def _holds_bool(value: list) -> bool:
+    """Whether a nested list that numpy read as numbers has a JSON true/false in it (numpy reads them
+    as 1 and 0; GRPS refuses them): orjson writes them as ``true``/``false``, numbers never."""
+    text = orjson.dumps(value)
+    return b"t" in text or b"f" in text
+
+
+def _walk_ndarray(value: list) -> tuple[list[int], list]:
+    """GRPS's ``ParseNDArrayShapeAndVal``: (shape, values), depth first, its first refusal raised."""
+    shape: list[int] = []
+    flat: list = []
+    stack = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, list):
+            if not node:
+                raise invalid(NDARRAY_EMPTY)
+            if len(shape) <= depth:
+                shape.append(len(node))
+            elif shape[depth] != len(node):
+                raise invalid(NDARRAY_RAGGED)
+            stack.extend((v, depth + 1) for v in reversed(node))
+        elif isinstance(node, int | float) and not isinstance(node, bool):
+            flat.append(node)
+        else:
+            raise invalid(NDARRAY_NOT_NUMBER)
+    return shape, flat
 
 
 def message_to_json(msg: GrpsMessage, pretty: bool = True) -> bytes:

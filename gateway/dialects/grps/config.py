@@ -3,8 +3,9 @@
     dialects:
       grps:
         default_model: grps_echo-1       # used when a request names no model
-        start_online: true               # GRPS itself starts offline; set false to imitate it
-        http_error_status: true          # false: answer errors with HTTP 200 (the C++ server)
+        start_online: false              # as GRPS: /ready fails until /online (true: online at start)
+        http_error_status: false         # as the C++ server: errors with HTTP 200, the code in the body
+                                         #   (true: the code as the HTTP status, as GRPS's py server)
         pretty_json: true                # JSON text byte-identical to the C++ server (false: compact)
         server_metadata_config: false    # true: ServerMetadata also returns this section (as GRPS
                                          #   returns its yml files); false: version, online, models
@@ -60,8 +61,8 @@ class ModelRule(Strict):
 
 class GrpsSettings(Strict):
     default_model: str = "grps_echo-1"
-    start_online: bool = True
-    http_error_status: bool = True
+    start_online: bool = False
+    http_error_status: bool = False
     pretty_json: bool = True
     server_metadata_config: bool = False  # ServerMetadata shows this section only when true
     default_max_tokens: Annotated[int, Field(ge=1)] = 64

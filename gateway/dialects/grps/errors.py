@@ -52,10 +52,16 @@ _BEFORE_GRPS = {ErrorKind.OVERLOADED: grpc.StatusCode.UNAVAILABLE,
 class ExecutorError(GatewayError):
     """What GRPS's executor throws while predicting, e.g. ``Not found model: <name>``
     (server/cpp_server/src/executor/executor.cc): the predict handler answers any exception of
-    ``Executor::Infer`` with status 500 and the exception's text as it is (grps_handler.cc). Its
-    kind still says what happened (metrics, access log)."""
+    ``Executor::Infer`` with status 500 and the exception's text as it is (grps_handler.cc); so
+    does its ``return-ndarray`` writer for an answer it cannot write. Its kind still says what
+    happened (metrics, access log). ``answer``: the message GRPS sends with that status, when it
+    carries more than the status (a gmap answer keeps its gmap)."""
 
-    __slots__ = ()
+    __slots__ = ("answer",)
+
+    def __init__(self, kind: ErrorKind, message: str, answer: codec.GrpsMessage | None = None):
+        super().__init__(kind, message)
+        self.answer = answer
 
 
 def render(err: GatewayError) -> tuple[int, str]:
@@ -84,13 +90,22 @@ class Rendering:
         return GatewayError(ErrorKind.OVERLOADED, f"Reached server's max_concurrency={limit}")
 
     def message(self, err: GatewayError, status: int | None = None) -> codec.GrpsMessage:
-        code, msg = render(err)
-        return codec.failure(status or code, msg)
+        code, text = render(err)
+        answer = getattr(err, "answer", None)
+        if answer is None:
+            return codec.failure(status or code, text)
+        msg = codec.GrpsMessage()
+        msg.CopyFrom(answer)
+        msg.status.code, msg.status.msg, msg.status.status = status or code, text, codec.FAILURE
+        return msg
 
     def http(self, err: GatewayError, status: int | None = None):
+        """``status``: the HTTP status of a refusal before any handler ran (no route, a body too
+        large: brpc's own, before GRPS), sent as it is; GRPS's own failures go with HTTP 200 unless
+        ``http_error_status``."""
         msg = self.message(err, status)
         code = msg.status.code
-        if not self.cfg.http_error_status and err.kind not in _BEFORE_GRPS:
+        if not self.cfg.http_error_status and status is None and err.kind not in _BEFORE_GRPS:
             code = 200  # the C++ server answers HTTP 200 with the failure in the body
         body = codec.message_to_json(msg, self.cfg.pretty_json)
         return httpbody.raw(body, status=code, content_type="application/json")

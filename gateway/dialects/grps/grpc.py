@@ -51,7 +51,10 @@ class GrpsServicer:
         return await self.svc.server_metadata()
 
     async def ModelMetadata(self, request, context):  # noqa: N802
-        return await self.svc.model_metadata(request)
+        out = await self.svc.model_metadata(request)
+        if out.status.status == codec.FAILURE:
+            out.str_data = ""  # GRPS's gRPC ModelMetadata sets an empty str_data with its Not Found
+        return out
 
 
 UNARY = ("Online", "Offline", "CheckLiveness", "CheckReadiness", "Predict", "ServerMetadata", "ModelMetadata")

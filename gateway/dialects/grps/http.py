@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import numpy as np
+import orjson
 from sanic import Request, Sanic
 
 from gateway.call import stream_headers
@@ -87,9 +88,14 @@ async def _predict(request: Request):
             model, inputs = found
             body = await svc.predict_plain(model or _arg(request, "model"), inputs)
             return httpbody.raw(body, content_type=JSON)
-    msg, ndarray, streaming = await _decode_predict(request, svc, doc)
+    # GRPS's order (PredictByHttp): the streaming switch and return-ndarray first, then the body
+    seen = doc
+    if seen is None and svc.cfg.streaming.ctrl_mode == "body_param":  # the body as JSON, whatever its type
+        seen = await offload.run(len(request.body), _json_object, request.body)
+    streaming = _streaming(request, svc, seen)
     if streaming and return_ndarray:
         raise invalid("Streaming and ret ndarray are not supported at the same time.")
+    msg, ndarray = await _decode_predict(request, doc)
     payload = request.body if msg.WhichOneof("data_oneof") == "bin_data" and not msg.bin_data else None
     if streaming:
         if payload is not None:
@@ -103,7 +109,7 @@ async def _predict(request: Request):
 def _plain_doc(request: Request) -> dict | None:
     """A small JSON body's object (parsed inline), else None (for the general path to read)."""
     body = request.body
-    if not offload.inline(len(body)):
+    if not body or not offload.inline(len(body)):  # empty: not JSON (the general path says so)
         return None
     ctype = request.headers.get("content-type")
     if ctype != JSON and (not ctype or ctype.split(";", 1)[0].strip().lower() != JSON):
@@ -111,33 +117,41 @@ def _plain_doc(request: Request) -> dict | None:
     return codec.load_json(body)
 
 
-async def _decode_predict(request: Request, svc: GrpsService, doc: dict | None = None):
-    """The request → (GrpsMessage with its model set, ndarray or None, streaming flag); ``doc``: the
-    JSON body already parsed (``_plain_doc``)."""
-    ctype = request.headers.get("content-type")
-    if not ctype:
-        raise invalid("No content type in headers.")
-    media = ctype.split(";", 1)[0].strip().lower()
+async def _decode_predict(request: Request, doc: dict | None = None):
+    """The request → (GrpsMessage with its model set, ndarray or None); ``doc``: the JSON body
+    already parsed (``_plain_doc``). A missing Content-Type is one GRPS does not support either
+    (brpc reads it as "")."""
+    media = (request.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
     if media == OCTET:
         # the body stays out of the message (oneof set, empty): predict takes it as the payload
-        msg, ndarray, doc = codec.GrpsMessage(bin_data=b""), None, {}
+        msg, ndarray = codec.GrpsMessage(bin_data=b""), None
     elif doc is not None:
-        msg, ndarray = codec.message_from_json(doc)
+        msg, ndarray = codec.message_from_json(doc, request.body)
     elif media == JSON:  # a large body is parsed in a thread (limits.offload_bytes)
-        doc, msg, ndarray = await offload.run(len(request.body), codec.decode_predict, request.body)
+        _, msg, ndarray = await offload.run(len(request.body), codec.decode_predict, request.body)
     else:
         raise invalid("Content type is not supported.")
     if not msg.model:
         msg.model = _arg(request, "model")
-    return msg, ndarray, _streaming(request, svc, doc)
+    return msg, ndarray
 
 
 def _streaming(request: Request, svc: GrpsService, doc: dict) -> bool:
+    """GRPS's ``IfHttpStreaming``, asked before the body is decoded; ``doc``: the body as a JSON
+    object (read whatever its Content-Type; ``{}`` when it is not one), used in ``body_param`` mode."""
     ctrl = svc.cfg.streaming
     if ctrl.ctrl_mode == "body_param":
         return doc.get(ctrl.ctrl_key) is True
     value = request.headers.get(ctrl.ctrl_key, "") if ctrl.ctrl_mode == "header_param" else _arg(request, ctrl.ctrl_key)
     return str(value).lower() == "true"
+
+
+def _json_object(body: bytes) -> dict:
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def _arg(request: Request, name: str) -> str:

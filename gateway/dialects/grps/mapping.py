@@ -16,11 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gateway.core.bounded import check_name
-from gateway.core.errors import ErrorKind, GatewayError, invalid
+from gateway._proto import grps_pb2
+from gateway.core.bounded import LIMITS, check_name
+from gateway.core.errors import ErrorKind, invalid
 from gateway.core.tensors import InferRequest, InferResponse, ModelMetadata, Tensor, TensorSpec
 
-from . import codec
+from . import codec, errors
 from .config import GrpsSettings, ModelRule
 
 # GRPS's proto: ``NDArrayData {}`` is a placeholder ("HTTP only"); the C++ server's converters then
@@ -46,6 +47,27 @@ def resolve(name: str, cfg: GrpsSettings) -> Target:
     base, sep, version = name.rpartition("-")
     model, version = (base, version) if sep and base and version.isdigit() else (name, "")
     return Target(name, model, version, rule or cfg.models.get(model) or _NO_RULE)
+
+
+# GRPS's C++ texts for an answer ``?return-ndarray=true`` cannot write (grps_handler.cc, GenNDArrayFromGrpsMsg)
+NDARRAY_NO_TENSORS = "No tensors in output. Cannot convert to ndarray."
+NDARRAY_ONE = "NDArray only support one tensor"
+NDARRAY_FLOAT32 = "NDArray only support float32"
+
+def model_entry(name: str, cfg: GrpsSettings) -> tuple[str, str, Target] | None:
+    """GRPS's inference.yml ``models[]`` entry called ``name`` → (name, version, its target); None
+    when there is none. A configured ``<name>-<version>`` (the version starting with a digit, as
+    ``1.0.0``) or bare ``<name>`` key is an entry of that name (the first such key); any other name is taken as a Triton model's (Triton's version
+    policy), which the caller looks up. So ``your_model`` is an entry and ``your_model-1.0.0`` not."""
+    if not name or len(name) > LIMITS.max_name_chars:
+        return None
+    for key in cfg.models:
+        base, sep, version = key.rpartition("-")
+        if not (sep and base and version[:1].isdigit()):
+            base, version = key, ""
+        if base == name:
+            return name, version, resolve(key, cfg)
+    return name, "", Target(name, name, "", cfg.models.get(name) or _NO_RULE)
 
 
 _NO_RULE = ModelRule()  # frozen (settings.Strict): one instance serves every model without a rule
@@ -196,11 +218,11 @@ def from_response(
     gmap a gmap request carried its strings in (``codec.request_bytes_map``), where BYTES outputs go."""
     outputs = ordered(resp.outputs, meta)
     msg = codec.ok()
-    if return_ndarray:
-        return msg, _ndarray_output(outputs, rule.ndarray_output)
     if kind in ("str_data", "bin_data"):
         text = _bytes_output(outputs, rule.str_output)
         if text is not None:
+            if return_ndarray:  # the answer holds no tensors (GRPS clears str_data and bin_data)
+                raise errors.ExecutorError(ErrorKind.UNIMPLEMENTED, NDARRAY_NO_TENSORS)
             if kind == "bin_data" and raw:
                 return msg, text
             if kind == "bin_data":
@@ -210,7 +232,11 @@ def from_response(
             return msg, None
     if kind == "gmap":
         codec.gmap_from_tensors(outputs, msg.gmap, bytes_map)
+        if return_ndarray:  # no tensors; GRPS clears str_data, bin_data and gtensors, and leaves gmap
+            raise errors.ExecutorError(ErrorKind.UNIMPLEMENTED, NDARRAY_NO_TENSORS, msg)
         return msg, None
+    if return_ndarray:
+        return msg, _ndarray_output(outputs, rule.ndarray_output)
     msg.gtensors.SetInParent()
     for t in outputs:
         codec.tensor_to_generic(t, msg.gtensors.tensors.add())
@@ -236,8 +262,17 @@ def _bytes_output(outputs: list[Tensor], configured: str) -> bytes | memoryview 
 
 
 def _ndarray_output(outputs: list[Tensor], configured: str) -> np.ndarray:
-    for t in outputs:
-        if (t.name == configured) if configured else t.datatype == "FP32":
-            if t.datatype == "FP32":
-                return t.data
-    raise GatewayError(ErrorKind.UNIMPLEMENTED, "No float32 tensors in output. Cannot convert to ndarray.")
+    """The one FP32 output a ``return-ndarray`` answer writes, refused as GRPS refuses it
+    (``GenNDArrayFromGrpsMsg``): GRPS's answer holds the tensors its converter gave, here every
+    output of the model, or the one named ``ndarray_output`` (the converter's choice)."""
+    if configured:
+        outputs = [t for t in outputs if t.name == configured]
+    if len(outputs) != 1 or outputs[0].datatype != "FP32":
+        for t in outputs:  # GRPS's converter gave GenericTensors: a type it cannot hold fails first
+            codec.tensor_to_generic(t, grps_pb2.GenericTensor())
+        text = NDARRAY_NO_TENSORS if not outputs else NDARRAY_ONE if len(outputs) > 1 else NDARRAY_FLOAT32
+        raise errors.ExecutorError(ErrorKind.UNIMPLEMENTED, text)
+    data = outputs[0].data
+    if data.ndim and not data.size:
+        raise errors.ExecutorError(ErrorKind.UNIMPLEMENTED, "NDArray flat float size <= 0")
+    return data

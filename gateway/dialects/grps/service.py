@@ -20,7 +20,7 @@ import yaml
 from gateway.call import current
 from gateway.context import GatewayContext
 from gateway.core.bounded import keep
-from gateway.core.errors import ErrorKind, GatewayError, invalid, not_found
+from gateway.core.errors import ErrorKind, GatewayError, not_found
 from gateway.core.tensors import InferResponse, ModelMetadata, Tensor
 from gateway.process import offload, shared
 from gateway.upstream import codec as codec_v2
@@ -29,6 +29,7 @@ from . import codec, config, errors, mapping, plain, wireplan
 from .monitor import Monitor
 
 VERSION = "v1.1.0"  # the GRPS version this dialect imitates
+MODEL_NOT_FOUND = "Not Found"  # GRPS's ModelMetadata for a name inference.yml does not list
 MAX_TARGETS = 1024  # per worker: the model names resolved (bounded: the names are the clients')
 
 
@@ -189,13 +190,30 @@ class GrpsService:
         return self._yaml(doc)
 
     async def model_metadata(self, msg: codec.GrpsMessage) -> codec.GrpsMessage:
-        if not msg.HasField("str_data") or not msg.str_data:
-            raise invalid("No model name: send it in str_data.")
-        target = self._resolve(msg.str_data)
-        _name_model(target.name)
-        meta = await self._metadata(target, predicting=False)
-        doc = {
-            "name": target.name,
+        """GRPS looks the name up among inference.yml's ``models[].name``: the bare name
+        (``your_model``, what its template client sends), not the ``name-version`` a predict names
+        (``your_model-1.0.0``), and answers 404 ``Not Found`` for anything else, an empty name
+        included (grps_handler.cc ``ModelMetadata``). Here the names are the configured ones' bare
+        names (``mapping.model_entry``), then Triton's models."""
+        entry = mapping.model_entry(msg.str_data, self.cfg)
+        meta = None
+        if entry is not None:
+            name, version, target = entry
+            _name_model(name)
+            try:
+                meta = await self.ctx.upstream.model_metadata(target.model, target.version)
+            except GatewayError as e:
+                if e.kind is not ErrorKind.NOT_FOUND:
+                    raise
+        if meta is None:
+            err = not_found(MODEL_NOT_FOUND)
+            if (call := current()) is not None:
+                call.fail(err)  # an answer with its failure in it: counted as the failure it is
+            return codec.failure(*errors.render(err))
+        doc = {"name": name}
+        if version:
+            doc["version"] = version
+        doc.update({
             "triton_model": meta.name,
             "triton_version": target.version or "(latest)",
             "versions": list(meta.versions),
@@ -204,7 +222,7 @@ class GrpsService:
             "decoupled": meta.decoupled,
             "inputs": [_spec(s) for s in meta.inputs],
             "outputs": [_spec(s) for s in meta.outputs],
-        }
+        })
         return self._yaml(doc)
 
     @staticmethod

@@ -149,20 +149,24 @@ def _check_spec(spec: ServableRef) -> None:
     """ServerCore::ServableRequestFromModelSpec's checks of the request's own fields."""
     if not spec.name:
         raise invalid("ModelSpec has no name specified.")
-    if spec.version is not None and spec.label:
+    if spec.version is not None and spec.label is not None:
         raise invalid(f"Both model version ({spec.version}) and model version label ({spec.label}) "
                       "cannot be supplied.")
 
 
 def _pick_version(spec: ServableRef, conf: ModelConf | None, ready: list[int]) -> int | None:
-    """The version ``spec`` names (label resolved) among the ``ready`` ones; NOT_FOUND in TF's words."""
-    if conf is None:
-        raise errors.servable_not_found(spec.name, spec.version)
+    """The version ``spec`` names (label resolved) among the ``ready`` ones; NOT_FOUND in TF's words.
+
+    TF Serving resolves a label before it looks for the servable (``ServableRequestFromModelSpec``
+    → ``GetModelVersionForLabel``), and a model it has no labels for, or none at all, gives the
+    same INVALID_ARGUMENT as an unknown label: ``Unrecognized servable version label: L``."""
     version = spec.version
-    if spec.label:
-        if spec.label not in conf.version_labels:
+    if spec.label is not None:
+        if conf is None or spec.label not in conf.version_labels:
             raise errors.unknown_label(spec.label)
         version = conf.version_labels[spec.label]
+    if conf is None:
+        raise errors.servable_not_found(spec.name, spec.version)
     if version is None and not ready:
         raise errors.servable_not_found(spec.name, None)
     if version is not None and version not in ready:

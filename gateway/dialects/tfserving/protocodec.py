@@ -59,8 +59,8 @@ def _spec_from_proto(ms: model_pb2.ModelSpec) -> ServableRef:
     check_name(ms.version_label, "Version label")
     which = ms.WhichOneof("version_choice")
     version = ms.version.value if which == "version" else None
-    label = ms.version_label if which == "version_label" else None
-    return ServableRef(ms.name, version, label or None, ms.signature_name)
+    label = ms.version_label if which == "version_label" else None  # "" set is a label (TF looks it up)
+    return ServableRef(ms.name, version, label, ms.signature_name)
 
 
 def model_spec(name: str, version: int | str | None, signature: str | None = None,

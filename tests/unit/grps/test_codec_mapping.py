@@ -113,8 +113,166 @@ def test_responses_map_back_by_request_kind():
     assert msg.bin_data == b"\xff" and msg.status.code == 200
     msg, _ = mapping.from_response(resp, "gmap", ECHO, mapping.ModelRule())
     assert dict(msg.gmap.s_b) == {"text_out": b"\xff"}
-    with pytest.raises(GatewayError, match="No float32 tensors"):
+    with pytest.raises(GatewayError, match="not UTF-8"):  # no GenericTensor holds it: that fails first
         mapping.from_response(resp, "ndarray", ECHO, mapping.ModelRule(), return_ndarray=True)
+    text = InferResponse("grps_echo", "1", [Tensor.from_flat("text_out", "BYTES", [1], [b"hi"])])
+    with pytest.raises(GatewayError, match="^NDArray only support float32$"):
+        mapping.from_response(text, "ndarray", ECHO, mapping.ModelRule(), return_ndarray=True)
+
+
+def _status(code: int, msg: str) -> str:
+    """GRPS's SetStatus(code, msg, FAILURE) as Pb2json writes it (add_whitespace: one space a level)."""
+    msg = msg.replace("<", "\\u003c").replace(">", "\\u003e")  # protobuf's JSON escapes (json_escaping.cc)
+    return f'{{\n "status": {{\n  "code": {code},\n  "msg": "{msg}",\n  "status": "FAILURE"\n }}'
+
+
+# GRPS's C++ handler (server/cpp_server/src/handler/grps_handler.cc, PredictByHttp + ParseNDArray):
+# a number is a scalar, an array goes through ParseNDArrayShapeAndVal (depth first, first refusal
+# wins), anything else is "NDArray is not number or array."
+NDARRAY_REFUSED = [
+    (None, "NDArray is not number or array."),
+    ("1", "NDArray is not number or array."),
+    (True, "NDArray is not number or array."),
+    ({"a": 1}, "NDArray is not number or array."),
+    ([], "Parse NDArray failed: NDArray some array size <= 0."),
+    ([[]], "Parse NDArray failed: NDArray some array size <= 0."),
+    ([[1, 2], [3]], "Parse NDArray failed: NDArray some array size not match."),
+    ([[1, 2], [3, 4], [5]], "Parse NDArray failed: NDArray some array size not match."),
+    ([[1, "a"]], "Parse NDArray failed: NDArray some array is not a number or array."),
+    ([[1.5, True]], "Parse NDArray failed: NDArray some array is not a number or array."),  # numpy: 1.0
+    ([1, None], "Parse NDArray failed: NDArray some array is not a number or array."),
+    ([[1, {"x": 1}]], "Parse NDArray failed: NDArray some array is not a number or array."),
+    # the first refusal of a depth-first walk
+    ([[1, 2], [], [3]], "Parse NDArray failed: NDArray some array size <= 0."),
+    ([[1, "a"], [2]], "Parse NDArray failed: NDArray some array is not a number or array."),
+    ([[1], [2, 3], ["a"]], "Parse NDArray failed: NDArray some array size not match."),
+    ([[[1]], [[]]], "Parse NDArray failed: NDArray some array size <= 0."),  # emptiness is checked first
+    ([[[1, 2]], [[]]], "Parse NDArray failed: NDArray some array size <= 0."),
+    ([[[1]], [[], []]], "Parse NDArray failed: NDArray some array size not match."),
+]
+
+
+@pytest.mark.parametrize("value,msg", NDARRAY_REFUSED)
+def test_ndarray_refusals_are_the_cpp_servers_whole_answer(value, msg):
+    with pytest.raises(GatewayError) as e:
+        codec.message_from_json({"ndarray": value})
+    resp = errors.Rendering(CFG).http(e.value)
+    assert resp.status == 200 and resp.content_type == "application/json"
+    assert resp.body.decode() == _status(400, "Bad Request, err: " + msg) + "\n}\n"
+
+
+@pytest.mark.parametrize(
+    "value,shape",
+    [(2.5, ()), (7, ()), ([1], (1,)), ([[1, 2.5]], (1, 2)), ([[1], 2], (2, 1)),  # GRPS: shape [2,1], [1, 2]
+     ([[[1, 2, 3], [4, 5, 6]], [[7, 8, 9], [10, 11, 12]]], (2, 2, 3)), ([2**70, 1e39], (2,))],
+)
+def test_ndarrays_grps_reads_are_read_as_it_reads_them(value, shape):
+    _, arr = codec.message_from_json({"ndarray": value})
+    assert arr.dtype == np.float32 and arr.shape == shape
+    with np.errstate(over="ignore"):  # 1e39: inf in FP32, as C++'s GetFloat gives
+        flat = np.asarray(value if shape != (2, 1) else [1, 2], dtype=np.float64).astype(np.float32).reshape(shape)
+    assert np.array_equal(arr, flat)
+
+
+def test_a_bool_among_numbers_is_found_with_the_body_known_and_not():
+    for body in (b'{"ndarray": [[1.5, true]]}', None):
+        with pytest.raises(GatewayError, match="NDArray some array is not a number or array"):
+            codec.message_from_json({"ndarray": [[1.5, True]]}, body)
+    assert codec.message_from_json({"ndarray": [[1.5, 1]]}, b'{"ndarray": [[1.5, 1]]}')[1].tolist() == [[1.5, 1.0]]
+
+
+def test_an_ndarray_mixing_numbers_and_arrays_that_fill_no_shape_is_refused_in_the_gateways_words():
+    # GRPS reads [1, [2, 3]] as shape [2, 2] with 3 values and leaves the refusal to its converter
+    with pytest.raises(GatewayError, match=r"^NDArray mixes numbers and arrays at one depth: 3 values do not "
+                                           r"fill shape \[2, 2\]$"):
+        codec.message_from_json({"ndarray": [1, [2, 3]]})
+
+
+def test_an_empty_json_body_is_not_json():
+    with pytest.raises(GatewayError, match=r"^Parse json failed\.$"):
+        codec.decode_predict(b"")
+
+
+TWO = [Tensor.from_flat("out1", "INT32", [1], [1]), Tensor.from_flat("out2", "FP32", [1], [2.0])]
+
+
+@pytest.mark.parametrize(
+    "outputs,kind,rule,code,body",
+    [
+        # GenNDArrayFromGrpsMsg's refusals, answered 500 with str_data/bin_data/gtensors cleared
+        (TWO, "gtensors", {}, 500, _status(500, "NDArray only support one tensor") + "\n}\n"),
+        (TWO[:1], "ndarray", {}, 500, _status(500, "NDArray only support float32") + "\n}\n"),
+        ([Tensor.from_flat("text_out", "BYTES", [1], [b"hi"])], "str_data", {}, 500,
+         _status(500, "No tensors in output. Cannot convert to ndarray.") + "\n}\n"),
+        (TWO, "ndarray", {"ndarray_output": "nope"}, 500,
+         _status(500, "No tensors in output. Cannot convert to ndarray.") + "\n}\n"),
+        ([Tensor.from_flat("out2", "FP32", [0], [])], "ndarray", {}, 500,
+         _status(500, "NDArray flat float size <= 0") + "\n}\n"),
+        # a gmap answer: GRPS clears str_data, bin_data and gtensors, not gmap
+        ([Tensor.from_flat("text_out", "BYTES", [1], [b"hi"])], "gmap", {}, 500,
+         _status(500, "No tensors in output. Cannot convert to ndarray.")
+         + ',\n "gmap": {\n  "s_s": {\n   "text_out": "hi"\n  }\n }\n}\n'),
+    ],
+)
+def test_return_ndarray_refusals_are_the_cpp_servers_whole_answer(outputs, kind, rule, code, body):
+    meta = ModelMetadata("m", ("1",), "python", (), tuple(TensorSpec(t.name, t.datatype, (-1,)) for t in outputs))
+    with pytest.raises(GatewayError) as e:
+        mapping.from_response(InferResponse("m", "1", outputs), kind, meta, mapping.ModelRule(**rule),
+                              return_ndarray=True)
+    resp = errors.Rendering(CFG).http(e.value)
+    assert (resp.status, resp.content_type, resp.body.decode()) == (200, "application/json", body)
+    resp = errors.Rendering(config.GrpsSettings(http_error_status=True)).http(e.value)
+    assert (resp.status, resp.body.decode()) == (code, body)
+
+
+def test_return_ndarray_takes_the_one_fp32_output_or_the_configured_one():
+    resp = InferResponse("m", "1", TWO)
+    meta = ModelMetadata("m", ("1",), "python", (), (TensorSpec("out1", "INT32", (-1,)), TensorSpec("out2", "FP32", (-1,))))
+    _, arr = mapping.from_response(resp, "gtensors", meta, mapping.ModelRule(ndarray_output="out2"), return_ndarray=True)
+    assert arr.tolist() == [2.0]
+    _, arr = mapping.from_response(InferResponse("m", "1", TWO[1:]), "ndarray", meta, mapping.ModelRule(),
+                                   return_ndarray=True)
+    assert arr.tolist() == [2.0]
+
+
+def test_errors_go_with_http_200_by_default_and_refusals_before_grps_keep_their_status():
+    """The C++ server never sets the HTTP status of its predict, health or metadata answers (brpc's
+    default, 200); brpc refuses before GRPS with real ones (no route: 404, body too large: 413)."""
+    err = GatewayError(ErrorKind.INVALID_ARGUMENT, "Parse json failed.")
+    assert errors.Rendering(CFG).http(err).status == 200
+    assert errors.Rendering(config.GrpsSettings(http_error_status=True)).http(err).status == 400
+    assert errors.Rendering(CFG).http(GatewayError(ErrorKind.NOT_FOUND, "no route"), status=404).status == 404
+    assert errors.Rendering(CFG).http(GatewayError(ErrorKind.INVALID_ARGUMENT, "too large"), status=413).status == 413
+    assert errors.Rendering(CFG).http(errors.Rendering(CFG).overloaded(3)).status == 503
+
+
+def test_the_defaults_are_the_cpp_servers_and_the_shipped_config_keeps_them():
+    import yaml
+
+    from tests.support import ROOT
+
+    assert (CFG.start_online, CFG.http_error_status) == (False, False)
+    shipped = yaml.safe_load((ROOT / "gateway.yaml").read_text())["dialects"]["grps"]
+    assert (shipped["start_online"], shipped["http_error_status"]) == (False, False)
+
+
+def test_model_metadata_names_are_inference_yml_names():
+    """GRPS's ModelMetadata compares ``str_data`` with inference.yml's ``models[].name``: the bare name
+    (``your_model``, what its template client sends), never ``name-version``."""
+    cfg = config.GrpsSettings.model_validate({"models": {
+        "your_model-1.0.0": {"triton_model": "grps_echo", "triton_version": 1}, "plain": {"triton_model": "m"},
+        "my-model": {"str_input": "text"}}})
+    name, version, target = mapping.model_entry("your_model", cfg)
+    assert (name, version, target.model, target.version) == ("your_model", "1.0.0", "grps_echo", "1")
+    name, version, target = mapping.model_entry("plain", cfg)
+    assert (name, version, target.model, target.version) == ("plain", "", "m", "")
+    name, version, target = mapping.model_entry("my-model", cfg)  # "model" is no version: the key is the name
+    assert (name, version, target.model, target.version) == ("my-model", "", "my-model", "")
+    # any other name is a Triton model's, looked up as it is: "your_model-1.0.0" and "tiny_llm-1" name none
+    assert mapping.model_entry("your_model-1.0.0", cfg)[2].model == "your_model-1.0.0"
+    target = mapping.model_entry("tiny_llm-1", cfg)[2]
+    assert (target.model, target.version) == ("tiny_llm-1", "")
+    assert mapping.model_entry("", cfg) is None and mapping.model_entry("x" * 100_000, cfg) is None
 
 
 def test_an_octet_stream_answer_decoded_as_views_is_written_as_it_came():

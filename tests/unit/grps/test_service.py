@@ -60,12 +60,29 @@ async def test_unknown_model_is_grps_500_and_not_tracked_per_model():
 
 
 async def test_readiness_needs_online_and_triton_ready():
-    assert (await service(_upstream()).ready()).status.code == 200
-    assert (await service(_upstream(ready=False)).ready()).status.code == 503
-    offline = service(_upstream(), start_online=False)
+    assert (await service(_upstream(), start_online=True).ready()).status.code == 200
+    assert (await service(_upstream(ready=False), start_online=True).ready()).status.code == 503
+    offline = service(_upstream())  # as GRPS (online_status = false): offline until Online
     assert (await offline.ready()).status.code == 503
     offline.set_online(True)
     assert (await offline.ready()).status.code == 200
+
+
+async def test_model_metadata_answers_the_bare_name_and_not_found_as_grps():
+    """grps_handler.cc ModelMetadata: inference.yml's models[].name (the bare name) is found; anything
+    else, ``name-version`` and "" included, is status 404 ``Not Found``."""
+    import yaml
+
+    svc = service(_upstream(), models={"gen_model-1.0.0": {"triton_model": "gen", "triton_version": "1"}})
+    for name in ("gen_model", "gen"):
+        msg = await svc.model_metadata(codec.GrpsMessage(str_data=name))
+        assert (msg.status.code, msg.status.msg, msg.status.status) == (200, "OK", codec.SUCCESS)
+        assert yaml.safe_load(msg.str_data)["name"] == name
+    assert yaml.safe_load((await svc.model_metadata(codec.GrpsMessage(str_data="gen_model"))).str_data)["version"] \
+        == "1.0.0"
+    for name in ("gen_model-1.0.0", "gen-1", "", "nope"):
+        msg = await svc.model_metadata(codec.GrpsMessage(str_data=name))
+        assert msg == codec.failure(404, "Not Found")
 
 
 async def test_server_metadata_shows_the_configuration_only_when_enabled():
@@ -73,7 +90,7 @@ async def test_server_metadata_shows_the_configuration_only_when_enabled():
 
     rule = {"your_model-1.0.0": {"triton_model": "internal_model_name", "triton_version": "7"}}
     doc = yaml.safe_load((await service(_upstream(), models=rule).server_metadata()).str_data)
-    assert doc == {"grps": {"version": "v1.1.0", "online": True}, "models": ["gen-1"]}
+    assert doc == {"grps": {"version": "v1.1.0", "online": False}, "models": ["gen-1"]}
     assert "internal_model_name" not in yaml.safe_dump(doc)
     doc = yaml.safe_load((await service(_upstream(), models=rule, server_metadata_config=True)
                           .server_metadata()).str_data)
