@@ -7,7 +7,8 @@ BIN := $(VENV)/bin
 CONFIG ?= gateway.yaml
 PIP_FLAGS ?= --disable-pip-version-check -q
 
-.PHONY: install browser run run-pd test test-unit test-contract proto onnx lint bench bench-pd bench-wrk clean
+.PHONY: install browser run run-pd test test-unit test-contract proto onnx lint bench bench-pd bench-wrk clean \
+	migrate-env test-migrate
 
 install: $(VENV)/.installed $(VENV)/.bench-installed $(TRITON_VENV)/.installed .run/legacy-clients/.installed .run/kserve-client/.installed browser
 
@@ -64,6 +65,19 @@ onnx:
 	.venv-onnx/bin/pip install $(PIP_FLAGS) onnx==1.23.2 onnxruntime==1.31.1
 	.venv-onnx/bin/python tools/make_onnx.py
 
+# `gateway import tfserving`'s conversion step (gateway/migrate/tf_convert.py): TensorFlow, tf2onnx,
+# ONNX Runtime and tensorflow-serving-api in their own venv (TensorFlow pins its own protobuf/numpy).
+TF_VENV ?= .venv-tf
+migrate-env: $(TF_VENV)/.installed
+$(TF_VENV)/.installed: requirements/migrate.txt
+	@test -x $(TF_VENV)/bin/python || $(PYTHON) -m venv $(TF_VENV)
+	$(TF_VENV)/bin/pip install $(PIP_FLAGS) -r requirements/migrate.txt
+	@touch $@
+
+# The import proven against TensorFlow (tests/migrate: skipped by `make test` without .venv-tf).
+test-migrate: install $(TF_VENV)/.installed
+	$(BIN)/python -m pytest tests/migrate -m migrate
+
 lint: $(VENV)/.installed
 	$(BIN)/ruff check gateway tests bench tools soak
 	$(BIN)/lint-imports
@@ -97,4 +111,4 @@ bench-wrk:
 		|| { echo "error: wrk is missing and could not be installed: apt-get install -y wrk"; exit 1; }
 
 clean:
-	rm -rf $(VENV) $(TRITON_VENV) .venv-onnx .run
+	rm -rf $(VENV) $(TRITON_VENV) .venv-onnx $(TF_VENV) .run
