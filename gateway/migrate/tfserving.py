@@ -280,6 +280,9 @@ def write(models: list[tuple], sigs: list[SigPlan], opts: Options, result: Resul
                             + (f", labels {', '.join(f'{k}={v}' for k, v in labels.items())}" if labels else ""))
         result.lines.append(f"  signatures: {kinds}")
     TFServingConfig.model_validate({"models": entries})  # what is written validates as the gateway reads it
+    if any(s.triton != s.model for s in sigs if not s.refused):
+        result.lines.append("note: with dialects.tfserving.expose_all_models (the default) the <name>__<signature> "
+                            "Triton models are also exposed under their own names; false exposes only configured models")
     return entries
 
 

@@ -156,7 +156,10 @@ def _b(x) -> bytes:
 
 
 def _json_value(a: np.ndarray):
-    return [_json_value(x) for x in a] if a.ndim else (a.item().decode() if isinstance(a.item(), bytes) else a.item())
+    def plain(x):
+        return [plain(y) for y in x] if isinstance(x, list) else x.decode() if isinstance(x, bytes) else x
+
+    return plain(a.tolist())
 
 
 def _post(url: str, body: dict) -> dict:

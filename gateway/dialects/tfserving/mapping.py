@@ -242,7 +242,7 @@ class Servables:
             if not sc.triton or sc.triton == conf.triton:
                 out[name] = realise(name, sc, own)
             else:
-                out[name] = replace(realise(name, sc, other_meta[sc.triton]), own=sc.triton in same)
+                out[name] = replace(realise(name, sc, other_meta[sc.triton]), own=sc.same_versions)
         keep(self._sigs, key, (metas, out), 1024)  # bounded, like the metadata cache it follows
         return out, sources
 
