@@ -156,3 +156,44 @@ def test_import_grps(tmp_path, capsys):
     text = cfg.read_text()
     assert cli.main(argv) == 0
     assert cfg.read_text() == text and "already up to date" in capsys.readouterr().out
+
+
+def _plan_builder():
+    import importlib.util
+    import sys
+
+    from tests.support import ROOT
+
+    spec = importlib.util.spec_from_file_location("build_plans", ROOT / "tools" / "build_plans.py")
+    module = sys.modules["build_plans"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_triton_configs_parse_and_feed_the_plan_builder(tmp_path):
+    """The configs the import writes are Triton's ModelConfig text, and tools/build_plans.py derives
+    the TensorRT build from the GPU one (batch 1..max_batch_size, other dims from plan_dim_range)."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    from gateway.migrate import repository
+    from gateway.migrate.repository import ModelConf, TensorConf
+
+    policy = repository.policy_text("specific", [1, 2], 1)
+    batched = ModelConf("shop", 64, (TensorConf("x", "FP32", (3,)), TensorConf("n", "INT64", (-1,))),
+                        (TensorConf("y", "FP32", (2,)),), policy, "test")
+    text = ModelConf("shop__text", 0, (TensorConf("fruit", "BYTES", (-1,)),), (TensorConf("id", "INT64", (-1,)),),
+                     repository.policy_text("latest", [], 2), "test")
+    for conf, platform in ((batched, "tensorrt_plan"), (text, "onnxruntime_onnx")):
+        gpu = text_format.Parse(repository.gpu_config(conf), model_config_pb2.ModelConfig())
+        cpu = text_format.Parse(repository.cpu_config(conf), model_config_pb2.ModelConfig())
+        assert (gpu.platform, cpu.backend, gpu.max_batch_size, cpu.max_batch_size) == (
+            platform, "python", conf.max_batch_size, conf.max_batch_size)
+        assert [tuple(i.dims) for i in gpu.input] == [tuple(i.dims) for i in cpu.input] == [t.dims for t in conf.inputs]
+        (tmp_path / conf.name / "1").mkdir(parents=True)
+        (tmp_path / conf.name / "1" / "model.onnx").write_bytes(b"onnx")
+        (tmp_path / conf.name / "config.pbtxt").write_text(repository.gpu_config(conf))
+    assert text_format.Parse(repository.gpu_config(batched), model_config_pb2.ModelConfig()).version_policy.specific.versions == [1, 2]
+    (job,) = _plan_builder().find_jobs(tmp_path)  # the string model has no plan
+    assert (job.model, job.version, job.fp16) == ("shop", "1", False)
+    assert job.shapes == {"x": ([1, 3], [64, 3], [64, 3]), "n": ([1, 1], [64, 64], [64, 4096])}
