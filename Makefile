@@ -46,11 +46,12 @@ run: install
 run-pd: install
 	$(BIN)/gateway run-pd --config $(CONFIG)
 
+# tests/migrate (TensorFlow's answers, minutes) run from `make test-migrate` only
 test: install
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests -m "not migrate"
 
 test-unit: install
-	$(BIN)/python -m pytest tests -m "not contract"
+	$(BIN)/python -m pytest tests -m "not contract and not migrate"
 
 test-contract: install
 	$(BIN)/python -m pytest tests -m contract
@@ -74,7 +75,7 @@ $(TF_VENV)/.installed: requirements/migrate.txt
 	$(TF_VENV)/bin/pip install $(PIP_FLAGS) -r requirements/migrate.txt
 	@touch $@
 
-# The import proven against TensorFlow (tests/migrate: skipped by `make test` without .venv-tf).
+# The import proven against TensorFlow (tests/migrate, marker migrate: not part of `make test`).
 test-migrate: install $(TF_VENV)/.installed
 	$(BIN)/python -m pytest tests/migrate -m migrate
 

@@ -40,7 +40,7 @@ TF_NAMES = {"float32": "FP32", "float64": "FP64", "float16": "FP16", "bfloat16":
             "uint32": "UINT32", "uint64": "UINT64", "bool": "BOOL", "string": "BYTES"}
 
 
-class ImportError_(Exception):
+class MigrateError(Exception):
     """Nothing can be imported (the message says why)."""
 
 
@@ -181,7 +181,7 @@ def convert(models: list[tuple], sigs: list[SigPlan], opts: Options, result: Res
 def _run_converter(vdir: Path, v: int, digest: str, pending: list[SigPlan], opts: Options, result: Result) -> None:
     python = opts.tf_python or default_tf_python()
     if not python:
-        raise ImportError_("TensorFlow's environment is missing: run `make migrate-env` (it makes .venv-tf), "
+        raise MigrateError("TensorFlow's environment is missing: run `make migrate-env` (it makes .venv-tf), "
                            "or name its python with --tf-python / GATEWAY_TF_PYTHON")
     with tempfile.TemporaryDirectory(prefix="gateway-import-") as tmp:
         job = {"saved_model": str(vdir.resolve()), "opset": OPSET,
@@ -309,7 +309,7 @@ def main(args) -> int:
             sources = [source.ModelSource(args.name or Path(args.base_path).name, Path(args.base_path))]
         opts = Options(Path(args.out), Path(args.config), args.tf_python, args.max_batch_size)
         result = run(sources, opts)
-    except (source.SourceError, ImportError_) as e:
+    except (source.SourceError, MigrateError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for line in result.lines:
