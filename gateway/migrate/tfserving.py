@@ -81,7 +81,7 @@ def default_tf_python() -> str:
     if env:
         return env
     here = Path(".venv-tf/bin/python")
-    return str(here.resolve()) if here.exists() else ""
+    return str(here.absolute()) if here.exists() else ""  # not resolve(): the venv's python is a symlink
 
 
 def _mode(sig: source.Signature) -> tuple[str, str]:
@@ -314,6 +314,11 @@ def main(args) -> int:
         return 2
     for line in result.lines:
         print(line)
+    if not result.lines:
+        for line in result.refused:
+            print(line)
+        print("nothing imported")
+        return 1
     print(f"{len(result.written)} file(s) written under {opts.out}" if result.written
           else f"{opts.out}: already up to date")
     print(f"{opts.config}: dialects.tfserving.models {', '.join(result.yaml_changed)} written" if result.yaml_changed

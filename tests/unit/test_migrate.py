@@ -197,3 +197,16 @@ def test_triton_configs_parse_and_feed_the_plan_builder(tmp_path):
     (job,) = _plan_builder().find_jobs(tmp_path)  # the string model has no plan
     assert (job.model, job.version, job.fp16) == ("shop", "1", False)
     assert job.shapes == {"x": ([1, 3], [64, 3], [64, 3]), "n": ([1, 1], [64, 64], [64, 4096])}
+
+
+def test_tensorflow_python_is_the_venvs_own(tmp_path, monkeypatch):
+    """.venv-tf/bin/python is a symlink to the base interpreter: the path must stay inside the venv."""
+    import sys
+
+    (tmp_path / ".venv-tf" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv-tf" / "bin" / "python").symlink_to(sys.executable)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GATEWAY_TF_PYTHON", raising=False)
+    assert tfserving.default_tf_python() == str(tmp_path / ".venv-tf" / "bin" / "python")
+    monkeypatch.setenv("GATEWAY_TF_PYTHON", "/opt/tf/bin/python")
+    assert tfserving.default_tf_python() == "/opt/tf/bin/python"
