@@ -7,7 +7,8 @@ BIN := $(VENV)/bin
 CONFIG ?= gateway.yaml
 PIP_FLAGS ?= --disable-pip-version-check -q
 
-.PHONY: install browser run run-pd test test-unit test-contract test-latest proto onnx lint bench bench-pd bench-wrk clean
+.PHONY: install browser run run-pd test test-unit test-contract test-latest proto onnx lint bench bench-pd bench-wrk clean \
+	migrate-env test-migrate
 
 install: $(VENV)/.installed $(VENV)/.bench-installed $(TRITON_VENV)/.installed .run/legacy-clients/.installed .run/kserve-client/.installed browser
 
@@ -45,11 +46,12 @@ run: install
 run-pd: install
 	$(BIN)/gateway run-pd --config $(CONFIG)
 
+# tests/migrate (TensorFlow's answers, minutes) run from `make test-migrate` only
 test: install
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests -m "not migrate"
 
 test-unit: install
-	$(BIN)/python -m pytest tests -m "not contract"
+	$(BIN)/python -m pytest tests -m "not contract and not migrate"
 
 test-contract: install
 	$(BIN)/python -m pytest tests -m contract
@@ -73,6 +75,19 @@ onnx:
 	@test -x .venv-onnx/bin/python || $(PYTHON) -m venv .venv-onnx
 	.venv-onnx/bin/pip install $(PIP_FLAGS) onnx==1.23.2 onnxruntime==1.31.1
 	.venv-onnx/bin/python tools/make_onnx.py
+
+# `gateway import tfserving`'s conversion step (gateway/migrate/tf_convert.py): TensorFlow, tf2onnx,
+# ONNX Runtime and tensorflow-serving-api in their own venv (TensorFlow pins its own protobuf/numpy).
+TF_VENV ?= .venv-tf
+migrate-env: $(TF_VENV)/.installed
+$(TF_VENV)/.installed: requirements/migrate.txt
+	@test -x $(TF_VENV)/bin/python || $(PYTHON) -m venv $(TF_VENV)
+	$(TF_VENV)/bin/pip install $(PIP_FLAGS) -r requirements/migrate.txt
+	@touch $@
+
+# The import proven against TensorFlow (tests/migrate, marker migrate: not part of `make test`).
+test-migrate: install $(TF_VENV)/.installed
+	$(BIN)/python -m pytest tests/migrate -m migrate
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check gateway tests bench tools soak
@@ -107,4 +122,4 @@ bench-wrk:
 		|| { echo "error: wrk is missing and could not be installed: apt-get install -y wrk"; exit 1; }
 
 clean:
-	rm -rf $(VENV) $(TRITON_VENV) .venv-onnx .venv-latest .run
+	rm -rf $(VENV) $(TRITON_VENV) .venv-onnx .venv-latest $(TF_VENV) .run

@@ -1,6 +1,6 @@
 """Command line: ``gateway serve`` (the gateway alone), ``gateway local`` (local Triton + gateway),
-``gateway run-pd`` (local Triton + a MindIE PD cluster) and ``gateway check`` (how each dialect's
-names map onto Triton's models)."""
+``gateway run-pd`` (local Triton + a MindIE PD cluster), ``gateway check`` (how each dialect's
+names map onto Triton's models) and ``gateway import tfserving|grps`` (gateway/migrate)."""
 
 from __future__ import annotations
 
@@ -212,7 +212,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="coordinator,P1,P2,D1,D2 MindIE ports (default %(default)s)")
     pd.add_argument("--admin-base", type=int, default=9190,
                     help="first admin port; 0: no admin listeners (default %(default)s)")
+    _import_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "import":
+        return _import(args)
     if args.command == "run-pd" and len(args.ports.split(",")) != 5:
         parser.error("--ports needs five ports")
     try:
@@ -232,3 +235,46 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         return serve(s, args.config)
     return local(s, args.config)
+
+
+def _import_parser(sub) -> None:
+    imp = sub.add_parser("import", help="turn another server's models into model_repository/ entries and the "
+                                        "gateway's mapping (gateway/migrate)")
+    kinds = imp.add_subparsers(dest="source", required=True)
+    tf = kinds.add_parser("tfserving", help="TF Serving SavedModels (a --model_config_file or one base path): "
+                                            "ONNX models for Triton + dialects.tfserving")
+    where = tf.add_mutually_exclusive_group(required=True)
+    where.add_argument("--model-config-file", help="TF Serving's --model_config_file (ModelServerConfig text)")
+    where.add_argument("--base-path", help="one model's base path (version directories under it)")
+    tf.add_argument("--name", help="with --base-path: the model name clients use (default: the directory's)")
+    tf.add_argument("--tf-python", default="", help="python of TensorFlow's environment (default: .venv-tf, "
+                                                    "or GATEWAY_TF_PYTHON; make migrate-env makes it)")
+    tf.add_argument("--max-batch-size", type=int, default=64,
+                    help="max_batch_size of signatures with a batch dimension (default %(default)s)")
+    grps = kinds.add_parser("grps", help="GRPS's inference.yml: dialects.grps over Triton models of the same names")
+    grps.add_argument("--inference-yml", required=True, help="GRPS's conf/inference.yml")
+    for p in (tf, grps):
+        p.add_argument("--out", default="model_repository", help="Triton model repository (default %(default)s)")
+        p.add_argument("--config", "-c", default="gateway.yaml",
+                       help="gateway config to merge the mapping into (default %(default)s; created if missing)")
+        p.add_argument("--no-check", action="store_true", help="do not run `gateway check` afterwards")
+
+
+def _import(args) -> int:
+    """Import, then `gateway check` on the result (its exit status when the import succeeded)."""
+    if args.source == "tfserving":
+        from gateway.migrate import tfserving as migrate
+    else:
+        from gateway.migrate import grps as migrate
+    code = migrate.main(args)
+    if code or args.no_check:
+        return code
+    print(f"\n$ gateway check --config {args.config}", flush=True)
+    try:
+        s = config_mod.load(args.config)
+    except (OSError, SettingsError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    from gateway import check as check_mod
+
+    return check_mod.main(s)

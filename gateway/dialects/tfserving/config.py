@@ -15,7 +15,10 @@
               tensorflow/serving/regress: {method: regress, features: {x: x}, output: y}
               tensorflow/serving/classify: {method: classify, features: {x: x}, scores: y}
 
-A signature may name another Triton model (``triton:``). Omitted ``inputs``/``outputs``/
+A signature may name another Triton model (``triton:``); it answers that model's default version
+unless ``same_versions: true`` says the other model carries the TF model's versions (one Triton
+model per signature, as ``gateway import tfserving`` writes them): then a version or label selects
+the same version of it. Omitted ``inputs``/``outputs``/
 ``features`` mean "every Triton input/output under its own name". ``elementwise: true`` declares
 the model element-wise (on a classify/regress signature: for Predict over it, see ``mapping``): the signature is advertised with unknown rank, as TF
 signatures without a shape are, every input is sent flattened and every output whose size matches
@@ -42,6 +45,7 @@ CLASSIFY_SIGNATURE = "tensorflow/serving/classify"
 class SignatureConf(Strict):
     method: Literal["predict", "classify", "regress"] = "predict"
     triton: str = ""  # "" = the model's Triton model
+    same_versions: bool = False  # `triton` has the TF model's versions: versions and labels apply to it
     inputs: dict[str, str] | None = None  # predict: alias -> Triton input
     outputs: dict[str, str] | None = None  # predict: alias -> Triton output
     features: dict[str, str] | None = None  # classify/regress: feature -> Triton input

@@ -229,8 +229,10 @@ class Servables:
         v = "" if version is None else str(version)
         own = await self.upstream.model_metadata(conf.triton, v)
         others = sorted({sc.triton for sc in conf.signatures.values() if sc.triton and sc.triton != conf.triton})
-        metas = (own, *[await self.upstream.model_metadata(t, "") for t in others])
-        sources = (((conf.triton, v), *((t, "") for t in others)), metas)
+        same = {sc.triton for sc in conf.signatures.values() if sc.same_versions}  # versions follow the model's
+        keys = [(t, v if t in same else "") for t in others]
+        metas = (own, *[await self.upstream.model_metadata(t, tv) for t, tv in keys])
+        sources = (((conf.triton, v), *keys), metas)
         # configured signatures are one dict per TF name; exposed models have none (key None)
         key = (conf.triton, v, conf.derived, id(conf.signatures) if conf.signatures else None)
         hit = self._sigs.get(key)
@@ -244,7 +246,7 @@ class Servables:
             if not sc.triton or sc.triton == conf.triton:
                 out[name] = realise(name, sc, own)
             else:
-                out[name] = replace(realise(name, sc, other_meta[sc.triton]), own=False)
+                out[name] = replace(realise(name, sc, other_meta[sc.triton]), own=sc.same_versions)
         keep(self._sigs, key, (metas, out), 1024)  # bounded, like the metadata cache it follows
         return out, sources
 

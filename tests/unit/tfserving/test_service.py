@@ -220,3 +220,20 @@ async def test_an_input_for_shared_memory_takes_upstream_infer_not_the_wire_plan
     assert up.wired == 1 and small["y"][0].tolist() == [3.5, 4.0, 4.5]
     _, large = await svc.predict(target, {"x": np.arange(4, dtype=np.float32)})  # 16 bytes: Upstream.infer
     assert up.wired == 1 and len(up.requests) == 2 and large["y"][0].tolist() == [3.0, 3.5, 4.0, 4.5]
+
+
+async def test_same_versions_selects_the_version_of_a_signature_over_another_model():
+    """One Triton model per signature (gateway import tfserving): with same_versions a version or label
+    reaches that version of the signature's model; without it, its default version (as before)."""
+    other = ModelMetadata("hp3__other", ("1", "2"), "python", (TensorSpec("x", "FP32", (-1,)),),
+                          (TensorSpec("y", "FP32", (-1,)),))
+    index = [ModelIndexEntry("hp3", "1", "READY"), ModelIndexEntry("hp3", "2", "READY"),
+             ModelIndexEntry("hp3__other", "1", "READY"), ModelIndexEntry("hp3__other", "2", "READY")]
+    up = FakeUpstream(metas=[META, other], infer=_infer, index=index)
+    sigs = {"follows": {"triton": "hp3__other", "same_versions": True}, "default": {"triton": "hp3__other"}}
+    section = {"models": {"half": {"triton": "hp3", "version_labels": {"stable": 1}, "signatures": sigs}}}
+    svc = Service(GatewayContext(Settings(), up), config.TFServingConfig.model_validate(section))
+    follows = await svc.resolve(ServableRef("half", label="stable", signature="follows"))
+    assert (follows.signature.triton, follows.triton_version) == ("hp3__other", "1")
+    default = await svc.resolve(ServableRef("half", label="stable", signature="default"))
+    assert (default.signature.triton, default.triton_version) == ("hp3__other", "")

@@ -24,9 +24,10 @@ _sym_db = _symbol_database.Default()
 
 
 from google.protobuf import any_pb2 as google_dot_protobuf_dot_any__pb2
+from gateway._proto.tensorflow_serving.sources.storage_path import file_system_storage_path_source_pb2 as tensorflow__serving_dot_sources_dot_storage__path_dot_file__system__storage__path__source__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n3tensorflow_serving/config/model_server_config.proto\x12\x12tensorflow.serving\x1a\x19google/protobuf/any.proto\"\x8b\x02\n\x0bModelConfig\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tbase_path\x18\x02 \x01(\t\x12\x35\n\nmodel_type\x18\x03 \x01(\x0e\x32\x1d.tensorflow.serving.ModelTypeB\x02\x18\x01\x12\x16\n\x0emodel_platform\x18\x04 \x01(\t\x12J\n\x0eversion_labels\x18\x08 \x03(\x0b\x32\x32.tensorflow.serving.ModelConfig.VersionLabelsEntry\x1a\x34\n\x12VersionLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01J\x04\x08\x05\x10\x06J\x04\x08\t\x10\n\"B\n\x0fModelConfigList\x12/\n\x06\x63onfig\x18\x01 \x03(\x0b\x32\x1f.tensorflow.serving.ModelConfig\"\x94\x01\n\x11ModelServerConfig\x12@\n\x11model_config_list\x18\x01 \x01(\x0b\x32#.tensorflow.serving.ModelConfigListH\x00\x12\x33\n\x13\x63ustom_model_config\x18\x02 \x01(\x0b\x32\x14.google.protobuf.AnyH\x00\x42\x08\n\x06\x63onfig*N\n\tModelType\x12\x1e\n\x16MODEL_TYPE_UNSPECIFIED\x10\x00\x1a\x02\x08\x01\x12\x12\n\nTENSORFLOW\x10\x01\x1a\x02\x08\x01\x12\r\n\x05OTHER\x10\x02\x1a\x02\x08\x01\x42\x03\xf8\x01\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n3tensorflow_serving/config/model_server_config.proto\x12\x12tensorflow.serving\x1a\x19google/protobuf/any.proto\x1aMtensorflow_serving/sources/storage_path/file_system_storage_path_source.proto\"\xf6\x02\n\x0bModelConfig\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tbase_path\x18\x02 \x01(\t\x12\x35\n\nmodel_type\x18\x03 \x01(\x0e\x32\x1d.tensorflow.serving.ModelTypeB\x02\x18\x01\x12\x16\n\x0emodel_platform\x18\x04 \x01(\t\x12i\n\x14model_version_policy\x18\x07 \x01(\x0b\x32K.tensorflow.serving.FileSystemStoragePathSourceConfig.ServableVersionPolicy\x12J\n\x0eversion_labels\x18\x08 \x03(\x0b\x32\x32.tensorflow.serving.ModelConfig.VersionLabelsEntry\x1a\x34\n\x12VersionLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01J\x04\x08\x05\x10\x06J\x04\x08\t\x10\n\"B\n\x0fModelConfigList\x12/\n\x06\x63onfig\x18\x01 \x03(\x0b\x32\x1f.tensorflow.serving.ModelConfig\"\x94\x01\n\x11ModelServerConfig\x12@\n\x11model_config_list\x18\x01 \x01(\x0b\x32#.tensorflow.serving.ModelConfigListH\x00\x12\x33\n\x13\x63ustom_model_config\x18\x02 \x01(\x0b\x32\x14.google.protobuf.AnyH\x00\x42\x08\n\x06\x63onfig*N\n\tModelType\x12\x1e\n\x16MODEL_TYPE_UNSPECIFIED\x10\x00\x1a\x02\x08\x01\x12\x12\n\nTENSORFLOW\x10\x01\x1a\x02\x08\x01\x12\r\n\x05OTHER\x10\x02\x1a\x02\x08\x01\x42\x03\xf8\x01\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -44,14 +45,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MODELCONFIG_VERSIONLABELSENTRY']._serialized_options = b'8\001'
   _globals['_MODELCONFIG'].fields_by_name['model_type']._loaded_options = None
   _globals['_MODELCONFIG'].fields_by_name['model_type']._serialized_options = b'\030\001'
-  _globals['_MODELTYPE']._serialized_start=591
-  _globals['_MODELTYPE']._serialized_end=669
-  _globals['_MODELCONFIG']._serialized_start=103
-  _globals['_MODELCONFIG']._serialized_end=370
-  _globals['_MODELCONFIG_VERSIONLABELSENTRY']._serialized_start=306
-  _globals['_MODELCONFIG_VERSIONLABELSENTRY']._serialized_end=358
-  _globals['_MODELCONFIGLIST']._serialized_start=372
-  _globals['_MODELCONFIGLIST']._serialized_end=438
-  _globals['_MODELSERVERCONFIG']._serialized_start=441
-  _globals['_MODELSERVERCONFIG']._serialized_end=589
+  _globals['_MODELTYPE']._serialized_start=777
+  _globals['_MODELTYPE']._serialized_end=855
+  _globals['_MODELCONFIG']._serialized_start=182
+  _globals['_MODELCONFIG']._serialized_end=556
+  _globals['_MODELCONFIG_VERSIONLABELSENTRY']._serialized_start=492
+  _globals['_MODELCONFIG_VERSIONLABELSENTRY']._serialized_end=544
+  _globals['_MODELCONFIGLIST']._serialized_start=558
+  _globals['_MODELCONFIGLIST']._serialized_end=624
+  _globals['_MODELSERVERCONFIG']._serialized_start=627
+  _globals['_MODELSERVERCONFIG']._serialized_end=775
 # @@protoc_insertion_point(module_scope)

@@ -5,7 +5,7 @@ from gateway._proto.tensorflow.core.framework import types_pb2 as _types_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -63,3 +63,29 @@ class SignatureDef(_message.Message):
     method_name: str
     defaults: _containers.MessageMap[str, _tensor_pb2.TensorProto]
     def __init__(self, inputs: _Optional[_Mapping[str, TensorInfo]] = ..., outputs: _Optional[_Mapping[str, TensorInfo]] = ..., method_name: _Optional[str] = ..., defaults: _Optional[_Mapping[str, _tensor_pb2.TensorProto]] = ...) -> None: ...
+
+class MetaGraphDef(_message.Message):
+    __slots__ = ("meta_info_def", "signature_def")
+    class MetaInfoDef(_message.Message):
+        __slots__ = ("meta_graph_version", "tags", "tensorflow_version", "tensorflow_git_version")
+        META_GRAPH_VERSION_FIELD_NUMBER: _ClassVar[int]
+        TAGS_FIELD_NUMBER: _ClassVar[int]
+        TENSORFLOW_VERSION_FIELD_NUMBER: _ClassVar[int]
+        TENSORFLOW_GIT_VERSION_FIELD_NUMBER: _ClassVar[int]
+        meta_graph_version: str
+        tags: _containers.RepeatedScalarFieldContainer[str]
+        tensorflow_version: str
+        tensorflow_git_version: str
+        def __init__(self, meta_graph_version: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ..., tensorflow_version: _Optional[str] = ..., tensorflow_git_version: _Optional[str] = ...) -> None: ...
+    class SignatureDefEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: SignatureDef
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[SignatureDef, _Mapping]] = ...) -> None: ...
+    META_INFO_DEF_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_DEF_FIELD_NUMBER: _ClassVar[int]
+    meta_info_def: MetaGraphDef.MetaInfoDef
+    signature_def: _containers.MessageMap[str, SignatureDef]
+    def __init__(self, meta_info_def: _Optional[_Union[MetaGraphDef.MetaInfoDef, _Mapping]] = ..., signature_def: _Optional[_Mapping[str, SignatureDef]] = ...) -> None: ...
