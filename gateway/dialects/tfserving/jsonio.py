@@ -37,8 +37,8 @@ def loads(body: bytes, max_depth: int | None = None):
     ignored; as with ``kParseIterativeFlag``, nesting has no depth limit (documents deeper than the
     stdlib parser goes are read by ``_deep_loads``, without recursion) unless ``max_depth`` (the
     gateway's limits.max_json_depth) is given: past it the document is refused, at once when
-    orjson stops at its own 1024 levels, else by a walk over its lists and objects (~20 ms per
-    million values, so only when the limit is below 1024).
+    orjson stops at its own 1024 levels, else by a walk over its lists and objects (only when the
+    limit is below 1024).
 
     Bounded work on a bad body: orjson reads it once; the stdlib parser reads it a second time
     only when it may be valid after all (a NaN/Infinity token where orjson stopped, a number past

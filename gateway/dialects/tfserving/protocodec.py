@@ -47,7 +47,7 @@ _layouts: dict[tuple[int, bytes], tuple] = {}
 def spec_from_proto(ms: model_pb2.ModelSpec) -> ServableRef:
     """The ModelSpec as a ServableRef, its names checked (limits.max_name_chars). Clients send the
     same few specs again and again: one that passed is kept by its serialized bytes (at most
-    MAX_KEPT), so a request costs one serialization and a lookup (1.3 -> 0.3 µs)."""
+    MAX_KEPT), so a request costs one serialization and a lookup."""
     key = ms.SerializeToString()
     ref = _specs.get(key)
     return ref if ref is not None else keep(_specs, key, _spec_from_proto(ms), MAX_KEPT)
@@ -83,7 +83,7 @@ def tensor_from_proto(tp: tensor_pb2.TensorProto, name: str) -> tuple[np.ndarray
 
     What the dtype and the shape give (the type's row, the shape, its element count, checked) is
     kept by the dtype and the shape's serialized bytes (at most MAX_KEPT layouts), so a request of a
-    layout seen before is its values read: 3.6 -> 1.6 µs for four floats."""
+    layout seen before is its values read."""
     check_name(name, "Input alias")
     key = (tp.dtype, tp.tensor_shape.SerializeToString())
     layout = _layouts.get(key)

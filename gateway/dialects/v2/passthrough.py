@@ -68,7 +68,7 @@ def forward_metadata(md, drop: frozenset[str] = frozenset()) -> tuple[tuple[str,
 
 def _forwarded(md, skip: frozenset[str]) -> tuple[tuple[str, str | bytes], ...]:
     """``md`` less the keys in ``skip`` (hop-by-hop keys and ``drop``, merged once per RPC) and gRPC's own."""
-    return tuple([(k, v) for k, v in md or () if k not in skip and not k.startswith(_RESERVED)])  # a list: 0.07 µs less
+    return tuple([(k, v) for k, v in md or () if k not in skip and not k.startswith(_RESERVED)])  # a list: cheaper than a generator
 
 
 def model_name(raw: bytes, max_fields: int = 16, field: int = 1) -> str:
