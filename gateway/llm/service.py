@@ -4,7 +4,11 @@ Every request goes through ``Upstream.stream`` (ModelStreamInfer, ending on
 ``triton_final_response``). Closing the generator returned by ``generate`` (client gone) closes
 the upstream stream, which cancels the Triton request. What Triton does not give is provided here:
 a seed when none is given, stop strings enforced on the text, token counts (model outputs when
-returned, else the profile's tokenizer) and a derived finish reason.
+returned, else the model's tokenizer) and a derived finish reason.
+
+A token-id prompt goes to the model's ``token_model`` when it has one (TensorRT-LLM's
+``tensorrt_llm`` behind a text ``ensemble``): that model answers ids only, which are decoded here
+with the model's tokenizer, incrementally, never cutting a character across two events.
 """
 
 from __future__ import annotations
@@ -14,10 +18,11 @@ import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gateway import metrics, tracing
 from gateway.call import current
+from gateway.core.errors import ErrorKind, GatewayError
 from gateway.upstream import Upstream
 
 from .served import Resolved
@@ -97,7 +102,8 @@ class GenerationService:
 
     async def generate(self, req: GenerateRequest, model: Resolved) -> AsyncIterator[Event]:
         seed = req.sampling.seed if req.sampling.seed is not None else new_seed()
-        infer = model.profile.encode(req, model.spec.name, model.meta, seed)
+        sent = via_token_model(req, model)
+        infer = model.profile.encode(sent, *target(sent, model), seed)
         stops, tally = StopMatcher(req.stop), started()
         start = tally.start
         async with aclosing(tokens(self.upstream, infer, req, model, stops, tally)) as toks:
@@ -105,6 +111,22 @@ class GenerationService:
                 yield tok
         for ev in ending(req, model, tally, stops, seed, start):
             yield ev
+
+
+def target(req: GenerateRequest, model: Resolved):
+    """(Triton model, metadata) the request goes to: a token-id prompt to the token model."""
+    return model.token_target if req.prompt_ids is not None else (model.spec.name, model.meta)
+
+
+def via_token_model(req: GenerateRequest, model: Resolved) -> GenerateRequest:
+    """A streamed text prompt of a model with a token model and its own tokenizer: tokenized here
+    (as its preprocessing would) and sent to the token model, whose ids are then decoded here
+    incrementally. A model's postprocessing decodes each streamed response on its own, which cuts
+    a character whose bytes span two responses (tensorrtllm_backend#332)."""
+    if (req.stream and req.prompt_ids is None and model.spec.token_model and model.token_meta is not None
+            and hasattr(model.tokenizer, "detokenizer")):
+        return replace(req, prompt_ids=model.tokenizer.prompt_ids(req.prompt))
+    return req
 
 
 def started() -> Tally:
@@ -137,9 +159,13 @@ async def tokens(upstream: Upstream, infer, req: GenerateRequest, model: Resolve
     Closing early (stop string, client gone) closes the upstream stream, which cancels the Triton request.
     """
     stream = upstream.stream(infer)  # its deadline: the request's (gateway.call; MindIE's `timeout` shortens it)
+    detok = None
     try:
         async for resp in stream:
             chunk = model.profile.decode(resp)
+            if not chunk.has_text and chunk.token_ids is not None:  # a token model: ids only
+                detok = detok or detokenizer(model)
+                chunk = replace(chunk, text=detok.feed(chunk.token_ids), has_text=True)
             if params is not None and chunk.context_phase_params is not None:
                 params.append(chunk.context_phase_params)
             if not tally.first_at and chunk.text:
@@ -152,8 +178,23 @@ async def tokens(upstream: Upstream, infer, req: GenerateRequest, model: Resolve
                 yield timed(tally, shown, ids)
             if stops.hit:
                 break
+        rest = detok.flush() if detok is not None and not stops.hit else ""
+        if rest:
+            tally.raw += rest
+            shown = stops.feed(rest)
+            if shown:
+                tally.shown += shown
+                yield timed(tally, shown, ())
     finally:
         await stream.aclose()
+
+
+def detokenizer(model: Resolved):
+    make = getattr(model.tokenizer, "detokenizer", None)
+    if make is None:
+        raise GatewayError(ErrorKind.INTERNAL, f"model {model.name[:256]} answers token ids and its tokenizer "
+                           f"{model.tokenizer.name} cannot decode them: set tokenizer_dir")
+    return make()
 
 
 def ending(req: GenerateRequest, model: Resolved, tally: Tally, stops: StopMatcher, seed: int,
@@ -187,7 +228,7 @@ def done_event(req: GenerateRequest, model: Resolved, tally: Tally, stopped: boo
     produced = tally.n_out if tally.n_out is not None else (
         len(tally.ids) if tally.ids is not None else model.tokenizer.count(tally.raw))
     prompt_tokens = tally.n_in if tally.n_in is not None else (
-        len(req.prompt_ids) if req.prompt_ids is not None else model.tokenizer.count(req.prompt))
+        len(req.prompt_ids) if req.prompt_ids is not None else model.tokenizer.prompt_count(req.prompt))
     reason, derived = finish_reason(tally.reason, stopped, produced, req.max_tokens)
     now = time.perf_counter()
     return Done(

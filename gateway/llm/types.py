@@ -54,6 +54,7 @@ class Chunk:
     context_phase_params: bytes | None = None  # a context-only response's hand-off state (PD)
     token_ids: tuple[int, ...] | None = None  # the model's own ids of this response's tokens (output_ids)
     logprobs: tuple[float, ...] | None = None  # the model's log probability of each token (output_log_probs)
+    has_text: bool = True  # False: the response had no text_output (a token model's: ids only)
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,8 +99,8 @@ class TritonPythonModel:
                 raise RuntimeError(res.error().message())
             if not res.output_tensors():
                 continue  # the tensorrt_llm request's flags-only end
-            ids = pb_utils.get_output_tensor_by_tensor_name(res, "output_ids").as_numpy()
-            lengths = pb_utils.get_output_tensor_by_tensor_name(res, "sequence_length").as_numpy()
+            ids = pb_utils.get_output_tensor_by_name(res, "output_ids").as_numpy()
+            lengths = pb_utils.get_output_tensor_by_name(res, "sequence_length").as_numpy()
             if self.accumulate and stream:
                 so_far = ids if so_far is None else np.concatenate([so_far, ids], axis=-1)
                 ids, lengths = so_far, np.array([[so_far.shape[-1]]], dtype=np.int32)
@@ -108,10 +108,10 @@ class TritonPythonModel:
                 pb_utils.Tensor("TOKENS_BATCH", ids), pb_utils.Tensor("SEQUENCE_LENGTH", lengths)]).exec()
             if post.has_error():
                 raise RuntimeError(post.error().message())
-            text = pb_utils.get_output_tensor_by_tensor_name(post, "OUTPUT").as_numpy()
+            text = pb_utils.get_output_tensor_by_name(post, "OUTPUT").as_numpy()
             tensors = [pb_utils.Tensor("text_output", text.reshape(1, -1))]
             for name in PASSED_OUT:
-                t = pb_utils.get_output_tensor_by_tensor_name(res, name)
+                t = pb_utils.get_output_tensor_by_name(res, name)
                 if t is not None:
                     tensors.append(pb_utils.Tensor(name, t.as_numpy()))
             response = pb_utils.InferenceResponse(output_tensors=tensors)
