@@ -41,6 +41,7 @@ class ServedModel:
     max_new_tokens: int = 20  # default for native/TGI/Triton max_new_tokens (MindIE's default)
     tokenizer_dir: str = ""  # a Hugging Face tokenizer directory: the tokenizer is then hf:<dir>
     token_model: str = ""  # the Triton model token-id prompts go to ("" = this one)
+    max_seq_len: int = 0  # prompt + generated tokens the model takes (MindIE's maxSeqLen); 0 = not checked
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,7 @@ class ModelOptions(Strict):
     max_new_tokens: Annotated[int, Field(ge=1)] = 20
     tokenizer_dir: str = ""  # the model's Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json)
     token_model: str = ""  # the Triton model that takes token ids (TensorRT-LLM: tensorrt_llm)
+    max_seq_len: Annotated[int, Field(ge=0)] = 0  # prompt + output tokens (the engine's max_seq_len); 0 = not checked
 
     @field_validator("profile")
     @classmethod

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 
 from gateway import metrics, tracing
 from gateway.call import current
-from gateway.core.errors import ErrorKind, GatewayError
+from gateway.core.errors import ErrorKind, GatewayError, invalid
 from gateway.upstream import Upstream
 
 from .served import Resolved
@@ -101,6 +101,7 @@ class GenerationService:
         self.upstream = upstream
 
     async def generate(self, req: GenerateRequest, model: Resolved) -> AsyncIterator[Event]:
+        req = fit(req, model)
         seed = req.sampling.seed if req.sampling.seed is not None else new_seed()
         sent = via_token_model(req, model)
         infer = model.profile.encode(sent, *target(sent, model), seed)
@@ -116,6 +117,19 @@ class GenerationService:
 def target(req: GenerateRequest, model: Resolved):
     """(Triton model, metadata) the request goes to: a token-id prompt to the token model."""
     return model.token_target if req.prompt_ids is not None else (model.spec.name, model.meta)
+
+
+def fit(req: GenerateRequest, model: Resolved) -> GenerateRequest:
+    """A model's ``max_seq_len``, counted with its tokenizer: a prompt of that many tokens or more is
+    refused; the output is cut to what is left (MindIE: min(requested, maxSeqLen - inputLen))."""
+    limit = model.spec.max_seq_len
+    if not limit:
+        return req
+    n = len(req.prompt_ids) if req.prompt_ids is not None else model.tokenizer.prompt_count(req.prompt)
+    if n >= limit:
+        raise invalid(f"The input is {n} tokens; model {model.name[:256]} takes at most {limit - 1} "
+                      f"(max_seq_len {limit}).")
+    return replace(req, max_tokens=limit - n) if req.max_tokens > limit - n else req
 
 
 def via_token_model(req: GenerateRequest, model: Resolved) -> GenerateRequest:

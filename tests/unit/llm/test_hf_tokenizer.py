@@ -113,3 +113,17 @@ async def test_streamed_text_prompt_is_tokenized_here_and_counted_exactly(tok):
     sent = {t.name: t.data for t in up.requests[0][0].inputs}
     assert sent["input_ids"].tolist() == [list(tok.prompt_ids(prompt))]
     assert events[-1].prompt_tokens == tok.prompt_count(prompt) == len(tok.prompt_ids(prompt))
+
+
+async def test_max_seq_len_is_counted_with_the_tokenizer(tok):
+    prompt = "What is machine learning, naïvely?"
+    n = tok.prompt_count(prompt)
+    up = FakeUpstream([_ids_response(tok.ids(" ok"))], metas=[trtllm_meta("llm"), _token_meta()])
+    settings = ServedModelsSettings(models={"llm": ModelOptions(tokenizer_dir=TOKENIZER_DIR, max_seq_len=n + 3)})
+    model = await ServedModels(up, settings).resolve("llm")
+    [ev async for ev in GenerationService(up).generate(GenerateRequest("llm", prompt, 100), model)]
+    assert {t.name: t.data for t in up.requests[0][0].inputs}["max_tokens"].tolist() == [[3]]  # cut to what is left
+    settings = ServedModelsSettings(models={"llm": ModelOptions(tokenizer_dir=TOKENIZER_DIR, max_seq_len=n)})
+    model = await ServedModels(up, settings).resolve("llm")
+    with pytest.raises(GatewayError, match=f"The input is {n} tokens"):
+        [ev async for ev in GenerationService(up).generate(GenerateRequest("llm", prompt, 1), model)]
