@@ -25,7 +25,7 @@ from gateway.core.tensors import ModelMetadata
 from gateway.settings import Strict
 from gateway.upstream import Upstream
 
-from . import profiles, tokenizers
+from . import profiles, tokenizers, tools
 from .chat import DEFAULT_TEMPLATE, ChatTemplate
 
 log = logging.getLogger("gateway.llm")
@@ -42,6 +42,7 @@ class ServedModel:
     tokenizer_dir: str = ""  # a Hugging Face tokenizer directory: the tokenizer is then hf:<dir>
     token_model: str = ""  # the Triton model token-id prompts go to ("" = this one)
     max_seq_len: int = 0  # prompt + generated tokens the model takes (MindIE's maxSeqLen); 0 = not checked
+    tool_parser: str = ""  # how tool calls are read from its text (gateway/llm/tools.py); "" = no tools
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,13 @@ class ModelOptions(Strict):
     tokenizer_dir: str = ""  # the model's Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json)
     token_model: str = ""  # the Triton model that takes token ids (TensorRT-LLM: tensorrt_llm)
     max_seq_len: Annotated[int, Field(ge=0)] = 0  # prompt + output tokens (the engine's max_seq_len); 0 = not checked
+    tool_parser: str = ""  # hermes | llama3_json | mistral: tools go into the template, calls are read back
+
+    @field_validator("tool_parser")
+    @classmethod
+    def _known_parser(cls, value: str) -> str:
+        _settings_check(tools.check, value)
+        return value
 
     @field_validator("profile")
     @classmethod

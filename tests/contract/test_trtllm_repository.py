@@ -158,3 +158,33 @@ def test_openai_sdk_chat_with_the_models_template_and_exact_usage(url, tok):
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks)
     assert streamed == tok.decode(tok.ids(text)[:5])
     assert chunks[-1].choices[0].finish_reason == "length" and chunks[-1].usage.completion_tokens == 5
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+def test_openai_sdk_function_calling_round_trip(url):
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    first = client.chat.completions.create(model="ensemble", messages=messages, tools=TOOLS, max_tokens=64)
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    [call] = choice.message.tool_calls
+    assert call.type == "function" and call.id.startswith("call_")
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
+    messages += [choice.message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": "18 degrees and sunny"}]
+    final = client.chat.completions.create(model="ensemble", messages=messages, tools=TOOLS, max_tokens=64)
+    assert final.choices[0].message.content == "The tool says: 18 degrees and sunny"
+    assert final.choices[0].finish_reason == "stop" and not final.choices[0].message.tool_calls
+
+    chunks = list(client.chat.completions.create(model="ensemble", messages=messages[:1], tools=TOOLS, max_tokens=64,
+                                                 stream=True))
+    deltas = [d for c in chunks for d in (c.choices[0].delta.tool_calls or [])]
+    assert [(d.index, d.function.name, json.loads(d.function.arguments)) for d in deltas] == [
+        (0, "get_weather", {"city": "Paris"})]
+    assert deltas[0].id.startswith("call_") and chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == ""
+

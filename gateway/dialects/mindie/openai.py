@@ -17,6 +17,7 @@ from gateway.core.errors import ErrorKind, GatewayError
 from gateway.llm.chat import content_text
 from gateway.llm.profiles import guided_decoding, returns_log_probs
 from gateway.llm.served import Resolved, ServedModels
+from gateway.llm.tools import ToolStream, parse
 from gateway.llm.types import Done, GenerateRequest, Token
 
 from . import validate as v
@@ -91,9 +92,11 @@ def _completion_logprobs(body: Mapping[str, Any], model: Resolved) -> bool:
     return _honour_logprobs(lp, model)
 
 
-def _tools(body: Mapping[str, Any]) -> None:
+def _tools(body: Mapping[str, Any], model: Resolved) -> list[dict] | None:
     """``tool_choice`` and ``tools`` checked as MindIE does; a non-empty ``tools`` asks for tool calls,
-    which MindIE refuses where the model has no tool-call parser (no Triton model has one here)."""
+    which MindIE refuses where the model has no tool-call parser (``tool_parser`` unset). With one,
+    the tools the model may call go to its chat template: none for ``tool_choice: none``, the named
+    one for a named choice (the stand-in for forcing it: no guided decoding here), else all."""
     choice = body.get("tool_choice")
     if isinstance(choice, str):
         if choice not in ("none", "auto", "required"):
@@ -102,10 +105,24 @@ def _tools(body: Mapping[str, Any]) -> None:
         raise v.invalid("Parameter tool_choice not string or object")
     tools = body.get("tools")
     if tools is None or tools == [] or tools == {}:
-        return
+        return None
     if not isinstance(tools, list):
         raise v.invalid("Tools not array")
-    raise v.invalid(NO_TOOLS)
+    if not model.spec.tool_parser:
+        raise v.invalid(NO_TOOLS)
+    for t in tools:
+        fn = t.get("function") if isinstance(t, Mapping) else None
+        if t.get("type") != "function" or not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+            raise v.invalid("Each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}.")
+    if choice == "none":
+        return None
+    if isinstance(choice, Mapping):
+        name = (choice.get("function") or {}).get("name") if isinstance(choice.get("function"), Mapping) else None
+        named = [t for t in tools if t["function"]["name"] == name]
+        if not named:
+            raise v.invalid(f"Parameter tool_choice names no tool in tools: {clip_repr(name)}")
+        return named
+    return list(tools)
 
 
 def _response_format(body: Mapping[str, Any], model: Resolved) -> dict | None:
@@ -163,14 +180,14 @@ async def plan_chat(body: dict[str, Any], catalog: ServedModels, rid: str, path_
     model = await _model(body, catalog)
     messages = _messages(body)
     logprobs = _chat_logprobs(body, model)
-    _tools(body)
+    tools = _tools(body, model)
     fmt = _response_format(body, model)
     kwargs = v.obj(body, "chat_template_kwargs")
-    prompt = model.template.render(messages, **kwargs)
+    prompt = model.template.render(messages, request_tools=tools, **kwargs)
     v.prompt_length("messages", len(prompt))  # the template adds its own text
     req = _common(body, model, prompt, rid)
     req.response_format, req.logprobs = fmt, logprobs
-    return Plan(req, model, ChatEncoder(rid, model.name, logprobs))
+    return Plan(req, model, ChatEncoder(rid, model.name, logprobs, model.spec.tool_parser if tools else ""))
 
 
 async def plan_completions(body: dict[str, Any], catalog: ServedModels, rid: str, path_model: str | None = None) -> Plan:
@@ -221,7 +238,16 @@ class _OpenAIEncoder(Encoder):
 
 
 class ChatEncoder(_OpenAIEncoder):
+    """With a tool parser (the request has tools): content that cannot be a call streams as it comes;
+    a call is held and sent at the end as a ``tool_calls`` delta (one entry per call, with its
+    index and id), and the answer ends with ``finish_reason: "tool_calls"``."""
+
     object_name = "chat.completion.chunk"
+
+    def __init__(self, rid: str, model: str, logprobs: bool = False, tool_parser: str = ""):
+        super().__init__(rid, model, logprobs)
+        self.tool_parser = tool_parser
+        self.calls = ToolStream(tool_parser) if tool_parser else None
 
     def _choice(self, content: str, finish: str | None, pairs=None) -> dict:
         return {"index": 0, "delta": {"role": "assistant", "content": content}, "logprobs": self._logprobs(pairs),
@@ -238,15 +264,30 @@ class ChatEncoder(_OpenAIEncoder):
         return self.event(self.envelope(self._choice("", None)))
 
     def token(self, tok: Token) -> bytes:
-        return self.event(self.envelope(self._choice(tok.text, None, tok.logprobs)))
+        text = tok.text if self.calls is None else self.calls.feed(tok.text)
+        if self.calls is not None and not text:
+            return b""
+        return self.event(self.envelope(self._choice(text, None, tok.logprobs)))
+
+    def done(self, done: Done) -> bytes:
+        if self.calls is None:
+            return super().done(done)
+        rest, calls = self.calls.end()
+        out = self.event(self.envelope(self._choice(rest, None))) if rest else b""
+        if calls:
+            delta = {"role": "assistant", "content": None, "tool_calls": [c.openai(i) for i, c in enumerate(calls)]}
+            out += self.event(self.envelope({"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}))
+        final = self._choice("", "tool_calls" if calls else done.openai_reason)
+        return out + self.event(self.envelope(final, usage=usage(done))) + b"data: [DONE]\n\n"
 
     def final_choice(self, done: Done) -> dict:
         return self._choice("", done.openai_reason)
 
     def body(self, done: Done) -> dict:
-        message = {"role": "assistant", "content": done.text, "tool_calls": []}
+        content, calls = parse(self.tool_parser, done.text) if self.tool_parser else (done.text, [])
+        message = {"role": "assistant", "content": content, "tool_calls": [c.openai() for c in calls]}
         choice = {"index": 0, "message": message, "logprobs": self._logprobs(done.logprobs),
-                  "finish_reason": done.openai_reason}
+                  "finish_reason": "tool_calls" if calls else done.openai_reason}
         out = self.envelope(choice, usage=usage(done))
         out["object"] = "chat.completion"
         return out

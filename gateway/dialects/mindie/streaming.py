@@ -60,7 +60,9 @@ async def stream(service: GenerationService, plan: Plan, request: Request, entry
             resp = await request.respond(content_type=plan.encoder.content_type, headers=stream_headers(STREAM_HEADERS))
             await resp.send(plan.encoder.head() + _encode(plan, first))
             async for ev in events:
-                await resp.send(_encode(plan, ev))
+                data = _encode(plan, ev)
+                if data:  # an encoder holding text back (a tool call being read) sends nothing yet
+                    await resp.send(data)
         except asyncio.CancelledError:
             if entry is not None and entry.absorb():  # stopInfer: the stream ends where it is
                 log.info("mindie: request %s stopped (stopInfer)", plan.req.request_id)

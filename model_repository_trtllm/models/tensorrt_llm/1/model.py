@@ -90,9 +90,9 @@ class TritonPythonModel:
         if "<tool_response>" in tail:
             said = tail.split("<tool_response>", 1)[1].strip().splitlines()
             return self.tokenizer.encode("The tool says: " + (said[0] if said else ""))
-        tools = re.search(r"<tools>\s*(.*?)\s*</tools>", text, re.S)
+        tools = [t for t in re.findall(r"<tools>\s*(.*?)\s*</tools>", text, re.S) if t]  # not the prose's "<tools></tools>"
         if tools:
-            first = json.loads(tools.group(1).splitlines()[0])
+            first = json.loads(tools[-1].splitlines()[0])
             fn = first.get("function", first)
             props = fn.get("parameters", {}).get("properties", {})
             args = {k: ARGUMENT_VALUES.get(props.get(k, {}).get("type"), "x")
