@@ -13,6 +13,7 @@ with the model's tokenizer, incrementally, never cutting a character across two 
 
 from __future__ import annotations
 
+import asyncio
 import random
 import re
 import time
@@ -25,6 +26,7 @@ from gateway.call import current
 from gateway.core.errors import ErrorKind, GatewayError, invalid
 from gateway.upstream import Upstream
 
+from .profiles import returns_log_probs
 from .served import Resolved
 from .stops import StopMatcher
 from .types import EOS, LENGTH, STOP_SEQUENCE, Chunk, Done, GenerateRequest, Token
@@ -101,6 +103,44 @@ class GenerationService:
         self.upstream = upstream
 
     async def generate(self, req: GenerateRequest, model: Resolved) -> AsyncIterator[Event]:
+        """Token events then one Done; with n / best_of > 1, one Done per returned sequence, every
+        event carrying its sequence's index."""
+        if req.n > 1 or req.best_of > 1:
+            async with aclosing(self._fan_out(req, model)) as events:
+                async for ev in events:
+                    yield ev
+            return
+        async with aclosing(self._one(req, model)) as events:
+            async for ev in events:
+                yield ev
+
+    async def _fan_out(self, req: GenerateRequest, model: Resolved) -> AsyncIterator[Event]:
+        """best_of Triton requests (seeds seed + i), run together. Streamed (best_of == n): their
+        events as they come, tagged with their index. Whole: the n with the highest cumulative log
+        probability (the model's, asked for when best_of > n and the model reports them; else the
+        first n), re-indexed 0..n-1."""
+        seed = req.sampling.seed if req.sampling.seed is not None else new_seed()
+        rank = req.best_of > req.n and returns_log_probs(target(req, model)[1])
+        subs = [replace(req, n=1, best_of=1, sampling=replace(req.sampling, seed=(seed + i) % (SEED_MAX + 1)),
+                        request_id=f"{req.request_id}-{i}" if req.request_id else "", logprobs=req.logprobs or rank)
+                for i in range(req.best_of)]
+        if req.stream:
+            async with aclosing(merged([self._one(sub, model) for sub in subs])) as events:
+                async for i, ev in events:
+                    yield replace(ev, index=i)
+            return
+        tasks = [asyncio.ensure_future(last_done(self._one(sub, model))) for sub in subs]
+        try:
+            dones = await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+        order = sorted(range(len(dones)), key=lambda i: -sum(lp for _, lp in dones[i].logprobs)) if rank \
+            else range(len(dones))
+        for k, i in enumerate(list(order)[: req.n]):
+            yield replace(dones[i], index=k)
+
+    async def _one(self, req: GenerateRequest, model: Resolved) -> AsyncIterator[Event]:
         req = fit(req, model)
         seed = req.sampling.seed if req.sampling.seed is not None else new_seed()
         sent = via_token_model(req, model)
@@ -112,6 +152,47 @@ class GenerationService:
                 yield tok
         for ev in ending(req, model, tally, stops, seed, start):
             yield ev
+
+
+async def last_done(events: AsyncIterator[Event]) -> Done:
+    done = None
+    async with aclosing(events) as evs:
+        async for ev in evs:
+            if isinstance(ev, Done):
+                done = ev
+    if done is None:
+        raise GatewayError(ErrorKind.UPSTREAM_FAILED, "generation ended without a result")
+    return done
+
+
+async def merged(streams: list[AsyncIterator[Event]]) -> AsyncIterator[tuple[int, Event]]:
+    """(index, event) of several generations as they come; closing it (or one failing) closes all."""
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump(i: int, events: AsyncIterator[Event]) -> None:
+        try:
+            async with aclosing(events) as evs:
+                async for ev in evs:
+                    await queue.put((i, ev))
+        except Exception as e:  # noqa: BLE001 - handed to the consumer, which raises it
+            await queue.put((i, e))
+        await queue.put((i, None))
+
+    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        left = len(tasks)
+        while left:
+            i, ev = await queue.get()
+            if ev is None:
+                left -= 1
+            elif isinstance(ev, Exception):
+                raise ev
+            else:
+                yield i, ev
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def target(req: GenerateRequest, model: Resolved):

@@ -41,6 +41,8 @@ class GenerateRequest:
     prompt_ids: tuple[int, ...] | None = None  # token-id prompt (the model's input_ids); then prompt is ""
     response_format: dict | None = None  # OpenAI json_object / json_schema: the backend's guided decoding
     logprobs: bool = False  # ask the model for each generated token's log probability (return_log_probs)
+    n: int = 1  # sequences returned (OpenAI/vLLM n): one Triton request each, seeds seed, seed + 1, ...
+    best_of: int = 1  # sequences generated, the n best returned (by cumulative log probability)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,7 @@ class Token:
     decode_ms: int | None = None
     queue_us: int = 0
     logprobs: tuple[tuple[str, float], ...] = ()  # (token text, log probability), when asked for
+    index: int = 0  # the sequence it belongs to (n > 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,7 @@ class Done:
     queue_us: int = 0  # the wait in the gateway before the request reached Triton, microseconds
     logprobs: tuple[tuple[str, float], ...] = ()  # every generated token's (text, log probability), when asked for
     events: int = 0  # token events the generation produced (MindIE's per-iteration arrays)
+    index: int = 0  # the sequence it ends (n > 1: one Done per sequence)
 
     @property
     def openai_reason(self) -> str:

@@ -188,3 +188,26 @@ def test_openai_sdk_function_calling_round_trip(url):
     assert deltas[0].id.startswith("call_") and chunks[-1].choices[0].finish_reason == "tool_calls"
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == ""
 
+
+
+def test_n_choices_are_the_sequences_of_consecutive_seeds(url, tok):
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    prompt = "Say something."  # no key word: the stand-in's reply depends on the seed
+    singles = [client.completions.create(model="ensemble", prompt=prompt, max_tokens=64, temperature=0.7, seed=s)
+               .choices[0].text for s in (40, 41)]
+    r = client.completions.create(model="ensemble", prompt=prompt, max_tokens=64, temperature=0.7, seed=40, n=2)
+    assert [(c.index, c.text) for c in r.choices] == [(0, singles[0]), (1, singles[1])]
+    assert r.usage.completion_tokens == sum(len(tok.ids(t)) for t in singles)
+    chunks = list(client.chat.completions.create(model="ensemble", messages=[{"role": "user", "content": prompt}],
+                                                 max_tokens=64, temperature=0.7, seed=40, n=2, stream=True))
+    by_index = {0: "", 1: ""}
+    for c in chunks:
+        for ch in c.choices:
+            by_index[ch.index] += ch.delta.content or ""
+    whole = client.chat.completions.create(model="ensemble", messages=[{"role": "user", "content": prompt}],
+                                           max_tokens=64, temperature=0.7, seed=40, n=2)
+    assert [by_index[0], by_index[1]] == [c.message.content for c in whole.choices]
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    vllm = requests.post(url + "/generate", json={"prompt": prompt, "max_tokens": 64, "temperature": 0.7, "seed": 40,
+                                                  "n": 2}).json()
+    assert vllm == {"text": [f"{prompt} {t}" for t in singles]}

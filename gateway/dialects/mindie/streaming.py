@@ -36,20 +36,21 @@ def _encode(plan: Plan, ev: Token | Done) -> bytes:
 
 
 async def whole(service: GenerationService, plan: Plan, entry: Entry | None = None):
-    done = None
+    dones: list[Done] = []  # one per sequence (n > 1: several)
     async with aclosing(service.generate(plan.req, plan.model)) as events:
         try:
             async for ev in events:
                 if isinstance(ev, Done):
-                    done = ev
+                    dones.append(ev)
         except asyncio.CancelledError:
             if entry is not None and entry.absorb():  # stopInfer: 500 Incomplete Generation
                 raise GatewayError(ErrorKind.CANCELLED, STOPPED) from None
             raise
-    if done is None:
+    if not dones:
         raise GatewayError(ErrorKind.UPSTREAM_FAILED, "generation ended without a result")
-    metrics.observe(plan.model.spec.name, done)
-    return response.json(plan.encoder.body(done))
+    for done in dones:
+        metrics.observe(plan.model.spec.name, done)
+    return response.json(plan.encoder.body(dones[0]) if len(dones) == 1 else plan.encoder.body_many(dones))
 
 
 async def stream(service: GenerationService, plan: Plan, request: Request, entry: Entry | None = None) -> None:
