@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 
-from gateway import metrics, tracing
+from gateway import metrics, offload, tracing
 from gateway.call import current
 from gateway.core.errors import ErrorKind, GatewayError, invalid
 from gateway.upstream import Upstream
@@ -141,9 +141,10 @@ class GenerationService:
             yield replace(dones[i], index=k)
 
     async def _one(self, req: GenerateRequest, model: Resolved) -> AsyncIterator[Event]:
-        req = fit(req, model)
+        ids = await prompt_ids(req, model)
+        req = fit(req, model, ids)
         seed = req.sampling.seed if req.sampling.seed is not None else new_seed()
-        sent = via_token_model(req, model)
+        sent = via_token_model(req, model, ids)
         infer = model.profile.encode(sent, *target(sent, model), seed)
         stops, tally = StopMatcher(req.stop), started()
         start = tally.start
@@ -200,27 +201,41 @@ def target(req: GenerateRequest, model: Resolved):
     return model.token_target if req.prompt_ids is not None else (model.spec.name, model.meta)
 
 
-def fit(req: GenerateRequest, model: Resolved) -> GenerateRequest:
+async def prompt_ids(req: GenerateRequest, model: Resolved) -> tuple[int, ...] | None:
+    """A text prompt's ids with the model's own tokenizer (None without one): worked out once per
+    request, off the event loop for a long prompt (gateway.offload), so tokenizing a long prompt
+    does not hold up the worker's other requests."""
+    encode = getattr(model.tokenizer, "prompt_ids", None)
+    if encode is None or req.prompt_ids is not None:
+        return None
+    return await offload.run(len(req.prompt), encode, req.prompt)
+
+
+def fit(req: GenerateRequest, model: Resolved, ids: tuple[int, ...] | None = None) -> GenerateRequest:
     """A model's ``max_seq_len``, counted with its tokenizer: a prompt of that many tokens or more is
-    refused; the output is cut to what is left (MindIE: min(requested, maxSeqLen - inputLen))."""
+    refused; the output is cut to what is left (MindIE: min(requested, maxSeqLen - inputLen)).
+    Records the prompt's count when ``ids`` (its ids with the model's tokenizer) are given."""
+    if ids is not None:
+        req = replace(req, prompt_count=len(ids))
     limit = model.spec.max_seq_len
     if not limit:
         return req
-    n = len(req.prompt_ids) if req.prompt_ids is not None else model.tokenizer.prompt_count(req.prompt)
+    n = len(req.prompt_ids) if req.prompt_ids is not None else (
+        req.prompt_count if req.prompt_count is not None else model.tokenizer.prompt_count(req.prompt))
     if n >= limit:
         raise invalid(f"The input is {n} tokens; model {model.name[:256]} takes at most {limit - 1} "
                       f"(max_seq_len {limit}).")
     return replace(req, max_tokens=limit - n) if req.max_tokens > limit - n else req
 
 
-def via_token_model(req: GenerateRequest, model: Resolved) -> GenerateRequest:
+def via_token_model(req: GenerateRequest, model: Resolved, ids: tuple[int, ...] | None = None) -> GenerateRequest:
     """A streamed text prompt of a model with a token model and its own tokenizer: tokenized here
     (as its preprocessing would) and sent to the token model, whose ids are then decoded here
     incrementally. A model's postprocessing decodes each streamed response on its own, which cuts
     a character whose bytes span two responses (tensorrtllm_backend#332)."""
     if (req.stream and req.prompt_ids is None and model.spec.token_model and model.token_meta is not None
             and hasattr(model.tokenizer, "detokenizer")):
-        return replace(req, prompt_ids=model.tokenizer.prompt_ids(req.prompt))
+        return replace(req, prompt_ids=ids if ids is not None else model.tokenizer.prompt_ids(req.prompt))
     return req
 
 
@@ -323,7 +338,8 @@ def done_event(req: GenerateRequest, model: Resolved, tally: Tally, stopped: boo
     produced = tally.n_out if tally.n_out is not None else (
         len(tally.ids) if tally.ids is not None else model.tokenizer.count(tally.raw))
     prompt_tokens = tally.n_in if tally.n_in is not None else (
-        len(req.prompt_ids) if req.prompt_ids is not None else model.tokenizer.prompt_count(req.prompt))
+        len(req.prompt_ids) if req.prompt_ids is not None else
+        req.prompt_count if req.prompt_count is not None else model.tokenizer.prompt_count(req.prompt))
     reason, derived = finish_reason(tally.reason, stopped, produced, req.max_tokens)
     now = time.perf_counter()
     return Done(

@@ -43,6 +43,7 @@ class GenerateRequest:
     logprobs: bool = False  # ask the model for each generated token's log probability (return_log_probs)
     n: int = 1  # sequences returned (OpenAI/vLLM n): one Triton request each, seeds seed, seed + 1, ...
     best_of: int = 1  # sequences generated, the n best returned (by cumulative log probability)
+    prompt_count: int | None = None  # the prompt's tokens with the model's own tokenizer, once counted
 
 
 @dataclass(frozen=True, slots=True)
