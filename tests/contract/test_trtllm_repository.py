@@ -64,11 +64,12 @@ def url(gw):
     return gw.url("mindie_http")
 
 
-def direct_ensemble(trtllm, prompt: str, max_tokens: int) -> str:
-    """The ensemble's own answer, straight from Triton (decoupled, so a stream call even unstreamed)."""
+def direct_ensemble(trtllm, prompt: str, max_tokens: int, stream: bool = False) -> list[str]:
+    """The ensemble's own answer, straight from Triton (decoupled, so a stream call even unstreamed):
+    the text of each response."""
     out: queue.Queue = queue.Queue()
     values = {"text_input": np.array([[prompt.encode()]], dtype=object), "max_tokens": np.array([[max_tokens]], np.int32),
-              "exclude_input_in_output": np.array([[True]])}
+              "exclude_input_in_output": np.array([[True]]), "stream": np.array([[stream]])}
     inputs = []
     for name, arr in values.items():
         t = grpcclient.InferInput(name, list(arr.shape), "BYTES" if arr.dtype == object else
@@ -76,7 +77,7 @@ def direct_ensemble(trtllm, prompt: str, max_tokens: int) -> str:
         t.set_data_from_numpy(arr)
         inputs.append(t)
     client = grpcclient.InferenceServerClient(trtllm.grpc_target)
-    text = ""
+    texts = []
     try:
         client.start_stream(callback=lambda result, error: out.put(error or result))
         client.async_stream_infer("ensemble", inputs, enable_empty_final_response=True)
@@ -84,9 +85,9 @@ def direct_ensemble(trtllm, prompt: str, max_tokens: int) -> str:
             r = out.get(timeout=30)
             assert not isinstance(r, Exception), r
             if r.as_numpy("text_output") is not None:
-                text += r.as_numpy("text_output").reshape(-1)[0].decode()
+                texts.append(r.as_numpy("text_output").reshape(-1)[0].decode())
             if r.get_response().parameters["triton_final_response"].bool_param:
-                return text
+                return texts
     finally:
         client.stop_stream()
         client.close()
@@ -94,7 +95,7 @@ def direct_ensemble(trtllm, prompt: str, max_tokens: int) -> str:
 
 def test_text_goes_through_the_ensemble_as_triton_answers_it(trtllm, url, tok):
     prompt = "How is the weather?"
-    direct = direct_ensemble(trtllm, prompt, 64)
+    [direct] = direct_ensemble(trtllm, prompt, 64)
     assert direct == WEATHER
     r = requests.post(url + "/infer", json={"inputs": prompt, "parameters": {"max_new_tokens": 64, "details": True}})
     assert r.status_code == 200, r.text
@@ -121,7 +122,9 @@ def test_token_ids_go_to_the_tensorrt_llm_step_and_are_decoded_where_text_is_ans
     assert token.json()["outputs"][0]["data"] == list(tok.ids(WEATHER))
 
 
-def test_streams_never_cut_a_character(url):
+def test_streams_never_cut_a_character(trtllm, url):
+    # the ensemble's own stream decodes each response on its own: a character spanning two is lost
+    assert REPLACEMENT in "".join(direct_ensemble(trtllm, "weather?", 64, stream=True))
     r = requests.post(url + "/infer", json={"inputs": "weather?", "stream": True, "parameters": {"max_new_tokens": 64}},
                       stream=True)
     events = [json.loads(line[5:]) for line in r.iter_lines() if line.startswith(b"data:")]
