@@ -239,6 +239,17 @@ def via_token_model(req: GenerateRequest, model: Resolved, ids: tuple[int, ...] 
     return req
 
 
+def for_phases(req: GenerateRequest, model: Resolved) -> GenerateRequest:
+    """A prefill/decode request (MindIE PD) of a model that cannot split its phases but whose token
+    model can (a stock TensorRT-LLM ensemble: its tensorrt_llm step takes context_phase_params):
+    its prompt tokenized here and sent to the token model, as a stream is (``via_token_model``)."""
+    if (req.prompt_ids is None and model.spec.token_model and model.token_meta is not None
+            and hasattr(model.tokenizer, "detokenizer") and not model.profile.can_split(model.meta)
+            and model.profile.can_split(model.token_meta)):
+        return replace(req, prompt_ids=model.tokenizer.prompt_ids(req.prompt))
+    return req
+
+
 def started() -> Tally:
     """A Tally for a request about to be sent to Triton: its start, and how long it waited in the
     gateway since the edge received it (admission, planning), for MindIE's ``queue_wait_time``."""

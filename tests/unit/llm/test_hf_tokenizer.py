@@ -5,6 +5,7 @@ Face renders it, and the token model's ids decoded by the generation core."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import jinja2
 import numpy as np
@@ -127,3 +128,23 @@ async def test_max_seq_len_is_counted_with_the_tokenizer(tok):
     model = await ServedModels(up, settings).resolve("llm")
     with pytest.raises(GatewayError, match=f"The input is {n} tokens"):
         [ev async for ev in GenerationService(up).generate(GenerateRequest("llm", prompt, 1), model)]
+
+
+async def test_prefill_decode_phases_of_an_ensemble_go_to_its_token_model(tok):
+    from gateway.llm.pd import Handoff, PhasedGeneration
+
+    meta = _token_meta()
+    meta = replace(meta, inputs=(*meta.inputs, TensorSpec("context_phase_params", "UINT8", (-1, -1))),
+                   outputs=(*meta.outputs, TensorSpec("context_phase_params", "UINT8", (-1, -1))))
+    first = InferResponse("tensorrt_llm", "1", [
+        Tensor("output_ids", np.array(tok.ids(" Paris"), dtype=np.int32).reshape(1, 1, -1)),
+        Tensor("context_phase_params", np.frombuffer(b"state", dtype=np.uint8).reshape(1, -1))])
+    up = FakeUpstream([first], metas=[trtllm_meta("llm"), meta])
+    settings = ServedModelsSettings(models={"llm": ModelOptions(tokenizer_dir=TOKENIZER_DIR, token_model="tensorrt_llm")})
+    model = await ServedModels(up, settings).resolve("llm")
+    prompt = "weather in Paris?"
+    events = [ev async for ev in PhasedGeneration(up).context(GenerateRequest("llm", prompt, 8), model)]
+    infer = up.requests[0][0]
+    assert infer.model == "tensorrt_llm" and infer.parameters["request_type"] == "context_only"
+    assert {t.name: t.data for t in infer.inputs}["input_ids"].tolist() == [list(tok.prompt_ids(prompt))]
+    assert [e.text for e in events if isinstance(e, Token)] == [" Paris"] and isinstance(events[-1], Handoff)
