@@ -120,16 +120,17 @@ class GenerationService:
         probability (the model's, asked for when best_of > n and the model reports them; else the
         first n), re-indexed 0..n-1."""
         seed = req.sampling.seed if req.sampling.seed is not None else new_seed()
+        ids = await prompt_ids(req, model)  # once for all the sequences
         rank = req.best_of > req.n and returns_log_probs(target(req, model)[1])
         subs = [replace(req, n=1, best_of=1, sampling=replace(req.sampling, seed=(seed + i) % (SEED_MAX + 1)),
                         request_id=f"{req.request_id}-{i}" if req.request_id else "", logprobs=req.logprobs or rank)
                 for i in range(req.best_of)]
         if req.stream:
-            async with aclosing(merged([self._one(sub, model) for sub in subs])) as events:
+            async with aclosing(merged([self._one(sub, model, ids) for sub in subs])) as events:
                 async for i, ev in events:
                     yield replace(ev, index=i)
             return
-        tasks = [asyncio.ensure_future(last_done(self._one(sub, model))) for sub in subs]
+        tasks = [asyncio.ensure_future(last_done(self._one(sub, model, ids))) for sub in subs]
         try:
             dones = await asyncio.gather(*tasks)
         finally:
@@ -140,8 +141,9 @@ class GenerationService:
         for k, i in enumerate(list(order)[: req.n]):
             yield replace(dones[i], index=k)
 
-    async def _one(self, req: GenerateRequest, model: Resolved) -> AsyncIterator[Event]:
-        ids = await prompt_ids(req, model)
+    async def _one(self, req: GenerateRequest, model: Resolved, ids: tuple[int, ...] | None = None
+                   ) -> AsyncIterator[Event]:
+        ids = ids if ids is not None else await prompt_ids(req, model)
         req = fit(req, model, ids)
         seed = req.sampling.seed if req.sampling.seed is not None else new_seed()
         sent = via_token_model(req, model, ids)
