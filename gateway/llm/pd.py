@@ -22,7 +22,7 @@ from gateway.upstream import Upstream
 
 from .profiles import CONTEXT_ONLY, GENERATION_ONLY
 from .served import Resolved
-from .service import Tally, ending, new_seed, started, tokens
+from .service import Tally, ending, for_phases, new_seed, started, target, tokens
 from .stops import StopMatcher
 from .types import Done, GenerateRequest, Token
 
@@ -66,7 +66,8 @@ class PhasedGeneration:
 
     async def context(self, req: GenerateRequest, model: Resolved) -> AsyncIterator[Token | Done | Handoff]:
         seed = req.sampling.seed if req.sampling.seed is not None else new_seed()
-        infer = model.profile.encode_phase(req, model.spec.name, model.meta, seed, CONTEXT_ONLY)
+        sent = for_phases(req, model)
+        infer = model.profile.encode_phase(sent, *target(sent, model), seed, CONTEXT_ONLY)
         stops, tally = StopMatcher(req.stop), started()
         start = tally.start
         params: list[bytes] = []
@@ -87,7 +88,8 @@ class PhasedGeneration:
                              events=tally.events, queue_us=tally.queue_us, logprobs=tally.logprobs))
 
     async def generation(self, req: GenerateRequest, model: Resolved, resume: Resume) -> AsyncIterator[Token | Done]:
-        infer = model.profile.encode_phase(req, model.spec.name, model.meta, resume.seed, GENERATION_ONLY,
+        sent = for_phases(req, model)
+        infer = model.profile.encode_phase(sent, *target(sent, model), resume.seed, GENERATION_ONLY,
                                            resume.context_phase_params)
         stops = StopMatcher(req.stop)
         stops.pending = resume.pending

@@ -104,12 +104,15 @@ def decode_outputs(resp: InferResponse) -> Chunk:
         context_phase_params=ctx.data.astype(np.uint8).tobytes() if ctx is not None else None,
         token_ids=tuple(int(i) for i in ids.data.reshape(-1)) if ids is not None else None,
         logprobs=tuple(float(x) for x in lps.data.reshape(-1)) if lps is not None else None,
+        has_text=any(t.name == "text_output" for t in resp.outputs),
     )
 
 
 class TrtllmProfile:
     name = "trtllm"
 
+    # the token-level model's names (TensorRT-LLM's tensorrt_llm) for the ensemble's
+    TOKEN_LEVEL = {"stream": "streaming", "top_k": "runtime_top_k", "top_p": "runtime_top_p"}
     # neutral sampling field -> (tensor name, numpy dtype)
     SAMPLING = {
         "temperature": ("temperature", np.float32),
@@ -125,6 +128,8 @@ class TrtllmProfile:
         inputs = self._prompt(req, model, meta, declared)
 
         def scalar(name: str, value, dtype) -> None:
+            if name not in declared:
+                name = self.TOKEN_LEVEL.get(name, name)
             if value is not None and name in declared:
                 inputs.append(Tensor(name, np.array([[value]], dtype=dtype)))
 

@@ -3,6 +3,12 @@
 By default every ready, decoupled Triton model with a text contract is exposed under its own name
 (profile guessed from its inputs); explicit ``models`` entries add settings and ``aliases`` map
 extra names (``llama2_7b -> tiny_llm``). ``expose: listed`` hides undeclared models.
+
+A model with its own tokenizer names the directory (``tokenizer_dir``): counts, ids and decoding
+come from it, and its ``chat_template`` is the chat template unless ``chat_template`` is set. A
+model whose token-id contract is another Triton model (TensorRT-LLM's ``ensemble`` takes text; its
+``tensorrt_llm`` step takes ``input_ids``) names that model as ``token_model``: token-id prompts go
+there, and their ids are decoded with the model's tokenizer where a family answers text.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from gateway.core.tensors import ModelMetadata
 from gateway.settings import Strict
 from gateway.upstream import Upstream
 
-from . import profiles, tokenizers
+from . import profiles, tokenizers, tools
 from .chat import DEFAULT_TEMPLATE, ChatTemplate
 
 log = logging.getLogger("gateway.llm")
@@ -30,9 +36,13 @@ class ServedModel:
     name: str  # the Triton model
     profile: str = ""  # "" = guess from the model's inputs
     tokenizer: str = "words"
-    chat_template: str = DEFAULT_TEMPLATE
+    chat_template: str = ""  # "" = the tokenizer directory's, else DEFAULT_TEMPLATE
     max_tokens: int = 512  # default for OpenAI/vLLM max_tokens (MindIE's maxIterTimes)
     max_new_tokens: int = 20  # default for native/TGI/Triton max_new_tokens (MindIE's default)
+    tokenizer_dir: str = ""  # a Hugging Face tokenizer directory: the tokenizer is then hf:<dir>
+    token_model: str = ""  # the Triton model token-id prompts go to ("" = this one)
+    max_seq_len: int = 0  # prompt + generated tokens the model takes (MindIE's maxSeqLen); 0 = not checked
+    tool_parser: str = ""  # how tool calls are read from its text (gateway/llm/tools.py); "" = no tools
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +53,14 @@ class Resolved:
     profile: profiles.Profile
     tokenizer: tokenizers.Tokenizer
     template: ChatTemplate
+    token_meta: ModelMetadata | None = None  # the token_model's metadata, when one is set
+
+    @property
+    def token_target(self) -> tuple[str, ModelMetadata]:
+        """(Triton model, metadata) a token-id prompt goes to."""
+        if self.spec.token_model and self.token_meta is not None:
+            return self.spec.token_model, self.token_meta
+        return self.spec.name, self.meta
 
 
 class ModelOptions(Strict):
@@ -50,9 +68,19 @@ class ModelOptions(Strict):
 
     profile: str = ""  # "" = guess from the model's inputs
     tokenizer: str = "words"
-    chat_template: str = DEFAULT_TEMPLATE
+    chat_template: str = ""  # "" = the tokenizer directory's (tokenizer_dir), else the default transcript
     max_tokens: Annotated[int, Field(ge=1)] = 512
     max_new_tokens: Annotated[int, Field(ge=1)] = 20
+    tokenizer_dir: str = ""  # the model's Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json)
+    token_model: str = ""  # the Triton model that takes token ids (TensorRT-LLM: tensorrt_llm)
+    max_seq_len: Annotated[int, Field(ge=0)] = 0  # prompt + output tokens (the engine's max_seq_len); 0 = not checked
+    tool_parser: str = ""  # hermes | llama3_json | mistral: tools go into the template, calls are read back
+
+    @field_validator("tool_parser")
+    @classmethod
+    def _known_parser(cls, value: str) -> str:
+        _settings_check(tools.check, value)
+        return value
 
     @field_validator("profile")
     @classmethod
@@ -70,8 +98,15 @@ class ModelOptions(Strict):
     @field_validator("chat_template")
     @classmethod
     def _template_compiles(cls, value: str) -> str:
-        _settings_check(ChatTemplate, value)
+        if value:
+            _settings_check(ChatTemplate, value)
         return value
+
+    def spec(self, name: str) -> ServedModel:
+        values = self.model_dump()
+        if self.tokenizer_dir:
+            values["tokenizer"] = tokenizers.HF_PREFIX + self.tokenizer_dir
+        return ServedModel(name=name, **values)
 
 
 def _settings_check(build, value: str) -> None:
@@ -99,8 +134,8 @@ class ServedModels:
     def __init__(self, upstream: Upstream, settings: ServedModelsSettings):
         self.upstream = upstream
         self.settings = settings
-        self._specs = {n: ServedModel(name=n, **o.model_dump()) for n, o in settings.models.items()}
-        self._templates: dict[str, ChatTemplate] = {}
+        self._specs = {n: o.spec(n) for n, o in settings.models.items()}
+        self._templates: dict[tuple[str, str], ChatTemplate] = {}
         self._listed: tuple[object, list[str]] | None = None  # (the repository index it was worked out from, served)
         self._relisting: asyncio.Future | None = None  # the background relist of a newer index
 
@@ -162,7 +197,9 @@ class ServedModels:
         meta = await self._served_metadata(name, target)
         spec = self._specs.get(target) or ServedModel(name=target)
         prof = profiles.profile(spec.profile or profiles.guess_profile(meta))
-        return Resolved(name, spec, meta, prof, tokenizers.tokenizer(spec.tokenizer), self._template(spec))
+        tok = tokenizers.tokenizer(spec.tokenizer)
+        token_meta = await self.upstream.model_metadata(spec.token_model) if spec.token_model else None
+        return Resolved(name, spec, meta, prof, tok, self._template(spec, tok), token_meta)
 
     async def _served_metadata(self, name: str, target: str) -> ModelMetadata:
         missing = GatewayError(ErrorKind.NOT_FOUND, f"Model {name[:256]} not found.")
@@ -186,8 +223,16 @@ class ServedModels:
             raise missing
         return meta
 
-    def _template(self, spec: ServedModel) -> ChatTemplate:
-        tpl = self._templates.get(spec.chat_template)
+    def _template(self, spec: ServedModel, tok: tokenizers.Tokenizer) -> ChatTemplate:
+        """The configured template; else the tokenizer's own (rendered as Hugging Face does); else
+        the default transcript."""
+        own = None if spec.chat_template else getattr(tok, "chat_template", None)
+        key = (spec.chat_template, tok.name if own else "")
+        tpl = self._templates.get(key)
         if tpl is None:
-            tpl = self._templates[spec.chat_template] = ChatTemplate(spec.chat_template)
+            if own:
+                tpl = ChatTemplate(own, hf=True, special_tokens=getattr(tok, "special_tokens", {}))
+            else:
+                tpl = ChatTemplate(spec.chat_template or DEFAULT_TEMPLATE)
+            self._templates[key] = tpl
         return tpl

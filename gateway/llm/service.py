@@ -4,22 +4,30 @@ Every request goes through ``Upstream.stream`` (ModelStreamInfer, ending on
 ``triton_final_response``). Closing the generator returned by ``generate`` (client gone) closes
 the upstream stream, which cancels the Triton request. What Triton does not give is provided here:
 a seed when none is given, stop strings enforced on the text, token counts (model outputs when
-returned, else the profile's tokenizer) and a derived finish reason.
+returned, else the model's tokenizer) and a derived finish reason.
+
+A token-id prompt goes to the model's ``token_model`` when it has one (TensorRT-LLM's
+``tensorrt_llm`` behind a text ``ensemble``): that model answers ids only, which are decoded here
+with the model's tokenizer, incrementally, never cutting a character across two events.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gateway.call import current
+from gateway.core.errors import ErrorKind, GatewayError, invalid
 from gateway.observe import metrics, tracing
+from gateway.process import offload
 from gateway.upstream import Upstream
 
+from .profiles import returns_log_probs
 from .served import Resolved
 from .stops import StopMatcher
 from .types import EOS, LENGTH, STOP_SEQUENCE, Chunk, Done, GenerateRequest, Token
@@ -96,8 +104,51 @@ class GenerationService:
         self.upstream = upstream
 
     async def generate(self, req: GenerateRequest, model: Resolved) -> AsyncIterator[Event]:
+        """Token events then one Done; with n / best_of > 1, one Done per returned sequence, every
+        event carrying its sequence's index."""
+        if req.n > 1 or req.best_of > 1:
+            async with aclosing(self._fan_out(req, model)) as events:
+                async for ev in events:
+                    yield ev
+            return
+        async with aclosing(self._one(req, model)) as events:
+            async for ev in events:
+                yield ev
+
+    async def _fan_out(self, req: GenerateRequest, model: Resolved) -> AsyncIterator[Event]:
+        """best_of Triton requests (seeds seed + i), run together. Streamed (best_of == n): their
+        events as they come, tagged with their index. Whole: the n with the highest cumulative log
+        probability (the model's, asked for when best_of > n and the model reports them; else the
+        first n), re-indexed 0..n-1."""
         seed = req.sampling.seed if req.sampling.seed is not None else new_seed()
-        infer = model.profile.encode(req, model.spec.name, model.meta, seed)
+        ids = await prompt_ids(req, model)  # once for all the sequences
+        rank = req.best_of > req.n and returns_log_probs(target(req, model)[1])
+        subs = [replace(req, n=1, best_of=1, sampling=replace(req.sampling, seed=(seed + i) % (SEED_MAX + 1)),
+                        request_id=f"{req.request_id}-{i}" if req.request_id else "", logprobs=req.logprobs or rank)
+                for i in range(req.best_of)]
+        if req.stream:
+            async with aclosing(merged([self._one(sub, model, ids) for sub in subs])) as events:
+                async for i, ev in events:
+                    yield replace(ev, index=i)
+            return
+        tasks = [asyncio.ensure_future(last_done(self._one(sub, model, ids))) for sub in subs]
+        try:
+            dones = await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+        order = sorted(range(len(dones)), key=lambda i: -sum(lp for _, lp in dones[i].logprobs)) if rank \
+            else range(len(dones))
+        for k, i in enumerate(list(order)[: req.n]):
+            yield replace(dones[i], index=k)
+
+    async def _one(self, req: GenerateRequest, model: Resolved, ids: tuple[int, ...] | None = None
+                   ) -> AsyncIterator[Event]:
+        ids = ids if ids is not None else await prompt_ids(req, model)
+        req = fit(req, model, ids)
+        seed = req.sampling.seed if req.sampling.seed is not None else new_seed()
+        sent = via_token_model(req, model, ids)
+        infer = model.profile.encode(sent, *target(sent, model), seed)
         stops, tally = StopMatcher(req.stop), started()
         start = tally.start
         async with aclosing(tokens(self.upstream, infer, req, model, stops, tally)) as toks:
@@ -105,6 +156,101 @@ class GenerationService:
                 yield tok
         for ev in ending(req, model, tally, stops, seed, start):
             yield ev
+
+
+async def last_done(events: AsyncIterator[Event]) -> Done:
+    done = None
+    async with aclosing(events) as evs:
+        async for ev in evs:
+            if isinstance(ev, Done):
+                done = ev
+    if done is None:
+        raise GatewayError(ErrorKind.UPSTREAM_FAILED, "generation ended without a result")
+    return done
+
+
+async def merged(streams: list[AsyncIterator[Event]]) -> AsyncIterator[tuple[int, Event]]:
+    """(index, event) of several generations as they come; closing it (or one failing) closes all."""
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump(i: int, events: AsyncIterator[Event]) -> None:
+        try:
+            async with aclosing(events) as evs:
+                async for ev in evs:
+                    await queue.put((i, ev))
+        except Exception as e:  # noqa: BLE001 - handed to the consumer, which raises it
+            await queue.put((i, e))
+        await queue.put((i, None))
+
+    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        left = len(tasks)
+        while left:
+            i, ev = await queue.get()
+            if ev is None:
+                left -= 1
+            elif isinstance(ev, Exception):
+                raise ev
+            else:
+                yield i, ev
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def target(req: GenerateRequest, model: Resolved):
+    """(Triton model, metadata) the request goes to: a token-id prompt to the token model."""
+    return model.token_target if req.prompt_ids is not None else (model.spec.name, model.meta)
+
+
+async def prompt_ids(req: GenerateRequest, model: Resolved) -> tuple[int, ...] | None:
+    """A text prompt's ids with the model's own tokenizer (None without one): worked out once per
+    request, off the event loop for a long prompt (gateway.process.offload), so tokenizing a long prompt
+    does not hold up the worker's other requests."""
+    encode = getattr(model.tokenizer, "prompt_ids", None)
+    if encode is None or req.prompt_ids is not None:
+        return None
+    return await offload.run(len(req.prompt), encode, req.prompt)
+
+
+def fit(req: GenerateRequest, model: Resolved, ids: tuple[int, ...] | None = None) -> GenerateRequest:
+    """A model's ``max_seq_len``, counted with its tokenizer: a prompt of that many tokens or more is
+    refused; the output is cut to what is left (MindIE: min(requested, maxSeqLen - inputLen)).
+    Records the prompt's count when ``ids`` (its ids with the model's tokenizer) are given."""
+    if ids is not None:
+        req = replace(req, prompt_count=len(ids))
+    limit = model.spec.max_seq_len
+    if not limit:
+        return req
+    n = len(req.prompt_ids) if req.prompt_ids is not None else (
+        req.prompt_count if req.prompt_count is not None else model.tokenizer.prompt_count(req.prompt))
+    if n >= limit:
+        raise invalid(f"The input is {n} tokens; model {model.name[:256]} takes at most {limit - 1} "
+                      f"(max_seq_len {limit}).")
+    return replace(req, max_tokens=limit - n) if req.max_tokens > limit - n else req
+
+
+def via_token_model(req: GenerateRequest, model: Resolved, ids: tuple[int, ...] | None = None) -> GenerateRequest:
+    """A streamed text prompt of a model with a token model and its own tokenizer: tokenized here
+    (as its preprocessing would) and sent to the token model, whose ids are then decoded here
+    incrementally. A model's postprocessing decodes each streamed response on its own, which cuts
+    a character whose bytes span two responses (tensorrtllm_backend#332)."""
+    if (req.stream and req.prompt_ids is None and model.spec.token_model and model.token_meta is not None
+            and hasattr(model.tokenizer, "detokenizer")):
+        return replace(req, prompt_ids=ids if ids is not None else model.tokenizer.prompt_ids(req.prompt))
+    return req
+
+
+def for_phases(req: GenerateRequest, model: Resolved) -> GenerateRequest:
+    """A prefill/decode request (MindIE PD) of a model that cannot split its phases but whose token
+    model can (a stock TensorRT-LLM ensemble: its tensorrt_llm step takes context_phase_params):
+    its prompt tokenized here and sent to the token model, as a stream is (``via_token_model``)."""
+    if (req.prompt_ids is None and model.spec.token_model and model.token_meta is not None
+            and hasattr(model.tokenizer, "detokenizer") and not model.profile.can_split(model.meta)
+            and model.profile.can_split(model.token_meta)):
+        return replace(req, prompt_ids=model.tokenizer.prompt_ids(req.prompt))
+    return req
 
 
 def started() -> Tally:
@@ -137,9 +283,13 @@ async def tokens(upstream: Upstream, infer, req: GenerateRequest, model: Resolve
     Closing early (stop string, client gone) closes the upstream stream, which cancels the Triton request.
     """
     stream = upstream.stream(infer)  # its deadline: the request's (gateway.call; MindIE's `timeout` shortens it)
+    detok = None
     try:
         async for resp in stream:
             chunk = model.profile.decode(resp)
+            if not chunk.has_text and chunk.token_ids is not None:  # a token model: ids only
+                detok = detok or detokenizer(model)
+                chunk = replace(chunk, text=detok.feed(chunk.token_ids), has_text=True)
             if params is not None and chunk.context_phase_params is not None:
                 params.append(chunk.context_phase_params)
             if not tally.first_at and chunk.text:
@@ -152,8 +302,23 @@ async def tokens(upstream: Upstream, infer, req: GenerateRequest, model: Resolve
                 yield timed(tally, shown, ids)
             if stops.hit:
                 break
+        rest = detok.flush() if detok is not None and not stops.hit else ""
+        if rest:
+            tally.raw += rest
+            shown = stops.feed(rest)
+            if shown:
+                tally.shown += shown
+                yield timed(tally, shown, ())
     finally:
         await stream.aclose()
+
+
+def detokenizer(model: Resolved):
+    make = getattr(model.tokenizer, "detokenizer", None)
+    if make is None:
+        raise GatewayError(ErrorKind.INTERNAL, f"model {model.name[:256]} answers token ids and its tokenizer "
+                           f"{model.tokenizer.name} cannot decode them: set tokenizer_dir")
+    return make()
 
 
 def ending(req: GenerateRequest, model: Resolved, tally: Tally, stops: StopMatcher, seed: int,
@@ -187,7 +352,8 @@ def done_event(req: GenerateRequest, model: Resolved, tally: Tally, stopped: boo
     produced = tally.n_out if tally.n_out is not None else (
         len(tally.ids) if tally.ids is not None else model.tokenizer.count(tally.raw))
     prompt_tokens = tally.n_in if tally.n_in is not None else (
-        len(req.prompt_ids) if req.prompt_ids is not None else model.tokenizer.count(req.prompt))
+        len(req.prompt_ids) if req.prompt_ids is not None else
+        req.prompt_count if req.prompt_count is not None else model.tokenizer.prompt_count(req.prompt))
     reason, derived = finish_reason(tally.reason, stopped, produced, req.max_tokens)
     now = time.perf_counter()
     return Done(

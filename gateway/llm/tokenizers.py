@@ -2,7 +2,9 @@
 
 A profile names one (``tokenizer: words``). ``words`` is exact for models whose tokens are
 whitespace-separated words (tiny_llm); its ids are a stable hash of the word text (not a model
-vocabulary id), documented in docs/mindie.md.
+vocabulary id), documented in docs/mindie.md. ``hf:<directory>`` is the model's own Hugging Face
+tokenizer (gateway/llm/hf.py: ``tokenizer.json`` and ``tokenizer_config.json``), loaded once per
+directory: exact counts and ids, and it decodes ids (``decode``, ``Detokenizer``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ class Tokenizer(Protocol):
 
     def ids(self, text: str) -> tuple[int, ...]: ...
 
+    def prompt_count(self, text: str) -> int: ...
+
 
 class WordTokenizer:
     name = "words"
@@ -27,6 +31,8 @@ class WordTokenizer:
 
     def count(self, text: str) -> int:
         return len(text.split())
+
+    prompt_count = count
 
     def ids(self, text: str) -> tuple[int, ...]:
         return tuple(zlib.crc32(w.encode()) % self.vocab for w in text.split())
@@ -40,6 +46,8 @@ class CharTokenizer:
     def count(self, text: str) -> int:
         return (len(text) + 3) // 4
 
+    prompt_count = count
+
     def ids(self, text: str) -> tuple[int, ...]:
         return tuple(zlib.crc32(text[i : i + 4].encode()) % 32000 for i in range(0, len(text), 4))
 
@@ -47,7 +55,15 @@ class CharTokenizer:
 TOKENIZERS: dict[str, Tokenizer] = {t.name: t for t in (WordTokenizer(), CharTokenizer())}
 
 
+HF_PREFIX = "hf:"
+
+
 def tokenizer(name: str) -> Tokenizer:
+    """The tokenizer a model's settings name: ``words``, ``chars4`` or ``hf:<directory>``."""
+    if name.startswith(HF_PREFIX):
+        from .hf import load  # the tokenizers library only where a model has its own tokenizer
+
+        return load(name[len(HF_PREFIX):])
     return named(TOKENIZERS, name, "tokenizer")
 
 

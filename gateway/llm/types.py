@@ -41,6 +41,9 @@ class GenerateRequest:
     prompt_ids: tuple[int, ...] | None = None  # token-id prompt (the model's input_ids); then prompt is ""
     response_format: dict | None = None  # OpenAI json_object / json_schema: the backend's guided decoding
     logprobs: bool = False  # ask the model for each generated token's log probability (return_log_probs)
+    n: int = 1  # sequences returned (OpenAI/vLLM n): one Triton request each, seeds seed, seed + 1, ...
+    best_of: int = 1  # sequences generated, the n best returned (by cumulative log probability)
+    prompt_count: int | None = None  # the prompt's tokens with the model's own tokenizer, once counted
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,7 @@ class Chunk:
     context_phase_params: bytes | None = None  # a context-only response's hand-off state (PD)
     token_ids: tuple[int, ...] | None = None  # the model's own ids of this response's tokens (output_ids)
     logprobs: tuple[float, ...] | None = None  # the model's log probability of each token (output_log_probs)
+    has_text: bool = True  # False: the response had no text_output (a token model's: ids only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,7 @@ class Token:
     decode_ms: int | None = None
     queue_us: int = 0
     logprobs: tuple[tuple[str, float], ...] = ()  # (token text, log probability), when asked for
+    index: int = 0  # the sequence it belongs to (n > 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +90,7 @@ class Done:
     queue_us: int = 0  # the wait in the gateway before the request reached Triton, microseconds
     logprobs: tuple[tuple[str, float], ...] = ()  # every generated token's (text, log probability), when asked for
     events: int = 0  # token events the generation produced (MindIE's per-iteration arrays)
+    index: int = 0  # the sequence it ends (n > 1: one Done per sequence)
 
     @property
     def openai_reason(self) -> str:

@@ -44,6 +44,10 @@ class Encoder:
     def body(self, done: Done) -> Any:
         raise NotImplementedError
 
+    def body_many(self, dones: list[Done]) -> Any:
+        """n > 1 sequences (the families that take n: OpenAI, vLLM)."""
+        raise NotImplementedError
+
     def event(self, obj: Any) -> bytes:
         return self.prefix + orjson.dumps(obj) + b"\n\n"
 
@@ -87,18 +91,28 @@ def sampling_openai(b: Mapping[str, Any]) -> Sampling:
     )
 
 
-def single_sequence(b: Mapping[str, Any]) -> None:
-    """n / best_of: validated with MindIE's ranges; the gateway generates one sequence.
+MAX_SEQUENCES = 128  # MindIE's best_of bound; n <= best_of, so at most this many Triton requests
+
+
+def sequences(b: Mapping[str, Any]) -> tuple[int, int]:
+    """(n, best_of), validated with MindIE's ranges and rules: best_of >= n; more than one sequence
+    needs sampling (temperature > 0 where given); a stream returns every sequence it generates
+    (best_of == n, as vLLM). The gateway sends one Triton request per sequence generated, so n is
+    bounded by best_of's 128.
 
     Also validates ``stop_token_ids`` (MindIE's type check; not forwarded: no Triton input).
     """
     v.stop_token_ids(b)
     n = v.number(b, "n", 1, 8192, integer=True) or 1
-    best_of = v.number(b, "best_of", 1, 128, integer=True) or n
+    best_of = v.number(b, "best_of", 1, MAX_SEQUENCES, integer=True) or n
     if best_of < n:
         raise v.invalid(f"Parameter best_of must be greater than or equal to n, got {best_of}.")
-    if n > 1 or best_of > 1:
-        raise v.invalid("Only n=1 and best_of=1 are supported by this gateway.")
+    if best_of > 1:
+        if b.get("temperature") == 0:
+            raise v.invalid("Parameter temperature must be greater than 0 when n or best_of is greater than 1.")
+        if b.get("stream") is True and best_of != n:
+            raise v.invalid("Parameter best_of must equal n when streaming.")
+    return n, best_of
 
 
 async def json_body(request) -> dict:

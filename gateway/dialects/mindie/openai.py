@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from gateway.core.bounded import clip_repr
@@ -17,10 +18,11 @@ from gateway.core.errors import ErrorKind, GatewayError
 from gateway.llm.chat import content_text
 from gateway.llm.profiles import guided_decoding, returns_log_probs
 from gateway.llm.served import Resolved, ServedModels
+from gateway.llm.tools import ToolStream, parse
 from gateway.llm.types import Done, GenerateRequest, Token
 
 from . import validate as v
-from .common import Encoder, Plan, sampling_openai, single_sequence
+from .common import Encoder, Plan, sampling_openai, sequences
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -91,9 +93,11 @@ def _completion_logprobs(body: Mapping[str, Any], model: Resolved) -> bool:
     return _honour_logprobs(lp, model)
 
 
-def _tools(body: Mapping[str, Any]) -> None:
+def _tools(body: Mapping[str, Any], model: Resolved) -> list[dict] | None:
     """``tool_choice`` and ``tools`` checked as MindIE does; a non-empty ``tools`` asks for tool calls,
-    which MindIE refuses where the model has no tool-call parser (no Triton model has one here)."""
+    which MindIE refuses where the model has no tool-call parser (``tool_parser`` unset). With one,
+    the tools the model may call go to its chat template: none for ``tool_choice: none``, the named
+    one for a named choice (the stand-in for forcing it: no guided decoding here), else all."""
     choice = body.get("tool_choice")
     if isinstance(choice, str):
         if choice not in ("none", "auto", "required"):
@@ -102,10 +106,24 @@ def _tools(body: Mapping[str, Any]) -> None:
         raise v.invalid("Parameter tool_choice not string or object")
     tools = body.get("tools")
     if tools is None or tools == [] or tools == {}:
-        return
+        return None
     if not isinstance(tools, list):
         raise v.invalid("Tools not array")
-    raise v.invalid(NO_TOOLS)
+    if not model.spec.tool_parser:
+        raise v.invalid(NO_TOOLS)
+    for t in tools:
+        fn = t.get("function") if isinstance(t, Mapping) else None
+        if t.get("type") != "function" or not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+            raise v.invalid("Each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}.")
+    if choice == "none":
+        return None
+    if isinstance(choice, Mapping):
+        name = (choice.get("function") or {}).get("name") if isinstance(choice.get("function"), Mapping) else None
+        named = [t for t in tools if t["function"]["name"] == name]
+        if not named:
+            raise v.invalid(f"Parameter tool_choice names no tool in tools: {clip_repr(name)}")
+        return named
+    return list(tools)
 
 
 def _response_format(body: Mapping[str, Any], model: Resolved) -> dict | None:
@@ -147,7 +165,7 @@ def _response_format(body: Mapping[str, Any], model: Resolved) -> dict | None:
 
 
 def _common(body: Mapping[str, Any], model: Resolved, prompt: str, rid: str) -> GenerateRequest:
-    single_sequence(body)
+    n, best_of = sequences(body)
     return GenerateRequest(
         model=model.name,
         prompt=prompt,
@@ -156,6 +174,8 @@ def _common(body: Mapping[str, Any], model: Resolved, prompt: str, rid: str) -> 
         stop=v.stop(body),
         stream=v.boolean(body, "stream", False),
         request_id=rid,
+        n=n,
+        best_of=best_of,
     )
 
 
@@ -163,14 +183,14 @@ async def plan_chat(body: dict[str, Any], catalog: ServedModels, rid: str, path_
     model = await _model(body, catalog)
     messages = _messages(body)
     logprobs = _chat_logprobs(body, model)
-    _tools(body)
+    tools = _tools(body, model)
     fmt = _response_format(body, model)
     kwargs = v.obj(body, "chat_template_kwargs")
-    prompt = model.template.render(messages, **kwargs)
+    prompt = model.template.render(messages, request_tools=tools, **kwargs)
     v.prompt_length("messages", len(prompt))  # the template adds its own text
     req = _common(body, model, prompt, rid)
     req.response_format, req.logprobs = fmt, logprobs
-    return Plan(req, model, ChatEncoder(rid, model.name, logprobs))
+    return Plan(req, model, ChatEncoder(rid, model.name, logprobs, model.spec.tool_parser if tools else "", n=req.n))
 
 
 async def plan_completions(body: dict[str, Any], catalog: ServedModels, rid: str, path_model: str | None = None) -> Plan:
@@ -190,42 +210,69 @@ async def plan_completions(body: dict[str, Any], catalog: ServedModels, rid: str
     fmt = _response_format(body, model)
     req = _common(body, model, "" if ids is not None else v.text(body, "prompt"), rid)
     req.prompt_ids, req.response_format, req.logprobs = ids, fmt, logprobs
-    return Plan(req, model, CompletionEncoder(rid, model.name, logprobs))
+    return Plan(req, model, CompletionEncoder(rid, model.name, logprobs, n=req.n))
 
 
-def usage(done: Done) -> dict:
+def usage(done: Done, *more: Done) -> dict:
+    """The prompt once, the tokens of every sequence."""
+    completion = done.completion_tokens + sum(d.completion_tokens for d in more)
     return {
         "prompt_tokens": done.prompt_tokens,
-        "completion_tokens": done.completion_tokens,
-        "total_tokens": done.prompt_tokens + done.completion_tokens,
+        "completion_tokens": completion,
+        "total_tokens": done.prompt_tokens + completion,
     }
 
 
 class _OpenAIEncoder(Encoder):
     object_name = ""
 
-    def __init__(self, rid: str, model: str, logprobs: bool = False):
+    def __init__(self, rid: str, model: str, logprobs: bool = False, n: int = 1):
         self.rid, self.model, self.created = rid, model, int(time.time())
         self.logprobs = logprobs
         self.offset = 0  # completions' text_offset (bytes) of the next token
+        self.n = n
+        self.ended: list[Done] = []  # the sequences ended so far (n > 1: usage and [DONE] after the last)
 
     def envelope(self, choice: dict, **extra) -> dict:
         return {"id": self.rid, "object": self.object_name, "created": self.created, "model": self.model,
                 "choices": [choice], **extra}
 
     def done(self, done: Done) -> bytes:
-        return self.event(self.envelope(self.final_choice(done), usage=usage(done))) + b"data: [DONE]\n\n"
+        self.ended.append(done)
+        if len(self.ended) < self.n:
+            return self.event(self.envelope(self.final_choice(done)))
+        return self.event(self.envelope(self.final_choice(done), usage=usage(*self.ended))) + b"data: [DONE]\n\n"
 
     def final_choice(self, done: Done) -> dict:
         raise NotImplementedError
 
+    def choice(self, done: Done) -> dict:
+        raise NotImplementedError
+
+    def body_many(self, dones: list[Done]) -> dict:
+        """n sequences: one choice each, usage over all of them (the prompt once)."""
+        out = self.body(dones[0])
+        out["choices"] = [self.choice(d) for d in dones]
+        out["usage"] = usage(*dones)
+        return out
+
 
 class ChatEncoder(_OpenAIEncoder):
+    """With a tool parser (the request has tools): content that cannot be a call streams as it comes;
+    a call is held and sent at the end as a ``tool_calls`` delta (one entry per call, with its
+    index and id), and the answer ends with ``finish_reason: "tool_calls"``. With n > 1, every
+    chunk's choice carries its sequence's index."""
+
     object_name = "chat.completion.chunk"
 
-    def _choice(self, content: str, finish: str | None, pairs=None) -> dict:
-        return {"index": 0, "delta": {"role": "assistant", "content": content}, "logprobs": self._logprobs(pairs),
-                "finish_reason": finish}
+    def __init__(self, rid: str, model: str, logprobs: bool = False, tool_parser: str = "", n: int = 1):
+        super().__init__(rid, model, logprobs, n)
+        self.tool_parser = tool_parser
+        self.calls: dict[int, ToolStream] = {}  # per sequence, when the request has tools
+
+    def _choice(self, content: str | None, finish: str | None, pairs=None, index: int = 0) -> dict:
+        return {"index": index, "delta": {"role": "assistant", "content": content},
+                "logprobs": self._logprobs(pairs), "finish_reason": finish}
 
     def _logprobs(self, pairs) -> dict | None:
         """MindIE's chat ``logprobs``: ``content`` entries {token, logprob, bytes, top_logprobs}."""
@@ -234,50 +281,87 @@ class ChatEncoder(_OpenAIEncoder):
         return {"content": [{"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
                             for t, lp in pairs]}
 
+    def _reader(self, index: int) -> ToolStream | None:
+        if not self.tool_parser:
+            return None
+        return self.calls.setdefault(index, ToolStream(self.tool_parser))
+
     def head(self) -> bytes:
         return self.event(self.envelope(self._choice("", None)))
 
     def token(self, tok: Token) -> bytes:
-        return self.event(self.envelope(self._choice(tok.text, None, tok.logprobs)))
+        reader = self._reader(tok.index)
+        text = tok.text if reader is None else reader.feed(tok.text)
+        if reader is not None and not text:
+            return b""
+        return self.event(self.envelope(self._choice(text, None, tok.logprobs, tok.index)))
+
+    def done(self, done: Done) -> bytes:
+        reader = self._reader(done.index)
+        if reader is None:
+            return super().done(done)
+        rest, calls = reader.end()
+        out = self.event(self.envelope(self._choice(rest, None, index=done.index))) if rest else b""
+        if calls:
+            delta = {"role": "assistant", "content": None, "tool_calls": [c.openai(i) for i, c in enumerate(calls)]}
+            out += self.event(self.envelope({"index": done.index, "delta": delta, "logprobs": None,
+                                             "finish_reason": None}))
+            done = replace(done, finish_reason=TOOL_CALLS)
+        return out + super().done(done)
 
     def final_choice(self, done: Done) -> dict:
-        return self._choice("", done.openai_reason)
+        reason = "tool_calls" if done.finish_reason == TOOL_CALLS else done.openai_reason
+        return self._choice("", reason, index=done.index)
+
+    def choice(self, done: Done) -> dict:
+        content, calls = parse(self.tool_parser, done.text) if self.tool_parser else (done.text, [])
+        message = {"role": "assistant", "content": content, "tool_calls": [c.openai() for c in calls]}
+        return {"index": done.index, "message": message, "logprobs": self._logprobs(done.logprobs),
+                "finish_reason": "tool_calls" if calls else done.openai_reason}
 
     def body(self, done: Done) -> dict:
-        message = {"role": "assistant", "content": done.text, "tool_calls": []}
-        choice = {"index": 0, "message": message, "logprobs": self._logprobs(done.logprobs),
-                  "finish_reason": done.openai_reason}
-        out = self.envelope(choice, usage=usage(done))
+        out = self.envelope(self.choice(done), usage=usage(done))
         out["object"] = "chat.completion"
         return out
+
+
+TOOL_CALLS = "tool_calls"  # a Done's finish reason once its text was read as tool calls (chat only)
 
 
 class CompletionEncoder(_OpenAIEncoder):
     object_name = "text_completion"
 
-    def _choice(self, text: str, finish: str | None, pairs=None) -> dict:
-        return {"index": 0, "text": text, "logprobs": self._logprobs(pairs), "stop_reason": None,
+    def __init__(self, rid: str, model: str, logprobs: bool = False, n: int = 1):
+        super().__init__(rid, model, logprobs, n)
+        self.offsets: dict[int, int] = {}  # text_offset (bytes) of each sequence's next token
+
+    def _choice(self, text: str, finish: str | None, pairs=None, index: int = 0) -> dict:
+        return {"index": index, "text": text, "logprobs": self._logprobs(pairs, index), "stop_reason": None,
                 "finish_reason": finish}
 
-    def _logprobs(self, pairs) -> dict | None:
+    def _logprobs(self, pairs, index: int = 0) -> dict | None:
         """MindIE's completions ``logprobs``: text_offset (bytes), token_logprobs, tokens, top_logprobs
         (each token's own {token: logprob}; no alternatives)."""
         if not self.logprobs or pairs is None:
             return None
         out: dict[str, list] = {"text_offset": [], "token_logprobs": [], "tokens": [], "top_logprobs": []}
         for t, lp in pairs:
-            out["text_offset"].append(self.offset)
-            self.offset += len(t.encode())
+            offset = self.offsets.get(index, 0)
+            out["text_offset"].append(offset)
+            self.offsets[index] = offset + len(t.encode())
             out["token_logprobs"].append(lp)
             out["tokens"].append(t)
             out["top_logprobs"].append({t: lp})
         return out
 
     def token(self, tok: Token) -> bytes:
-        return self.event(self.envelope(self._choice(tok.text, None, tok.logprobs)))
+        return self.event(self.envelope(self._choice(tok.text, None, tok.logprobs, tok.index)))
 
     def final_choice(self, done: Done) -> dict:
-        return self._choice("", done.openai_reason)
+        return self._choice("", done.openai_reason, index=done.index)
+
+    def choice(self, done: Done) -> dict:
+        return self._choice(done.text, done.openai_reason, done.logprobs, done.index)
 
     def body(self, done: Done) -> dict:
-        return self.envelope(self._choice(done.text, done.openai_reason, done.logprobs), usage=usage(done))
+        return self.envelope(self.choice(done), usage=usage(done))

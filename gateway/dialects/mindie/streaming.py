@@ -36,20 +36,21 @@ def _encode(plan: Plan, ev: Token | Done) -> bytes:
 
 
 async def whole(service: GenerationService, plan: Plan, entry: Entry | None = None):
-    done = None
+    dones: list[Done] = []  # one per sequence (n > 1: several)
     async with aclosing(service.generate(plan.req, plan.model)) as events:
         try:
             async for ev in events:
                 if isinstance(ev, Done):
-                    done = ev
+                    dones.append(ev)
         except asyncio.CancelledError:
             if entry is not None and entry.absorb():  # stopInfer: 500 Incomplete Generation
                 raise GatewayError(ErrorKind.CANCELLED, STOPPED) from None
             raise
-    if done is None:
+    if not dones:
         raise GatewayError(ErrorKind.UPSTREAM_FAILED, "generation ended without a result")
-    metrics.observe(plan.model.spec.name, done)
-    return response.json(plan.encoder.body(done))
+    for done in dones:
+        metrics.observe(plan.model.spec.name, done)
+    return response.json(plan.encoder.body(dones[0]) if len(dones) == 1 else plan.encoder.body_many(dones))
 
 
 async def stream(service: GenerationService, plan: Plan, request: Request, entry: Entry | None = None) -> None:
@@ -60,7 +61,9 @@ async def stream(service: GenerationService, plan: Plan, request: Request, entry
             resp = await request.respond(content_type=plan.encoder.content_type, headers=stream_headers(STREAM_HEADERS))
             await resp.send(plan.encoder.head() + _encode(plan, first))
             async for ev in events:
-                await resp.send(_encode(plan, ev))
+                data = _encode(plan, ev)
+                if data:  # an encoder holding text back (a tool call being read) sends nothing yet
+                    await resp.send(data)
         except asyncio.CancelledError:
             if entry is not None and entry.absorb():  # stopInfer: the stream ends where it is
                 log.info("mindie: request %s stopped (stopInfer)", plan.req.request_id)

@@ -57,7 +57,7 @@ class TritonMeta:
         resolved = await self.h.catalog.resolve(model)
         return _json({
             "model_name": model, "input_datatype": "UINT32", "output_datatype": "UINT32",
-            "max_seq_len": resolved.spec.max_tokens,
+            "max_seq_len": resolved.spec.max_seq_len or resolved.spec.max_tokens,
             "npu_mem_size": -1,  # MindIE's value when none is configured: no NPU behind this gateway
             "cpu_mem_size": 0, "world_size": 1,
             "model_weight_path": resolved.spec.name,  # MindIE gives the weights folder's last part

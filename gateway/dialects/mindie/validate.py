@@ -131,7 +131,8 @@ def token_ids(values: list) -> list[int]:
 
 
 def token_model(model) -> None:
-    """A token-id prompt needs a model with TensorRT-LLM's token contract (``input_ids`` -> ``output_ids``)."""
-    if model.profile.name != "trtllm" or not takes_token_ids(model.meta):
+    """A token-id prompt needs a model with TensorRT-LLM's token contract (``input_ids`` -> ``output_ids``):
+    the model itself or its ``token_model`` (an ensemble's ``tensorrt_llm`` step)."""
+    if model.profile.name != "trtllm" or not takes_token_ids(model.token_target[1]):
         raise invalid(f"Model {model.name[:256]} does not take token ids: it has no input_ids input and "
                       "output_ids output.")

@@ -17,13 +17,13 @@ from gateway.llm.types import Done, GenerateRequest, Token
 
 from . import errors
 from . import validate as v
-from .common import Encoder, Plan, sampling_openai, single_sequence
+from .common import Encoder, Plan, sampling_openai, sequences
 
 
 async def plan(body: dict[str, Any], catalog: ServedModels, rid: str, path_model: str | None = None) -> Plan:
     prompt = v.text(body, "prompt")
     stream = v.boolean(body, "stream", False)
-    single_sequence(body)
+    n, best_of = sequences(body)
     for flag in ("include_stop_str_in_output", "ignore_eos", "skip_special_tokens", "use_beam_search"):
         v.boolean(body, flag)
     name = body.get("model")
@@ -38,8 +38,10 @@ async def plan(body: dict[str, Any], catalog: ServedModels, rid: str, path_model
         stop=v.stop(body),
         stream=stream,
         request_id=rid,
+        n=n,
+        best_of=best_of,
     )
-    return Plan(req, model, VllmEncoder(prompt))
+    return Plan(req, model, VllmEncoder(prompt, n))
 
 
 async def _resolve(catalog: ServedModels, name: str | None):
@@ -56,14 +58,20 @@ async def _resolve(catalog: ServedModels, name: str | None):
 class VllmEncoder(Encoder):
     prefix = b""
 
-    def __init__(self, prompt: str):
-        self.prompt = prompt
+    def __init__(self, prompt: str, n: int = 1):
+        self.prompt, self.n = prompt, n
 
     def token(self, tok: Token) -> bytes:
-        return orjson.dumps({"text": [tok.text]}) + b"\0"
+        """The new text of the sequence that moved; "" for the others (MindIE: one entry per sequence)."""
+        texts = [""] * self.n
+        texts[tok.index] = tok.text
+        return orjson.dumps({"text": texts}) + b"\0"
 
     def error(self, err: GatewayError) -> bytes:
         return errors.envelope_bytes(err) + b"\0"
 
     def body(self, done: Done) -> dict:
         return {"text": [f"{self.prompt} {done.text}"]}
+
+    def body_many(self, dones: list[Done]) -> dict:
+        return {"text": [f"{self.prompt} {d.text}" for d in dones]}
