@@ -12,7 +12,7 @@ alternated in rounds; the median of the rounds is printed.
     .venv/bin/python -m bench.stream_vs_unary                     CPU time (wall-clock noise: a quiet machine)
     .venv/bin/python -m bench.stream_vs_unary --callgrind         the client's instructions per request
     env: N=3000 CONC=1,8,64 MODES=unary,mux1,mux4 ROUNDS=3 INSTANCES=(the repository's) N1=500 N2=2500
-         TASKSET_CLIENT / TASKSET_TRITON: CPU lists to pin the two sides to (taskset -c)
+         TASKSET_CLIENT / TASKSET_TRITON: CPU lists ("0-1", as taskset writes them) to pin the two sides to
 
 ``--callgrind`` runs the client under valgrind's callgrind (instrumentation off until warm) and
 prints (I(N2) - I(N1)) / (N2 - N1): the instructions of the client's process per request, gRPC
@@ -96,11 +96,6 @@ def client_main(argv: list[str]) -> int:
 
 
 # -- the driver ---------------------------------------------------------------------------------
-def _pin(var: str) -> list[str]:
-    cpus = os.environ.get(var, "")
-    return ["taskset", "-c", cpus] if cpus else []
-
-
 class Client:
     def __init__(self, target: str, mode: str, conc: int, callgrind: Path | None = None):
         from bench.stack import floor_env
@@ -109,8 +104,12 @@ class Client:
         cmd = [sys.executable, "-m", "bench.stream_vs_unary", "client", target, mode, str(conc)]
         if callgrind is not None:
             cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={callgrind}", *cmd]
-        self.proc = subprocess.Popen([*_pin("TASKSET_CLIENT"), *cmd], cwd=ROOT, env=floor_env(), text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        from bench.stack import cpu_list
+
+        cpus = os.environ.get("TASKSET_CLIENT")
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=floor_env(), text=True, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE,
+                                     preexec_fn=(lambda: os.sched_setaffinity(0, cpu_list(cpus))) if cpus else None)
         if self.proc.stdout.readline().strip() != "ready":
             raise RuntimeError("client did not start")
 
@@ -187,17 +186,16 @@ def _callgrind(target: str, modes: list[str], concs: list[int]) -> list[dict]:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["client"]:
         return client_main(argv[1:])
-    from bench.stack import Stack
+    from bench.stack import Stack, pin
 
     modes = os.environ.get("MODES", "unary,mux1,mux4").split(",")
     concs = [int(c) for c in os.environ.get("CONC", "1,8,64").split(",")]
     instances = os.environ.get("INSTANCES")
     with Stack() as stack:
         tp = stack.start_triton(int(instances) if instances else None)
-        if _pin("TASKSET_TRITON"):
-            for pid in stack.triton_pids():
-                subprocess.run(["taskset", "-a", "-p", "-c", os.environ["TASKSET_TRITON"], str(pid)],
-                               check=False, capture_output=True)
+        if os.environ.get("TASKSET_TRITON"):
+            os.environ["BENCH_CPUS_TRITON"] = os.environ["TASKSET_TRITON"]
+            pin(stack.triton_pids(), "BENCH_CPUS_TRITON")
         if "--callgrind" in argv:
             rows = _callgrind(tp.grpc_target, modes, concs)
         else:

@@ -9,8 +9,18 @@ import time
 import pytest
 
 from bench import cases, procstat, report, stats, wrk
-from bench.run import (Budget, Settings, case_need, floor_ratios, plan_seconds, ratios, run_case, scaling_need,
-                       skipped_rows, summarise)
+from bench.run import (
+    Budget,
+    Settings,
+    case_need,
+    floor_ratios,
+    plan_seconds,
+    ratios,
+    run_case,
+    scaling_need,
+    skipped_rows,
+    summarise,
+)
 
 WRK_OUTPUT = """\
 Running 5s test @ http://127.0.0.1:8501/v1/models/saved_model_half_plus_three:predict
