@@ -194,12 +194,14 @@ class _Lane:
         """Messages in order, one write at a time (a stream takes one); a writer of its own, so that
         a caller that goes away cannot cancel the stream's write, and with it every request on it."""
         call, queue, loop = self.call, self.queue, asyncio.get_running_loop()
+        write = call.write  # the first write waits for the stream to be open; then grpc.aio's Cython call
         try:
             while True:
                 while queue:
                     data, fut = queue.popleft()
                     if not fut.done():  # gone (deadline, client) before it was written: not sent
-                        await call.write(data)
+                        await write(data)
+                        write = _cython(call, "send_serialized_message") or write
                 self.wake = loop.create_future()
                 await self.wake
                 self.wake = None
@@ -210,10 +212,12 @@ class _Lane:
 
     async def _read(self) -> None:
         call, waiting = self.call, self.waiting
+        read = call.read  # the first read waits for the stream to be open; then grpc.aio's Cython call
         exc: BaseException | None = None
         try:
             while True:
-                msg = await call.read()
+                msg = await read()
+                read = _cython(call, "receive_serialized_message") or read
                 if msg is grpc.aio.EOF:
                     break
                 key, answer, error = split_answer(msg)
@@ -242,6 +246,13 @@ class _Lane:
         for task in (self.reader, self.writer):
             if task is not asyncio.current_task() and not task.done():
                 task.cancel()
+
+
+def _cython(call, name: str):
+    """grpc.aio's Cython call's own ``name`` (1.85: the bytes as they are, without the checks
+    ``write``/``read`` make once a message, which only the first needs), else None."""
+    core = getattr(call, "_cython_call", None)
+    return getattr(core, name, None) if getattr(call, "_request_serializer", 1) is None else None
 
 
 def _expire(fut: asyncio.Future) -> None:
