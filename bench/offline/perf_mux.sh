@@ -17,7 +17,7 @@ D=${DURATION:-2} R=${REPEATS:-2}
 pack() {  # a part's files into one archive as soon as it ends (what a device call brings back is few files)
   for f in $OUT/$1*/logs/*.log; do [ -f "$f" ] && tail -n 100 "$f" > "${f%/logs/*}/tail-$(basename "$f")"; done
   rm -rf $OUT/$1*/logs $OUT/$1*/results.png
-  (cd $OUT && tar -czf $1.tgz $1* --exclude='*.tgz' && rm -rf $(ls -d $1* | grep -v '\.tgz$'))
+  (cd $OUT && tar -czf $1.tgz --exclude='*.tgz' $1* && rm -rf $(ls -d $1* | grep -v '\.tgz$'))
 }
 common="BENCH_TRITON_INSTANCES=${INSTANCES:-8} BENCH_WRK_THREADS=2 BENCH_REPEATS=$R BENCH_DURATION=$D BENCH_WARMUP=1 BENCH_IDLE=1"
 if [[ $PARTS == *1* ]]; then  # client on 2 cores, Triton on 12
