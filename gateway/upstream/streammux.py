@@ -43,6 +43,7 @@ _ANSWER_TAG = 0x12  # ModelStreamInferResponse.infer_response: field 2
 _PARAMS_TAG = 0x22  # ModelInferResponse.parameters: field 4, one map entry each
 # the entry a stream's answer carries and the unary call's does not (triton_final_response: true)
 _FINAL_ENTRY = b'"\x1b\n\x15triton_final_response\x12\x02\x08\x01'
+_last_logged = [""]
 BROKEN = "the stream to Triton broke with the request in flight"
 
 
@@ -232,13 +233,18 @@ class _Lane:
             self._break(exc)
 
     def _break(self, exc: BaseException | None) -> None:
-        if not self.broken:
-            self.broken = True
-            if exc is not None and not isinstance(exc, asyncio.CancelledError):
-                log.warning("stream to Triton broke: %s", exc)
+        failed = GatewayError(ErrorKind.UNAVAILABLE, BROKEN)
+        if isinstance(exc, grpc.aio.AioRpcError) and exc.code() is grpc.StatusCode.UNAVAILABLE:
+            failed = from_grpc_code(exc.code(), exc.details())  # Triton unreachable: the unary call's words
+        elif not self.broken and exc is not None and not isinstance(exc, asyncio.CancelledError):
+            text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if text != _last_logged[0]:  # each new reason once in a row, not once a request
+                _last_logged[0] = text
+                log.warning("stream to Triton broke: %s", text)
+        self.broken = True
         for fut in self.waiting.values():
             if not fut.done():
-                fut.set_exception(GatewayError(ErrorKind.UNAVAILABLE, BROKEN))
+                fut.set_exception(failed)
         self.waiting.clear()
         self.queue.clear()
         if not self.call.done():

@@ -67,3 +67,23 @@ def test_split_answer_of_an_error():
 ])
 def test_status_of_triton_texts(text, code):
     assert streammux.status_of(text) is code
+
+
+async def test_a_triton_that_is_not_there_fails_as_the_unary_call_does():
+    from gateway.core.errors import ErrorKind, GatewayError
+    from gateway.upstream import TritonUpstream
+    from tests.support import free_port
+
+    up = TritonUpstream(f"127.0.0.1:{free_port()}", stream_mux=(2, 1 << 16))  # nothing listens there
+    await up.connect()
+    try:
+        data = _request("r1")
+        errors = []
+        for plain in (True, False):  # on a stream, then as a unary call
+            up._plain["m"] = plain
+            with pytest.raises(GatewayError) as err:
+                await up.infer_bytes("m", data)
+            errors.append((err.value.kind, err.value.message))
+        assert errors[0] == errors[1] and errors[0][0] is ErrorKind.UNAVAILABLE
+    finally:
+        await up.close()
