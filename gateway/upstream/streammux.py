@@ -139,6 +139,9 @@ def split_answer(data: bytes) -> tuple[bytes, bytes, str]:
 # codes through its gRPC front end). Checked in order, first match wins; the differential test
 # (tests/contract/test_streammux.py) holds each to the unary call on the real Triton.
 _STATUS_WORDS: tuple[tuple[str, grpc.StatusCode], ...] = (
+    # a model's own failure or its backend's (a python stub gone with Triton): whatever words follow
+    ("failed to process the request", grpc.StatusCode.INTERNAL),
+    ("stub", grpc.StatusCode.INTERNAL),
     ("is not found", grpc.StatusCode.NOT_FOUND),
     ("unknown model", grpc.StatusCode.NOT_FOUND),
     ("has no available versions", grpc.StatusCode.UNAVAILABLE),

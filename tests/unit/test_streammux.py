@@ -64,6 +64,8 @@ def test_split_answer_of_an_error():
     ("[request id: a] inference input 'x' data-type is 'INT32', but model 'm' expects 'FP32'",
      grpc.StatusCode.INVALID_ARGUMENT),
     ("Failed to process the request(s) for model 'm', message: boom", grpc.StatusCode.INTERNAL),
+    ("Failed to process the request(s) for model 'm', message: invalid value, expected 3", grpc.StatusCode.INTERNAL),
+    ("Stub process 'm_0_0' is not healthy.", grpc.StatusCode.INTERNAL),
 ])
 def test_status_of_triton_texts(text, code):
     assert streammux.status_of(text) is code
