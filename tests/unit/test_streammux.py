@@ -66,6 +66,7 @@ def test_split_answer_of_an_error():
     ("Failed to process the request(s) for model 'm', message: boom", grpc.StatusCode.INTERNAL),
     ("Failed to process the request(s) for model 'm', message: invalid value, expected 3", grpc.StatusCode.INTERNAL),
     ("Stub process 'm_0_0' is not healthy.", grpc.StatusCode.INTERNAL),
+    ("unable to find expected response output", grpc.StatusCode.INTERNAL),  # seen in make soak, Triton killed
 ])
 def test_status_of_triton_texts(text, code):
     assert streammux.status_of(text) is code
