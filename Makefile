@@ -94,7 +94,7 @@ lint: $(VENV)/.installed
 	$(BIN)/lint-imports
 	$(BIN)/python -m gateway.tools.genproto --check
 
-# Its own Triton and gateway on free 127.0.0.1 ports, stopped at the end (also on Ctrl-C): about 7 minutes,
+# Its own Triton and gateway on free 127.0.0.1 ports, stopped at the end (also on Ctrl-C): every row, about 11 minutes,
 # BENCH_QUICK=1 about 2. Writes bench/results/ (results.md, results.png, results.json); settings: bench/run.py.
 bench: $(VENV)/.installed $(TRITON_VENV)/.installed $(VENV)/.bench-installed bench-wrk
 	$(BIN)/python -m bench.run

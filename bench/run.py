@@ -9,14 +9,15 @@ passthrough and the V2 gRPC stream (their load spread over several connections a
 beside Triton's gRPC);
 writes bench/results/{results.json,results.md,results.png} and stops everything (also on Ctrl-C
 and SIGTERM). Bounded: each run lasts its duration, and a case that would not fit in the
-remaining budget is skipped (and listed as such).
+remaining budget is skipped, said at once, listed at the end and in results.md. By default the
+budget is what every path and scaling row needs (``plan_seconds``, printed first): every row runs.
 
 Environment (defaults: full / BENCH_QUICK=1):
-  BENCH_QUICK=1            short runs for development (a budget of 300 s instead of 570 s)
-  BENCH_DURATION           seconds per run (5 / 2)
+  BENCH_QUICK=1            short runs for development
+  BENCH_DURATION           seconds per run (3 / 2)
   BENCH_LLM_DURATION       seconds per LLM run (4 / 2)
-  BENCH_REPEATS            repeats of every run (3 / 2)
-  BENCH_WARMUP             seconds of warm-up per side and case (1 / 0.5)
+  BENCH_REPEATS            repeats of every run (2 / 2)
+  BENCH_WARMUP             seconds of warm-up per side and case (0.5 / 0.5)
   BENCH_IDLE               seconds of idle CPU measured after each gateway start (3 / 1)
   BENCH_CONCURRENCY        connections / callers for the small payloads (8)
   BENCH_BIG_CONCURRENCY    for the image-sized and 16 MiB payloads (2)
@@ -31,12 +32,17 @@ Environment (defaults: full / BENCH_QUICK=1):
                            instance runs one request at a time, so on many cores it is the ceiling
   BENCH_WRK_THREADS        wrk threads (1; more where one wrk thread cannot keep many workers busy)
   BENCH_FLOOR=0            no floor runs (a third less time)
-  BENCH_BUDGET_S           wall-clock budget of the whole run (570 / 300)
+  BENCH_BUDGET_S           wall-clock budget of the measurements (default: what every row needs, plus a quarter);
+                           a smaller one skips the rows that no longer fit, each named
   BENCH_ONLY               comma-separated case keys (v2_unary, v2_stream, v2_rest_json, v2_rest_binary,
                            tf_rest_small, tf_rest_image,
                            tf_grpc, grps_gtensors, grps_bin, v2_rest_big, v2_grpc_big, llm_mindie,
                            llm_openai, scaling, scaling_grpc, scaling_stream)
   BENCH_RESULTS            output folder (bench/results)
+  BENCH_STREAM_MUX=1|0     the gateway with upstream.stream_mux on or off (unset: the default, off)
+  BENCH_CPUS_LOAD / BENCH_CPUS_GATEWAY / BENCH_CPUS_TRITON  CPU lists ("0-3,8") to pin the load
+                           generators (this process and what it starts), the gateway (and the floor)
+                           and Triton to: cores that are each side's alone (unset: not pinned)
 """
 
 from __future__ import annotations
@@ -54,7 +60,7 @@ from pathlib import Path
 
 from bench import cases as cases_mod
 from bench import grpcload, llmload, procstat, report, stats, wrk
-from bench.stack import Stack, StackDied, http
+from bench.stack import Stack, StackDied, cpu_list, http
 from tests.support import ROOT
 
 MIB = 1024 * 1024
@@ -73,7 +79,7 @@ class Settings:
     scaling_concurrency: int
     workers: int
     scaling_workers: tuple[int, ...]
-    budget_s: float
+    budget_s: float | None  # None: plan_seconds, every row
     only: tuple[str, ...]
     floor: bool = True
     wrk_threads: int = 1
@@ -92,10 +98,10 @@ class Settings:
         nproc = os.cpu_count() or 1
         return cls(
             quick=quick,
-            duration_s=get("BENCH_DURATION", 5, 2),
+            duration_s=get("BENCH_DURATION", 3, 2),
             llm_duration_s=get("BENCH_LLM_DURATION", 4, 2),
-            repeats=get("BENCH_REPEATS", 3, 2, int),
-            warmup_s=get("BENCH_WARMUP", 1, 0.5),
+            repeats=get("BENCH_REPEATS", 2, 2, int),
+            warmup_s=get("BENCH_WARMUP", 0.5, 0.5),
             idle_s=get("BENCH_IDLE", 3, 1),
             concurrency=get("BENCH_CONCURRENCY", 8, 8, int),
             big_concurrency=get("BENCH_BIG_CONCURRENCY", 2, 2, int),
@@ -103,7 +109,7 @@ class Settings:
             workers=get("BENCH_WORKERS", 1, 1, int),
             scaling_workers=tuple(sorted({int(w) for w in env.get("BENCH_SCALING_WORKERS", "").split(",") if w.strip()}
                                          or {1, 2, nproc})),
-            budget_s=get("BENCH_BUDGET_S", 570, 300),
+            budget_s=float(env["BENCH_BUDGET_S"]) if env.get("BENCH_BUDGET_S") else None,
             only=tuple(k.strip() for k in env.get("BENCH_ONLY", "").split(",") if k.strip()),
             floor=env.get("BENCH_FLOOR", "1") not in ("0", "false", "no"),
             wrk_threads=get("BENCH_WRK_THREADS", 1, 1, int),
@@ -255,6 +261,34 @@ def floor_ratios(gateway: dict, floor: dict) -> dict:
     return out
 
 
+def case_need(case: cases_mod.Case, s: Settings) -> float:
+    """Seconds a case's sides take (warm-up and repeats of each)."""
+    duration = s.llm_duration_s if case.direct.kind == "llm" else s.duration_s
+    sides = 2 + (1 if case.floor is not None and s.floor else 0)
+    return sides * (s.warmup_s + s.repeats * (duration + 0.5)) + 2
+
+
+def scaling_need(s: Settings) -> tuple[float, float]:
+    """Seconds a scaling row takes before its worker counts (Triton direct), and for each of them."""
+    return 2 * (s.warmup_s + s.repeats * (s.duration_s + 0.5)) + 15, s.warmup_s + s.repeats * (s.duration_s + 0.5) + 15
+
+
+def plan_seconds(s: Settings, cases: list[cases_mod.Case]) -> float:
+    """What every wanted case and scaling row needs, by the sums each checks against the budget."""
+    total = sum(case_need(c, s) for c in cases if s.wants(c.key))
+    first, each = scaling_need(s)
+    rows = sum(s.wants(k) for k in ("scaling", "scaling_grpc", "scaling_stream"))
+    return total + rows * (first + each * len(s.scaling_workers))
+
+
+def skipped_rows(res: dict) -> list[str]:
+    """Every row the run skipped, with why."""
+    out = [f"{c['title']} (conc {c['concurrency']}): {c['skipped']}" for c in res["cases"] if c.get("skipped")]
+    for key in ("scaling", "scaling_grpc", "scaling_stream"):
+        out += [f"{key}: {why}" for why in (res.get(key) or {}).get("skipped", [])]
+    return out
+
+
 def run_case(runner: Runner, case: cases_mod.Case, s: Settings, budget: Budget) -> dict:
     duration = s.llm_duration_s if case.direct.kind == "llm" else s.duration_s
     floor = case.floor if s.floor else None
@@ -263,7 +297,7 @@ def run_case(runner: Runner, case: cases_mod.Case, s: Settings, budget: Budget) 
            "direct": {"how": case.direct.how, "runs": []}, "gateway": {"how": case.gateway.how, "runs": []},
            "ratio": {}, "errors": []}
     sides = [("direct", case.direct), ("gateway", case.gateway)] + ([("floor", floor)] if floor else [])
-    need = len(sides) * (s.warmup_s + s.repeats * (duration + 0.5)) + 2
+    need = case_need(case, s)
     if budget.left() < need:
         out["skipped"] = f"needed about {need:.0f} s, {budget.left():.0f} s of the budget left"
         print(f"  skipped: {out['skipped']}", flush=True)
@@ -361,7 +395,7 @@ def scaling(runner: Runner, stack: Stack, s: Settings, budget: Budget, memory: l
            "direct": {"how": case.direct.how, "runs": []}}
     if grpc_load:
         out.update(kind=case.gateway.kind, channels=channels, clients=clients)
-    need = 2 * (s.warmup_s + s.repeats * (s.duration_s + 0.5)) + 15
+    need, each = scaling_need(s)
     if budget.left() < need:
         out["skipped"].append(f"all: needed about {need:.0f} s, {budget.left():.0f} s left")
         print(f"  skipped: {out['skipped'][-1]}", flush=True)
@@ -383,9 +417,9 @@ def scaling(runner: Runner, stack: Stack, s: Settings, budget: Budget, memory: l
         _skip(out, f"Triton direct: {type(e).__name__}: {e}")
     out["direct"]["summary"] = summarise(out["direct"]["runs"])
     for workers in s.scaling_workers:
-        need = s.warmup_s + s.repeats * (s.duration_s + 0.5) + 15
-        if budget.left() < need:
-            out["skipped"].append(f"{workers} workers: needed about {need:.0f} s, {budget.left():.0f} s left")
+        if budget.left() < each:
+            out["skipped"].append(f"{workers} workers: needed about {each:.0f} s, {budget.left():.0f} s left")
+            print(f"  skipped: {out['skipped'][-1]}", flush=True)
             continue
         try:  # Triton (or the floor) gone since: nothing left to measure
             stack.assert_running()
@@ -421,18 +455,20 @@ def _skip(out: dict, why: str) -> None:
 # -- main ---------------------------------------------------------------------------------------
 def main() -> int:
     s = Settings.from_env()
+    if os.environ.get("BENCH_CPUS_LOAD"):  # inherited by wrk and the gRPC load processes
+        os.sched_setaffinity(0, cpu_list(os.environ["BENCH_CPUS_LOAD"]))
     results_dir = Path(os.environ.get("BENCH_RESULTS") or ROOT / "bench" / "results")
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_exit)
     wrk.binary()  # fail early, before starting anything
-    budget = Budget(s.budget_s)
+    budget = Budget(s.budget_s if s.budget_s is not None else 3600.0)  # set below, once the cases are known
     started = datetime.now(UTC)
     t_start = time.monotonic()
     load_before = report.loadavg()
     res: dict = {"cases": [], "scaling": None, "scaling_grpc": None, "scaling_stream": None, "memory": []}
     print(f"bench: {'quick' if s.quick else 'full'} mode, {s.repeats} × {s.duration_s:g} s per side"
           f"{'' if s.floor else ' (no floor)'}, "
-          f"budget {s.budget_s:.0f} s; results in {results_dir}", flush=True)
+          f"results in {results_dir}", flush=True)
     shutil.rmtree(results_dir / "logs", ignore_errors=True)  # this run's logs only
     with Stack(log_dir=results_dir / "logs") as stack:
         tp = stack.start_triton(s.triton_instances)
@@ -448,6 +484,12 @@ def main() -> int:
             s.concurrency, s.big_concurrency, latency_concurrency=1 if s.concurrency != 1 else None)
         if s.floor:
             cases_mod.with_floors(all_cases, stack.floor_http, stack.floor_grpc)
+        plan = plan_seconds(s, all_cases)
+        if s.budget_s is None:
+            budget = Budget(plan * 1.25)
+        print(f"the rows need about {plan:.0f} s; budget {budget.left():.0f} s"
+              f"{' (BENCH_BUDGET_S: rows that no longer fit are skipped, each named)' if s.budget_s is not None else ''}",
+              flush=True)
         runner = Runner(stack, s)
         for case in all_cases:
             if not s.wants(case.key):
@@ -486,6 +528,9 @@ def main() -> int:
     }
     for path in report.write(res, results_dir):
         print(f"wrote {path}")
+    skipped = skipped_rows(res)
+    if skipped:
+        print(f"skipped {len(skipped)} row{'s' if len(skipped) != 1 else ''}:", *skipped, sep="\n  ", flush=True)
     return 0
 
 

@@ -67,6 +67,34 @@ def floor_env() -> dict[str, str]:
     return env
 
 
+def cpu_list(text: str) -> set[int]:
+    """CPUs written as taskset does: "0-3,8"."""
+    cpus: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def pin(pids, var: str) -> None:
+    """Every thread of ``pids`` onto the CPUs the environment variable ``var`` names (BENCH_CPUS_TRITON,
+    BENCH_CPUS_GATEWAY; unset: left alone). Processes and threads they start later inherit them."""
+    text = os.environ.get(var, "")
+    if not text:
+        return
+    cpus = cpu_list(text)
+    for pid in pids:
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except OSError:
+                pass
+
+
 class StackDied(RuntimeError):
     """A process of the stack exited while the bench ran: ``headline`` says which and how, ``tail``
     is the end of its log."""
@@ -106,6 +134,7 @@ class Stack:
             startup_timeout_s=180,
         )
         self.triton = localtriton.start(cfg, ROOT, log_path=self.tmp / "triton.log")
+        pin(self.triton_pids(), "BENCH_CPUS_TRITON")
         return self.triton
 
     def _repository_copy(self, instances: int) -> Path:
@@ -134,8 +163,12 @@ class Stack:
         folder.mkdir()
         ports = {name: free_port() for name in LISTENERS}
         conf = gateway_config(self.triton.grpc_target, ports, {"workers": workers, "log_level": "WARNING"})
+        mux = os.environ.get("BENCH_STREAM_MUX", "")  # unset: the gateway's default (upstream.stream_mux)
+        if mux:
+            conf["upstream"]["stream_mux"] = {"enabled": mux not in ("0", "false", "no")}
         self.gateway = start_gateway(conf, folder)
         self.gateway_pids = self._wait_workers(workers)
+        pin(self.gateway_pids, "BENCH_CPUS_GATEWAY")
         return self.gateway
 
     def _wait_workers(self, workers: int, timeout: float = 60) -> list[int]:
@@ -209,6 +242,7 @@ class Stack:
             self.stop_floor()
             raise RuntimeError(f"the floor did not start:\n{log_path.read_text(errors='replace')[-4000:]}") from None
         self.floor_pids = procstat.process_tree(self.floor.pid)
+        pin(self.floor_pids, "BENCH_CPUS_GATEWAY")
 
     def stop_floor(self) -> None:
         if self.floor is None:

@@ -101,6 +101,16 @@ class SharedMemorySettings(Strict):
     pool_bytes: Annotated[int, Field(ge=1 << 20)] = 256 << 20  # the region, per worker
 
 
+class StreamMuxSettings(Strict):
+    """``upstream.stream_mux``: small ModelInfer requests of the translating dialects sent as messages
+    on a few long-lived ModelStreamInfer streams per worker instead of one call each
+    (gateway/upstream/streammux.py says which go unary regardless)."""
+
+    enabled: bool = False  # off: a model's own error codes reach the client only on a unary call (docs/streammux.md)
+    streams: Annotated[int, Field(ge=1, le=64)] = 2  # per worker
+    max_bytes: Annotated[int, Field(ge=0)] = 64 << 10  # larger requests are unary calls
+
+
 class UpstreamSettings(Strict):
     grpc: str = "127.0.0.1:18001"  # the local Triton of `gateway local`; Triton's own default 8001 is ours
     lb_policy: Literal["pick_first", "round_robin"] = "pick_first"  # round_robin: every address the
@@ -110,6 +120,7 @@ class UpstreamSettings(Strict):
     retries: Annotated[int, Field(ge=1)] = 3  # attempts for idempotent calls on UNAVAILABLE
     tls: UpstreamTls | None = None  # None: plaintext gRPC to Triton
     shared_memory: SharedMemorySettings = SharedMemorySettings()
+    stream_mux: StreamMuxSettings = StreamMuxSettings()
 
     @field_validator("grpc")
     @classmethod

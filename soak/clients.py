@@ -78,9 +78,11 @@ class Clients:
     def tf_rest(self) -> str:
         status, body = self._http("tfserving_rest", "POST", f"/v1/models/{TF_MODEL}:predict",
                                   b'{"instances": [1.0, 2.0]}')
-        if status == 200:
-            return CORRECT if json.loads(body) == {"predictions": [3.5, 4.0]} else LOST
-        return CLEAN if status in UPSTREAM_DOWN_HTTP and self._envelope(body, "error") else LOST
+        if status == 200 and json.loads(body) == {"predictions": [3.5, 4.0]}:
+            return CORRECT
+        if status in UPSTREAM_DOWN_HTTP and self._envelope(body, "error"):
+            return CLEAN
+        return LOST, f"{status} {body[:160]!r}"  # what came instead, for the summary
 
     def tf_grpc(self) -> str:
         req = predict_pb2.PredictRequest()

@@ -25,7 +25,7 @@ from gateway.core.errors import GRPC_STATUS, ErrorKind, GatewayError, from_grpc_
 from gateway.core.tensors import InferRequest, InferResponse, ModelIndexEntry, ModelMetadata
 from gateway.observe import metrics, tracing
 
-from . import codec, direct, shm
+from . import codec, direct, shm, streammux
 
 # Unlimited message sizes on the upstream hop: the 4 MiB grpc default breaks real tensors.
 CHANNEL_OPTIONS = (
@@ -222,7 +222,7 @@ class TritonUpstream:
     def __init__(self, target: str, *, default_timeout: float = 60.0, cache_ttl: float = 2.0, retries: int = 3,
                  stream_timeout: float = 600.0, lb_policy: str = "pick_first",
                  credentials: grpc.ChannelCredentials | None = None, extra_options: tuple = (),
-                 shared_memory: tuple[int, int] | None = None):
+                 shared_memory: tuple[int, int] | None = None, stream_mux: tuple[int, int] | None = None):
         self.target = target
         self.options = (*channel_options(lb_policy), *extra_options)
         self.credentials = credentials  # TLS / mTLS to Triton (gateway.access.channel_credentials); None: plaintext
@@ -237,6 +237,9 @@ class TritonUpstream:
         self._shm_sizes = shared_memory  # (pool_bytes, min_bytes): large inputs through shm.Arena
         self.arena: shm.Arena | None = None
         self._arena_opening: asyncio.Task | None = None
+        self._mux_sizes = stream_mux  # (streams, max_bytes): small ModelInfers as stream messages
+        self._mux: streammux.Mux | None = None
+        self._plain: dict[str, bool] = {}  # model -> not decoupled, as its last metadata said
 
     # -- lifecycle -------------------------------------------------------------------------
     async def connect(self) -> None:
@@ -250,6 +253,8 @@ class TritonUpstream:
             # ModelInfer with requests written as wire bytes (codec.serialize_request, codec.wire_request),
             # answers as gRPC received them (codec.parse_answer: a large answer's tensor data not copied)
             self._model_infer_bytes = direct.unary(self._channel, "/inference.GRPCInferenceService/ModelInfer")
+            if self._mux_sizes is not None:
+                self._mux = streammux.Mux(self._channel, *self._mux_sizes)
             if self._shm_sizes is not None and self.arena is None:
                 # registered in the background: a worker starts at once, Triton up or not
                 self.arena = shm.Arena(*self._shm_sizes, register=self._shm_register,
@@ -290,6 +295,9 @@ class TritonUpstream:
         if self.arena is not None:
             await self.arena.close()
             self.arena = None
+        if self._mux is not None:
+            await self._mux.close()
+            self._mux = None
         if self._channel is not None:
             await self._channel.close(grace=None)
             self._channel = self._stub = None
@@ -360,6 +368,10 @@ class TritonUpstream:
         if self._channel is None:
             raise GatewayError(ErrorKind.INTERNAL, "upstream used before connect()")
         with _translate("ModelInfer", model), tracing.upstream("ModelInfer", model) as md:
+            mux = self._mux  # a message on a stream (gateway/upstream/streammux.py) where it answers alike
+            route = mux.route(data) if mux is not None and not md and self._plain.get(model) else None
+            if route is not None:
+                return await mux.infer(route, data, self._timeout())
             return await self._model_infer_bytes(data, timeout=self._timeout(), metadata=md)
 
     async def stream(self, req: InferRequest) -> AsyncIterator[InferResponse]:
@@ -422,7 +434,11 @@ class TritonUpstream:
             req = {"name": model, "version": version}
             meta = await self._idempotent("ModelMetadata", service_pb2.ModelMetadataRequest(**req))
             cfg = await self._idempotent("ModelConfig", service_pb2.ModelConfigRequest(**req))
-            return codec.decode_metadata(meta, cfg.config)
+            found = codec.decode_metadata(meta, cfg.config)
+            if len(self._plain) > 1024:
+                self._plain.clear()
+            self._plain[model] = not found.decoupled
+            return found
 
         return await self._cached(_meta_key(model, version), fetch)
 

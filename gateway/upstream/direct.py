@@ -102,3 +102,13 @@ def unary(channel: grpc.aio.Channel, method: str, serializer: Callable[[Any], by
         return answer if deserializer is None else deserializer(answer)
 
     return call
+
+
+def stream_op(call, name: str):
+    """The Cython call's own ``name`` of a grpc.aio stream call (``send_serialized_message``,
+    ``receive_serialized_message``: the bytes as they are, without the checks ``write``/``read``
+    make once a message, which only the first needs), or None: the public method serves. Only with
+    the direct call on (``ON``) and a call without serializers."""
+    if not ON or getattr(call, "_request_serializer", 1) is not None:
+        return None
+    return getattr(getattr(call, "_cython_call", None), name, None)

@@ -20,6 +20,7 @@ def from_settings(settings: Settings, **overrides) -> TritonUpstream:
     args = dict(default_timeout=u.timeout_s, cache_ttl=u.cache_ttl_s, retries=u.retries,
                 stream_timeout=settings.limits.stream_timeout_s, lb_policy=u.lb_policy,
                 credentials=creds, extra_options=tls_options,
-                shared_memory=(u.shared_memory.pool_bytes, u.shared_memory.min_bytes) if shm_on else None)
+                shared_memory=(u.shared_memory.pool_bytes, u.shared_memory.min_bytes) if shm_on else None,
+                stream_mux=(u.stream_mux.streams, u.stream_mux.max_bytes) if u.stream_mux.enabled else None)
     args.update(overrides)
     return TritonUpstream(u.grpc, **args)

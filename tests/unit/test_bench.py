@@ -9,7 +9,18 @@ import time
 import pytest
 
 from bench import cases, procstat, report, stats, wrk
-from bench.run import Budget, Settings, floor_ratios, ratios, run_case, summarise
+from bench.run import (
+    Budget,
+    Settings,
+    case_need,
+    floor_ratios,
+    plan_seconds,
+    ratios,
+    run_case,
+    scaling_need,
+    skipped_rows,
+    summarise,
+)
 
 WRK_OUTPUT = """\
 Running 5s test @ http://127.0.0.1:8501/v1/models/saved_model_half_plus_three:predict
@@ -350,8 +361,9 @@ def test_a_case_without_a_floor_entry_keeps_none():
 def test_settings_quick_full_and_overrides():
     full, quick = Settings.from_env({}), Settings.from_env({"BENCH_QUICK": "1"})
     assert not full.quick and quick.quick
-    assert quick.duration_s < full.duration_s and quick.repeats <= full.repeats and quick.budget_s <= full.budget_s
-    assert full.budget_s <= 600  # make bench stays within 10 minutes
+    assert quick.duration_s < full.duration_s and quick.repeats <= full.repeats
+    assert full.budget_s is None and quick.budget_s is None  # what every row needs
+    assert Settings.from_env({"BENCH_BUDGET_S": "90"}).budget_s == 90
     assert 1 in full.scaling_workers and 2 in full.scaling_workers and (os.cpu_count() or 1) in full.scaling_workers
     s = Settings.from_env({"BENCH_QUICK": "0", "BENCH_REPEATS": "5", "BENCH_ONLY": "v2_unary, scaling"})
     assert not s.quick and s.repeats == 5
@@ -830,3 +842,30 @@ def test_a_dead_stack_skips_the_rest_and_says_which_process_died():
     assert out["skipped"] == "Triton exited with -11 (logs/triton.log)" and runner.calls == []
     sc = scaling(runner, runner.stack, s, Budget(600), None, _case_with_floor(), lambda st: "unused")
     assert sc["skipped"] == ["all: Triton exited with -11 (logs/triton.log)"] and sc["runs"] == []
+
+
+def test_the_default_run_has_room_for_every_row():
+    """`make bench` with its defaults: the budget is what every path and scaling row needs, so none is
+    skipped for time; each row is checked against it as run_case and scaling check (same sums)."""
+    s = Settings.from_env({})
+    built = cases.build("http://127.0.0.1:1", "127.0.0.1:2", lambda n: "http://127.0.0.1:3", lambda n: "127.0.0.1:4",
+                        s.concurrency, s.big_concurrency, latency_concurrency=1)
+    cases.with_floors(built, "http://127.0.0.1:5", "127.0.0.1:6")
+    plan = plan_seconds(s, built)
+    assert plan < 15 * 60  # the whole run, every row, stays a coffee break
+    left = plan * 1.25
+    for c in built:  # each case as the run meets it (run_case skips one that needs more than is left)
+        assert case_need(c, s) <= left, c.key
+        left -= case_need(c, s)
+    first, each = scaling_need(s)
+    assert left >= 3 * (first + each * len(s.scaling_workers))  # the three scaling rows, every worker count
+    fewer = plan_seconds(Settings.from_env({"BENCH_ONLY": "tf_rest_small"}), built)
+    assert 0 < fewer < plan
+
+
+def test_skipped_rows_are_all_named():
+    res = {"cases": [{"title": "A", "concurrency": 8, "skipped": "needed about 20 s, 3 s of the budget left"},
+                     {"title": "B", "concurrency": 1}],
+           "scaling": {"skipped": ["16 workers: needed about 30 s, 2 s left"]}, "scaling_grpc": None}
+    assert skipped_rows(res) == ["A (conc 8): needed about 20 s, 3 s of the budget left",
+                                 "scaling: 16 workers: needed about 30 s, 2 s left"]
