@@ -22,7 +22,13 @@ RUN python -m venv /opt/venv
 COPY pyproject.toml ./
 COPY requirements/constraints.txt requirements/
 COPY gateway gateway
-RUN /opt/venv/bin/pip install -c requirements/constraints.txt .
+# A CA bundle for pip where the network to the package index needs one (a TLS-inspecting proxy):
+# put it at requirements/build-ca/pip-ca.pem before building (scripts/compose-test.sh does, from
+# pip's own `cert` setting, and removes it after). Only this stage sees it; the runtime stage below
+# copies the venv alone, so no layer of the shipped image holds it.
+COPY requirements/build-ca /tmp/build-ca
+RUN if [ -f /tmp/build-ca/pip-ca.pem ]; then export PIP_CERT=/tmp/build-ca/pip-ca.pem; fi; \
+    /opt/venv/bin/pip install -c requirements/constraints.txt .
 
 FROM ${PYTHON_IMAGE} AS runtime
 # the commit in gateway_build_info (.git is not in the image): docker build --build-arg GATEWAY_COMMIT=$(git rev-parse HEAD)

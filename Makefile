@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 CONFIG ?= gateway.yaml
 PIP_FLAGS ?= --disable-pip-version-check -q
 
-.PHONY: install browser run run-pd test test-unit test-contract proto onnx lint bench bench-pd bench-wrk clean
+.PHONY: install browser run run-pd test test-unit test-contract compose-test proto onnx lint bench bench-pd bench-wrk clean
 
 install: $(VENV)/.installed $(VENV)/.bench-installed $(TRITON_VENV)/.installed .run/legacy-clients/.installed .run/kserve-client/.installed browser
 
@@ -53,6 +53,12 @@ test-unit: install
 
 test-contract: install
 	$(BIN)/python -m pytest tests -m contract
+
+# `docker compose -f compose.yaml -f compose.cpu.yaml up` for real: installs Docker and Compose v2 when
+# missing, builds the gateway image and Triton's CPU image, brings the stack up, runs every dialect's
+# real client and the faults against the published 127.0.0.1 ports, tears it all down (docs/deploy.md).
+compose-test: $(VENV)/.installed .run/legacy-clients/.installed
+	bash scripts/compose-test.sh
 
 proto: $(VENV)/.installed
 	$(BIN)/python -m gateway.tools.genproto
