@@ -169,6 +169,8 @@ def _tensorflow_protos() -> Path:
 
 
 def tfserving_grpc_tensorflow_serving_api(ep: Endpoints) -> None:
+    """A client built on tensorflow-serving-api's own generated stubs, untouched (tests/legacy/
+    tfserving_client.py), in a subprocess: its descriptors would clash with the gateway's copies."""
     legacy = ROOT / ".run" / "legacy-clients"
     if not (legacy / "tensorflow_serving" / "apis" / "prediction_service_pb2_grpc.py").exists():
         raise AssertionError("tensorflow-serving-api is not installed in .run/legacy-clients: run `make install`")

@@ -2,8 +2,9 @@
 scripts/compose-test.sh (`make compose-test`) against a compose stack it has brought up.
 
 acceptance  tests/acceptance.py, every dialect's real client, against the gateway's published ports
-faults      Triton killed under a light load on every dialect (then restarted by its restart policy),
-            then the gateway stopped with requests in flight (tests/compose/faults.py)
+faults      Triton killed under a light load on every dialect (`docker compose kill`, then a crash
+            its restart policy restarts), the gateway stopped with requests in flight, then
+            started again and timed to ready (tests/compose/faults.py)
 
 The ports are asked from Compose (`docker compose port`), so they are the published ones whatever
 the files map them to. Exit status 1 when a check fails.
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"acceptance passed: {len(ports)} listeners, every check")
         return 0
     problems = faults.kill_triton_under_load(stack, ports) + faults.stop_gateway_drains(stack, ports)
+    problems += faults.gateway_start_to_ready(stack, ports)
     for p in problems:
         print(f"FAIL {p}", file=sys.stderr)
     if problems:
