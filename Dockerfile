@@ -31,9 +31,6 @@ RUN if [ -f /tmp/build-ca/pip-ca.pem ]; then export PIP_CERT=/tmp/build-ca/pip-c
     /opt/venv/bin/pip install -c requirements/constraints.txt .
 
 FROM ${PYTHON_IMAGE} AS runtime
-# the commit in gateway_build_info (.git is not in the image): docker build --build-arg GATEWAY_COMMIT=$(git rev-parse HEAD)
-ARG GATEWAY_COMMIT=""
-ENV GATEWAY_COMMIT=${GATEWAY_COMMIT}
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/venv/bin:$PATH
 RUN groupadd --system --gid 10001 gateway && useradd --system --uid 10001 --gid 10001 --no-create-home gateway
 COPY --from=build /opt/venv /opt/venv
@@ -41,6 +38,10 @@ WORKDIR /app
 COPY config config
 COPY model_repository model_repository
 COPY tools/build_plans.py tools/tcp_forward.py tools/
+# the commit in gateway_build_info (.git is not in the image): docker build --build-arg GATEWAY_COMMIT=$(git rev-parse HEAD)
+# (last: a new commit then rebuilds no layer above, the venv's included)
+ARG GATEWAY_COMMIT=""
+ENV GATEWAY_COMMIT=${GATEWAY_COMMIT}
 USER 10001:10001
 EXPOSE 8000 8001 8500 8501 7080 7081 1025 9090
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s \

