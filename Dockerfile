@@ -22,12 +22,15 @@ RUN python -m venv /opt/venv
 COPY pyproject.toml ./
 COPY requirements/constraints.txt requirements/
 COPY gateway gateway
-RUN /opt/venv/bin/pip install -c requirements/constraints.txt .
+# A CA bundle for pip where the network to the package index needs one (a TLS-inspecting proxy):
+# put it at requirements/build-ca/pip-ca.pem before building (scripts/compose-test.sh does, from
+# pip's own `cert` setting, and removes it after). Only this stage sees it; the runtime stage below
+# copies the venv alone, so no layer of the shipped image holds it.
+COPY requirements/build-ca /tmp/build-ca
+RUN if [ -f /tmp/build-ca/pip-ca.pem ]; then export PIP_CERT=/tmp/build-ca/pip-ca.pem; fi; \
+    /opt/venv/bin/pip install -c requirements/constraints.txt .
 
 FROM ${PYTHON_IMAGE} AS runtime
-# the commit in gateway_build_info (.git is not in the image): docker build --build-arg GATEWAY_COMMIT=$(git rev-parse HEAD)
-ARG GATEWAY_COMMIT=""
-ENV GATEWAY_COMMIT=${GATEWAY_COMMIT}
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/venv/bin:$PATH
 RUN groupadd --system --gid 10001 gateway && useradd --system --uid 10001 --gid 10001 --no-create-home gateway
 COPY --from=build /opt/venv /opt/venv
@@ -35,6 +38,10 @@ WORKDIR /app
 COPY config config
 COPY model_repository model_repository
 COPY tools/build_plans.py tools/tcp_forward.py tools/
+# the commit in gateway_build_info (.git is not in the image): docker build --build-arg GATEWAY_COMMIT=$(git rev-parse HEAD)
+# (last: a new commit then rebuilds no layer above, the venv's included)
+ARG GATEWAY_COMMIT=""
+ENV GATEWAY_COMMIT=${GATEWAY_COMMIT}
 USER 10001:10001
 EXPOSE 8000 8001 8500 8501 7080 7081 1025 9090
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s \

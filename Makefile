@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 CONFIG ?= gateway.yaml
 PIP_FLAGS ?= --disable-pip-version-check -q
 
-.PHONY: install browser run run-pd test test-unit test-contract test-latest proto onnx lint bench bench-pd bench-wrk clean \
+.PHONY: install browser run run-pd test test-unit test-contract test-latest compose-test proto onnx lint bench bench-pd bench-wrk clean \
 	migrate-env test-migrate
 
 install: $(VENV)/.installed $(VENV)/.bench-installed $(TRITON_VENV)/.installed .run/legacy-clients/.installed .run/kserve-client/.installed browser
@@ -65,6 +65,12 @@ test-latest: $(TRITON_VENV)/.installed .run/legacy-clients/.installed .run/kserv
 	.venv-latest/bin/pip install $(PIP_FLAGS) --upgrade $(LATEST)
 	.venv-latest/bin/python -m gateway.tools.fastpaths
 	.venv-latest/bin/python -m pytest tests/unit tests/contract/test_fastlane.py tests/contract/test_v2_http_differential.py
+
+# `docker compose -f compose.yaml -f compose.cpu.yaml up` for real: installs Docker and Compose v2 when
+# missing, builds the gateway image and Triton's CPU image, brings the stack up, runs every dialect's
+# real client and the faults against the published 127.0.0.1 ports, tears it all down (docs/deploy.md).
+compose-test: $(VENV)/.installed .run/legacy-clients/.installed
+	bash scripts/compose-test.sh
 
 proto: $(VENV)/.installed
 	$(BIN)/python -m gateway.tools.genproto

@@ -84,7 +84,8 @@ def test_gpu_services_reserve_a_gpu_and_tritons_gate_on_readiness():
 
 def test_images_are_pinned_to_one_release():
     images = {name: svc["image"] for name, svc in SERVICES.items() if "nvcr.io" in svc["image"]}
-    assert images["triton"] == "nvcr.io/nvidia/tritonserver:24.10-py3"  # the Triton (2.51) the CPU tests run
+    # the Triton (2.51) the CPU tests run; TRITON_IMAGE may name another build of it (deploy/triton-cpu)
+    assert images["triton"] == "${TRITON_IMAGE:-nvcr.io/nvidia/tritonserver:24.10-py3}"
     assert images["triton-llm"] == "nvcr.io/nvidia/tritonserver:24.10-trtllm-python-py3"
     assert images["plan-builder"] == "nvcr.io/nvidia/tensorrt:24.10-py3"  # plans: same TensorRT as Triton
     assert {_release(i) for i in images.values()} == {"24.10"}
@@ -100,8 +101,10 @@ def test_plan_builder_runs_the_repository_script_on_the_model_repository():
 
 def test_the_gateway_publishes_every_listener_of_its_config():
     gateway = SERVICES["gateway"]
-    published = {int(p.split(":")[1]) for p in gateway["ports"]}
+    published = {int(p.split(":")[-2]) for p in gateway["ports"]}
     assert published == LISTENER_PORTS
+    assert all(p == f"${{GATEWAY_PUBLISH_ADDRESS:-127.0.0.1}}:{p.split(':')[-1]}:{p.split(':')[-1]}" for p in gateway["ports"])
+    assert gateway["read_only"] is True and gateway["tmpfs"] == ["/tmp"]  # multiprocess metrics: a tmpfs
     assert gateway["command"] == ["--config", "${GATEWAY_CONFIG:-config/docker.yaml}"]
     s = config.load(ROOT / "config" / "docker.yaml", env={})
     assert s.upstream.grpc == "triton:8001" and s.upstream.lb_policy == "round_robin"
@@ -268,7 +271,12 @@ class _ComposeLoader(yaml.SafeLoader):
     pass
 
 
+class _Override(dict):
+    """Compose's ``!override``: the mapping replaces the base's instead of merging with it."""
+
+
 _ComposeLoader.add_constructor("!reset", lambda _loader, _node: _Reset())
+_ComposeLoader.add_constructor("!override", lambda loader, node: _Override(loader.construct_mapping(node)))
 
 
 def _merge(base, override):
@@ -279,6 +287,8 @@ def _merge(base, override):
     for key, value in override.items():
         if isinstance(value, _Reset):
             out.pop(key, None)
+        elif isinstance(value, _Override):
+            out[key] = dict(value)
         else:
             out[key] = _merge(base.get(key), value)
     return out
@@ -305,6 +315,12 @@ def test_the_cpu_triton_is_the_same_release_with_the_models_cpu_configurations()
     assert [a for a in command if a != "--model-config-name=cpu"] == SERVICES["triton"]["command"]
     assert CPU["triton"]["volumes"] == SERVICES["triton"]["volumes"]
     assert CPU["gateway"] == SERVICES["gateway"]  # the same gateway, config and ports
+
+
+def test_the_cpu_triton_asks_for_no_locked_memory():
+    """memlock -1 is refused where the hard limit is lower (`error setting rlimit type 8`); CPU pins nothing."""
+    assert SERVICES["triton"]["ulimits"]["memlock"] == -1
+    assert CPU["triton"]["ulimits"] == {"stack": SERVICES["triton"]["ulimits"]["stack"]}
 
 
 def test_the_readme_gives_the_cpu_command_beside_the_gpu_one():
