@@ -13,7 +13,6 @@ error), this answers 400 with the same words.
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -310,9 +309,6 @@ def param_text(p) -> bytes:
     return rjson.string(value)
 
 
-_FLOAT_CODES = {"FP32": "f", "FP64": "d"}  # array typecodes: the values widened to double, as Triton writes them
-
-
 def data_text(name: str, dtype_name: str, raw: bytes, count: int) -> bytes:
     """``WriteDataToJson``."""
     if dtype_name == "BYTES":
@@ -325,14 +321,10 @@ def data_text(name: str, dtype_name: str, raw: bytes, count: int) -> bytes:
     if len(raw) != row.size * count:
         raise GatewayError(ErrorKind.UPSTREAM_FAILED, "Failed to write 'data' field: output tensor shape does not "
                                                       f"match size of output for '{name}'")
-    code = _FLOAT_CODES.get(dtype_name)
-    if code is not None and count <= rjson.SMALL:  # a few values: array's tolist beats numpy's per-call cost
-        return rjson.float_list(array(code, raw).tolist())
+    if dtype_name == "FP32" or dtype_name == "FP64":  # straight from the raw bytes, in C
+        return rjson.float_raw(raw, dtype_name == "FP32")
     arr = np.frombuffer(raw, dtype=row.numpy)
-    kind = row.numpy.kind
-    if kind == "f":
-        return rjson.floats(arr)
-    if kind == "b":
+    if row.numpy.kind == "b":
         return rjson.bools(arr)
     return rjson.ints(arr)
 
