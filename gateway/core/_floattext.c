@@ -893,14 +893,25 @@ static inline int rj_digit_gen(DiyFp W, DiyFp Mp, uint64_t delta, char *buf, int
     uint32_t p1 = (uint32_t)(Mp.f >> shift);
     uint64_t p2 = Mp.f & (one - 1);
     int kappa = rj_count_digits(p1), len = 0;
+    if (p2 > delta && p1 != 0 && p1 < 1000000000) {
+        /* no digit of p1 can end the digits (what remains is at least p2 > delta): all of them at
+         * once, the same digits and the same kappa (0) as the loop below gives */
+        put_digits(buf, p1, kappa, kappa);
+        len = kappa;
+        kappa = 0;
+    }
     while (kappa > 0) {
         uint32_t d;
-        if (kappa == 1) {
-            d = p1;
-            p1 = 0;
-        } else {
-            d = p1 / RJ_POW10[kappa - 1];
-            p1 %= RJ_POW10[kappa - 1];
+        switch (kappa) { /* constant divisors: multiplications, not divisions */
+        case 9: d = p1 / 100000000; p1 %= 100000000; break;
+        case 8: d = p1 / 10000000; p1 %= 10000000; break;
+        case 7: d = p1 / 1000000; p1 %= 1000000; break;
+        case 6: d = p1 / 100000; p1 %= 100000; break;
+        case 5: d = p1 / 10000; p1 %= 10000; break;
+        case 4: d = p1 / 1000; p1 %= 1000; break;
+        case 3: d = p1 / 100; p1 %= 100; break;
+        case 2: d = p1 / 10; p1 %= 10; break;
+        default: d = p1; p1 = 0; break;
         }
         if (d || len)
             buf[len++] = (char)('0' + d);
