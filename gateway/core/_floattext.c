@@ -1,4 +1,5 @@
-/* printf-style float text for whole float32/float64 buffers, at compiled speed.
+/* printf-style float text for whole float32/float64 buffers, at compiled speed; and, in a section
+ * of its own below ("rapidjson"), the text rapidjson's Writer writes for doubles (Triton's JSON).
  *
  * The rules (gateway/core/floattext.py has the prose): each finite value is written as C's
  * "%.<short>g" when that text reads back (strtof for float32, strtod for float64) to the same
@@ -1147,7 +1148,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "gateway.core._floattext",
-    "printf-style float text (%g, then more digits when that does not round-trip) for whole buffers.", -1,
+    "printf-style float text (%g, then more digits when that does not round-trip) for whole buffers, and "
+    "rapidjson's Writer::Double text (Grisu2).", -1,
     methods,
 };
 
