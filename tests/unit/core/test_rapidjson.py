@@ -50,21 +50,21 @@ def test_known_texts():
         assert ref.dtoa(value) == text, value
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(st.integers(0, (1 << 64) - 1))
 def test_every_double_as_the_reference_writes_it(bits):
     value = _double(bits)
     assert floattext.rapidjson_double(value) == ref.dtoa(value)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(st.integers(0, (1 << 32) - 1))
 def test_every_float32_widened_as_the_reference_writes_it(bits):
     raw = struct.pack("<I", bits)
     assert floattext.rapidjson_array(raw, True) == f"[{ref.dtoa(_single(bits))}]".encode()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.floats(allow_nan=True, allow_infinity=True) | st.integers(0, (1 << 64) - 1).map(_double),
                 max_size=400))
 def test_arrays_are_the_values_joined(values):
