@@ -145,6 +145,9 @@ def _raw_cases(add) -> None:
     add("raw_fp32", "POST", H3, f32, raw, ok=True)
     add("raw_fp32_versioned", "POST", "/v2/models/saved_model_half_plus_three/versions/123/infer", f32, raw, ok=True)
     add("raw_fp32_empty", "POST", H3, b"", raw, ok=True)
+    big = np.arange(1 << 19, dtype=np.float32).tobytes()  # 2 MiB: through the shared-memory region, when there is one
+    add("raw_fp32_large", "POST", H3, big, raw, ok=True)
+    add("raw_fp32_large_odd_size", "POST", H3, big + b"x", raw)
     add("raw_empty_no_header", "POST", H3, b"", ok=True)  # an empty body is raw too (its length is 0)
     add("raw_fp32_odd_size", "POST", H3, f32 + b"x", raw)
     add("raw_fp32_short", "POST", H3, f32[:3], raw)

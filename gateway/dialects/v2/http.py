@@ -259,6 +259,12 @@ def _parse(body: bytes, header: int, model: str, version: str,
     return (calls.serialize(parsed) if wire else None), parsed
 
 
+def _parse_raw(meta, body, model: str, version: str, wire: bool) -> tuple[bytes | None, jsontensor.Parsed]:
+    """``_parse`` of a raw-input body (rawinput.parse): the wire bytes (None: through the region) and how to answer."""
+    parsed = rawinput.parse(meta, model, version, body)
+    return (calls.serialize(parsed) if wire else None), parsed
+
+
 async def _infer(rest: Rest, request: Request, model: str, version: str):
     calls.require(request, "POST")
     rest.check(model)
@@ -274,8 +280,10 @@ async def _infer(rest: Rest, request: Request, model: str, version: str):
     arena = rest.upstream.shared_arena()
     wire = arena is None or size < arena.min_bytes
     if header == 0:  # Triton's raw-input mode: the whole body is the model's one input
-        parsed = rawinput.parse(meta, model, version, body)
-        data = calls.serialize(parsed) if wire else None
+        if offload.inline(size if wire else 0):
+            data, parsed = _parse_raw(meta, body, model, version, wire)
+        else:
+            data, parsed = await offload.run(size, _parse_raw, meta, body, model, version, wire)
     else:
         # the parse's work: the JSON header, and with wire bytes to write, the tensors copied into them
         work = size if wire else header
