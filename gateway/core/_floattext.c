@@ -1,4 +1,5 @@
-/* printf-style float text for whole float32/float64 buffers, at compiled speed.
+/* printf-style float text for whole float32/float64 buffers, at compiled speed; and, in a section
+ * of its own below ("rapidjson"), the text rapidjson's Writer writes for doubles (Triton's JSON).
  *
  * The rules (gateway/core/floattext.py has the prose): each finite value is written as C's
  * "%.<short>g" when that text reads back (strtof for float32, strtod for float64) to the same
@@ -789,18 +790,366 @@ done:
     return Py_BuildValue("(nN)", i, dims);
 }
 
+/* -- rapidjson: the text rapidjson's Writer::Double writes (Triton's HTTP/REST JSON) ---------------
+ *
+ * rapidjson 1.1.0's internal::dtoa (Grisu2 digits, then Prettify's layout with maxDecimalPlaces
+ * 324), which Triton's TritonJson writer uses for every double (FP32 outputs widened to double):
+ * "3.0", "0.000001", "1e-7", "100000000000000000000.0", "1e21", "1.5e300", "-0.0", and with
+ * kWriteNanAndInfFlag "NaN", "Infinity", "-Infinity".  Grisu2 is not always shortest: float32 0.3
+ * is "0.30000001192092898" (shortest: ...896).  1.1.0 differs from later rapidjson in one place:
+ * the last digit of a number whose digits run 9 or more places past the binary point of the
+ * cached power is not rounded (DigitGen's "index < 9").  tests/unit/core/rapidjson_reference.py is
+ * the same algorithm in Python (the test oracle); its cached powers, computed there from exact
+ * integers (round to nearest), are the table below. */
+
+typedef struct {
+    uint64_t f;
+    int e;
+} DiyFp;
+
+/* 10^(-348 + 8 i) ~ RJ_POW_F[i] * 2^RJ_POW_E[i] */
+static const uint64_t RJ_POW_F[87] = {
+    0xfa8fd5a0081c0288ull, 0xbaaee17fa23ebf76ull, 0x8b16fb203055ac76ull,
+    0xcf42894a5dce35eaull, 0x9a6bb0aa55653b2dull, 0xe61acf033d1a45dfull,
+    0xab70fe17c79ac6caull, 0xff77b1fcbebcdc4full, 0xbe5691ef416bd60cull,
+    0x8dd01fad907ffc3cull, 0xd3515c2831559a83ull, 0x9d71ac8fada6c9b5ull,
+    0xea9c227723ee8bcbull, 0xaecc49914078536dull, 0x823c12795db6ce57ull,
+    0xc21094364dfb5637ull, 0x9096ea6f3848984full, 0xd77485cb25823ac7ull,
+    0xa086cfcd97bf97f4ull, 0xef340a98172aace5ull, 0xb23867fb2a35b28eull,
+    0x84c8d4dfd2c63f3bull, 0xc5dd44271ad3cdbaull, 0x936b9fcebb25c996ull,
+    0xdbac6c247d62a584ull, 0xa3ab66580d5fdaf6ull, 0xf3e2f893dec3f126ull,
+    0xb5b5ada8aaff80b8ull, 0x87625f056c7c4a8bull, 0xc9bcff6034c13053ull,
+    0x964e858c91ba2655ull, 0xdff9772470297ebdull, 0xa6dfbd9fb8e5b88full,
+    0xf8a95fcf88747d94ull, 0xb94470938fa89bcfull, 0x8a08f0f8bf0f156bull,
+    0xcdb02555653131b6ull, 0x993fe2c6d07b7facull, 0xe45c10c42a2b3b06ull,
+    0xaa242499697392d3ull, 0xfd87b5f28300ca0eull, 0xbce5086492111aebull,
+    0x8cbccc096f5088ccull, 0xd1b71758e219652cull, 0x9c40000000000000ull,
+    0xe8d4a51000000000ull, 0xad78ebc5ac620000ull, 0x813f3978f8940984ull,
+    0xc097ce7bc90715b3ull, 0x8f7e32ce7bea5c70ull, 0xd5d238a4abe98068ull,
+    0x9f4f2726179a2245ull, 0xed63a231d4c4fb27ull, 0xb0de65388cc8ada8ull,
+    0x83c7088e1aab65dbull, 0xc45d1df942711d9aull, 0x924d692ca61be758ull,
+    0xda01ee641a708deaull, 0xa26da3999aef774aull, 0xf209787bb47d6b85ull,
+    0xb454e4a179dd1877ull, 0x865b86925b9bc5c2ull, 0xc83553c5c8965d3dull,
+    0x952ab45cfa97a0b3ull, 0xde469fbd99a05fe3ull, 0xa59bc234db398c25ull,
+    0xf6c69a72a3989f5cull, 0xb7dcbf5354e9beceull, 0x88fcf317f22241e2ull,
+    0xcc20ce9bd35c78a5ull, 0x98165af37b2153dfull, 0xe2a0b5dc971f303aull,
+    0xa8d9d1535ce3b396ull, 0xfb9b7cd9a4a7443cull, 0xbb764c4ca7a44410ull,
+    0x8bab8eefb6409c1aull, 0xd01fef10a657842cull, 0x9b10a4e5e9913129ull,
+    0xe7109bfba19c0c9dull, 0xac2820d9623bf429ull, 0x80444b5e7aa7cf85ull,
+    0xbf21e44003acdd2dull, 0x8e679c2f5e44ff8full, 0xd433179d9c8cb841ull,
+    0x9e19db92b4e31ba9ull, 0xeb96bf6ebadf77d9ull, 0xaf87023b9bf0ee6bull,
+};
+static const int16_t RJ_POW_E[87] = {
+    -1220, -1193, -1166, -1140, -1113, -1087, -1060, -1034, -1007, -980,
+    -954, -927, -901, -874, -847, -821, -794, -768, -741, -715,
+    -688, -661, -635, -608, -582, -555, -529, -502, -475, -449,
+    -422, -396, -369, -343, -316, -289, -263, -236, -210, -183,
+    -157, -130, -103, -77, -50, -24, 3, 30, 56, 83,
+    109, 136, 162, 189, 216, 242, 269, 295, 322, 348,
+    375, 402, 428, 455, 481, 508, 534, 561, 588, 614,
+    641, 667, 694, 720, 747, 774, 800, 827, 853, 880,
+    907, 933, 960, 986, 1013, 1039, 1066,
+};
+
+static const uint32_t RJ_POW10[] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000, 1000000000};
+
+#define RJ_HIDDEN (1ull << 52)
+
+static inline DiyFp rj_mul(DiyFp a, DiyFp b)
+{
+    u128 p = (u128)a.f * b.f;
+    uint64_t h = (uint64_t)(p >> 64), l = (uint64_t)p;
+    if (l & (1ull << 63)) /* rounding */
+        h++;
+    return (DiyFp){h, a.e + b.e + 64};
+}
+
+static inline void rj_round(char *buf, int len, uint64_t delta, uint64_t rest, uint64_t ten_kappa, uint64_t wp_w)
+{
+    while (rest < wp_w && delta - rest >= ten_kappa && (rest + ten_kappa < wp_w || wp_w - rest > rest + ten_kappa - wp_w)) {
+        buf[len - 1]--;
+        rest += ten_kappa;
+    }
+}
+
+static inline int rj_count_digits(uint32_t n)
+{
+    if (n < 10) return 1;
+    if (n < 100) return 2;
+    if (n < 1000) return 3;
+    if (n < 10000) return 4;
+    if (n < 100000) return 5;
+    if (n < 1000000) return 6;
+    if (n < 10000000) return 7;
+    if (n < 100000000) return 8;
+    return 9;
+}
+
+/* The digits of W (within delta of Mp), written at buf; returns their count, adjusts *K. */
+static inline int rj_digit_gen(DiyFp W, DiyFp Mp, uint64_t delta, char *buf, int *K)
+{
+    const int shift = -Mp.e; /* 32..60: the cached power puts Mp's exponent in [-60, -32] */
+    const uint64_t one = 1ull << shift;
+    const uint64_t wp_w = Mp.f - W.f;
+    uint32_t p1 = (uint32_t)(Mp.f >> shift);
+    uint64_t p2 = Mp.f & (one - 1);
+    int kappa = rj_count_digits(p1), len = 0;
+    if (p2 > delta && p1 != 0 && p1 < 1000000000) {
+        /* no digit of p1 can end the digits (what remains is at least p2 > delta): all of them at
+         * once, the same digits and the same kappa (0) as the loop below gives */
+        put_digits(buf, p1, kappa, kappa);
+        len = kappa;
+        kappa = 0;
+    }
+    while (kappa > 0) {
+        uint32_t d;
+        switch (kappa) { /* constant divisors: multiplications, not divisions */
+        case 9: d = p1 / 100000000; p1 %= 100000000; break;
+        case 8: d = p1 / 10000000; p1 %= 10000000; break;
+        case 7: d = p1 / 1000000; p1 %= 1000000; break;
+        case 6: d = p1 / 100000; p1 %= 100000; break;
+        case 5: d = p1 / 10000; p1 %= 10000; break;
+        case 4: d = p1 / 1000; p1 %= 1000; break;
+        case 3: d = p1 / 100; p1 %= 100; break;
+        case 2: d = p1 / 10; p1 %= 10; break;
+        default: d = p1; p1 = 0; break;
+        }
+        if (d || len)
+            buf[len++] = (char)('0' + d);
+        kappa--;
+        uint64_t tmp = ((uint64_t)p1 << shift) + p2;
+        if (tmp <= delta) {
+            *K += kappa;
+            rj_round(buf, len, delta, tmp, (uint64_t)RJ_POW10[kappa] << shift, wp_w);
+            return len;
+        }
+    }
+    for (;;) {
+        p2 *= 10;
+        delta *= 10;
+        char d = (char)(p2 >> shift);
+        if (d || len)
+            buf[len++] = (char)('0' + d);
+        p2 &= one - 1;
+        kappa--;
+        if (p2 < delta) {
+            *K += kappa;
+            int index = -kappa;
+            rj_round(buf, len, delta, p2, one, wp_w * (index < 9 ? RJ_POW10[index] : 0)); /* 1.1.0: 9 */
+            return len;
+        }
+    }
+}
+
+/* Grisu2 of a positive finite double: v ~ digits * 10^K; returns the number of digits. */
+static inline int rj_grisu2(uint64_t bits, char *buf, int *K)
+{
+    int biased = (int)((bits >> 52) & 0x7ff);
+    uint64_t sig = bits & (RJ_HIDDEN - 1);
+    DiyFp v = biased ? (DiyFp){sig + RJ_HIDDEN, biased - 1075} : (DiyFp){sig, -1074};
+    DiyFp plus = {(v.f << 1) + 1, v.e - 1};
+    while (!(plus.f & (RJ_HIDDEN << 1))) {
+        plus.f <<= 1;
+        plus.e--;
+    }
+    plus.f <<= 10; /* 64 - 52 - 2 */
+    plus.e -= 10;
+    DiyFp minus = v.f == RJ_HIDDEN ? (DiyFp){(v.f << 2) - 1, v.e - 2} : (DiyFp){(v.f << 1) - 1, v.e - 1};
+    minus.f <<= minus.e - plus.e;
+    minus.e = plus.e;
+    double dk = (-61 - plus.e) * 0.30102999566398114 + 347; /* rapidjson's ceiling, as it computes it */
+    int k = (int)dk;
+    if (dk - k > 0.0)
+        k++;
+    unsigned index = (unsigned)((k >> 3) + 1);
+    *K = -(-348 + (int)(index << 3));
+    DiyFp c = {RJ_POW_F[index], RJ_POW_E[index]};
+    int s = __builtin_clzll(v.f);
+    DiyFp W = rj_mul((DiyFp){v.f << s, v.e - s}, c);
+    DiyFp Wp = rj_mul(plus, c), Wm = rj_mul(minus, c);
+    Wm.f++;
+    Wp.f--;
+    return rj_digit_gen(W, Wp, Wp.f - Wm.f, buf, K);
+}
+
+static inline char *rj_exponent(char *p, int K)
+{
+    if (K < 0) {
+        *p++ = '-';
+        K = -K;
+    }
+    if (K >= 100) {
+        *p++ = (char)('0' + K / 100);
+        K %= 100;
+        *p++ = DIGITS2[2 * K];
+        *p++ = DIGITS2[2 * K + 1];
+    } else if (K >= 10) {
+        *p++ = DIGITS2[2 * K];
+        *p++ = DIGITS2[2 * K + 1];
+    } else {
+        *p++ = (char)('0' + K);
+    }
+    return p;
+}
+
+#define RJ_MAX_TEXT 32 /* "-0.00000" and 17 digits, or 21 digits and ".0", or "-1.2345678901234567e-308" */
+
+/* rapidjson's Writer::Double text of the double with these bits; returns the end. */
+static char *rj_double(char *p, uint64_t bits)
+{
+    if (((bits >> 52) & 0x7ff) == 0x7ff) {
+        if (bits & (RJ_HIDDEN - 1)) {
+            memcpy(p, "NaN", 3);
+            return p + 3;
+        }
+        if (bits >> 63)
+            *p++ = '-';
+        memcpy(p, "Infinity", 8);
+        return p + 8;
+    }
+    if (bits >> 63)
+        *p++ = '-';
+    bits &= ~(1ull << 63);
+    if (bits == 0) {
+        memcpy(p, "0.0", 3);
+        return p + 3;
+    }
+    char d[24];
+    int K;
+    int length = rj_grisu2(bits, d, &K);
+    int kk = length + K; /* 10^(kk-1) <= v < 10^kk */
+    if (K >= 0 && kk <= 21) { /* 1234e7 -> 12340000000.0 */
+        memcpy(p, d, length);
+        p += length;
+        for (int i = length; i < kk; i++)
+            *p++ = '0';
+        *p++ = '.';
+        *p++ = '0';
+    } else if (0 < kk && kk <= 21) { /* 1234e-2 -> 12.34 (maxDecimalPlaces 324: never cut) */
+        memcpy(p, d, kk);
+        p += kk;
+        *p++ = '.';
+        memcpy(p, d + kk, length - kk);
+        p += length - kk;
+    } else if (-6 < kk && kk <= 0) { /* 1234e-6 -> 0.001234 */
+        *p++ = '0';
+        *p++ = '.';
+        for (int i = 0; i < -kk; i++)
+            *p++ = '0';
+        memcpy(p, d, length);
+        p += length;
+    } else if (kk < -324) { /* below maxDecimalPlaces (not reached by a double's digits) */
+        memcpy(p, "0.0", 3);
+        p += 3;
+    } else if (length == 1) { /* 1e30 */
+        *p++ = d[0];
+        *p++ = 'e';
+        p = rj_exponent(p, kk - 1);
+    } else { /* 1234e30 -> 1.234e33 */
+        *p++ = d[0];
+        *p++ = '.';
+        memcpy(p, d + 1, length - 1);
+        p += length - 1;
+        *p++ = 'e';
+        p = rj_exponent(p, kk - 1);
+    }
+    return p;
+}
+
+/* Every value followed by ','; returns the end.  No Python API: runs without the GIL. */
+static char *rj_all(char *p, const char *data, Py_ssize_t n, int f32)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t b;
+        if (f32) {
+            float f;
+            memcpy(&f, data + 4 * i, 4);
+            double v = f;
+            memcpy(&b, &v, 8);
+        } else {
+            memcpy(&b, data + 8 * i, 8);
+        }
+        p = rj_double(p, b);
+        *p++ = ',';
+    }
+    return p;
+}
+
+PyDoc_STRVAR(rj_array_doc, "rapidjson_array(buffer, f32) -> bytes\n\n"
+                           "'[v,...]': every value of the buffer (native float32 when f32, else float64; any\n"
+                           "buffer whose length is a multiple of the size) as rapidjson's Writer::Double writes it,\n"
+                           "float32 widened to double.");
+
+static PyObject *ft_rapidjson_array(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "rapidjson_array(buffer, f32)");
+        return NULL;
+    }
+    int f32 = PyObject_IsTrue(args[1]);
+    if (f32 < 0)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    Py_ssize_t size = f32 ? 4 : 8, n = view.len / size;
+    if (view.len % size) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "the buffer's length is not a multiple of the value size");
+        return NULL;
+    }
+    PyObject *res = PyBytes_FromStringAndSize(NULL, n * (RJ_MAX_TEXT + 1) + 2);
+    if (!res) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    char *out = PyBytes_AS_STRING(res), *p = out;
+    *p++ = '[';
+    if (n > 256) { /* a large array: without the GIL */
+        Py_BEGIN_ALLOW_THREADS
+        p = rj_all(p, view.buf, n, f32);
+        Py_END_ALLOW_THREADS
+    } else {
+        p = rj_all(p, view.buf, n, f32);
+    }
+    if (n)
+        p--; /* the last ',' */
+    *p++ = ']';
+    PyBuffer_Release(&view);
+    if (_PyBytes_Resize(&res, p - out) < 0)
+        return NULL;
+    return res;
+}
+
+PyDoc_STRVAR(rj_double_doc, "rapidjson_double(x) -> str\n\nrapidjson's Writer::Double text of the float x.");
+
+static PyObject *ft_rapidjson_double(PyObject *self, PyObject *arg)
+{
+    double v = PyFloat_AsDouble(arg);
+    if (v == -1.0 && PyErr_Occurred())
+        return NULL;
+    char buf[RJ_MAX_TEXT];
+    uint64_t b;
+    memcpy(&b, &v, 8);
+    char *end = rj_double(buf, b);
+    return PyUnicode_FromStringAndSize(buf, end - buf);
+}
+
 static PyMethodDef methods[] = {
     {"join", (PyCFunction)(void (*)(void))ft_join, METH_FASTCALL, join_doc},
     {"tokens", (PyCFunction)(void (*)(void))ft_tokens, METH_FASTCALL, tokens_doc},
     {"nested", (PyCFunction)(void (*)(void))ft_nested, METH_FASTCALL, nested_doc},
     {"has_bool_token", ft_has_bool_token, METH_O, has_bool_doc},
     {"dense_array", (PyCFunction)(void (*)(void))ft_dense_array, METH_FASTCALL, dense_doc},
+    {"rapidjson_array", (PyCFunction)(void (*)(void))ft_rapidjson_array, METH_FASTCALL, rj_array_doc},
+    {"rapidjson_double", ft_rapidjson_double, METH_O, rj_double_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "gateway.core._floattext",
-    "printf-style float text (%g, then more digits when that does not round-trip) for whole buffers.", -1,
+    "printf-style float text (%g, then more digits when that does not round-trip) for whole buffers, and "
+    "rapidjson's Writer::Double text (Grisu2).", -1,
     methods,
 };
 

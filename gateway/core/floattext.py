@@ -19,6 +19,12 @@ array by a small C extension, ``gateway.core._floattext`` (gateway/core/_floatte
 "reads back as the same value" test with exact integer arithmetic, and asks the C library itself
 (``snprintf`` + ``strtof``/``strtod``) for the values outside that arithmetic's range. The numpy
 writer it replaced is the property-test oracle (tests/unit/core/floattext_reference.py).
+
+A third C++ writer is not printf-style: rapidjson's ``Writer::Double`` (Triton's HTTP/REST JSON,
+through TritonJson), rapidjson 1.1.0's Grisu2 digits in its own layout (``1.0``, ``1e21``,
+``0.000001``, ``1e-7``, ``-0.0``, bare ``NaN`` / ``Infinity``). The same extension writes it:
+:func:`rapidjson_array`, :func:`rapidjson_double`; its oracle is rapidjson's algorithm in Python
+(tests/unit/core/rapidjson_reference.py), and Triton's own answers (tests/contract/test_v2_floats.py).
 """
 
 from __future__ import annotations
@@ -102,6 +108,14 @@ def _empty(shape: tuple[int, ...], opens, seps, closes) -> str:
         return "[]"
     inner = _empty(shape[1:], opens[1:], seps[1:], closes[1:])
     return opens[0] + seps[0].join([inner] * shape[0]) + closes[0]
+
+
+# rapidjson_array(raw, f32) -> bytes: ``[v,...]``, every value of a buffer of native float32 (``f32``)
+# or float64 values (bytes, a memoryview, an array) as rapidjson's ``Writer::Double`` writes it,
+# float32 widened to double. rapidjson_double(x) -> str: the text of one double. (The C functions
+# themselves: each is one call on the V2 REST answer's path.)
+rapidjson_array = _floattext.rapidjson_array
+rapidjson_double = _floattext.rapidjson_double
 
 
 def has_bool_token(body: bytes) -> bool:

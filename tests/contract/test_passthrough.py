@@ -47,6 +47,25 @@ def test_model_metadata_and_config_match(direct, proxied):
     assert proxied.get_model_repository_index() == direct.get_model_repository_index()
 
 
+def test_shared_memory_status_passes_and_registration_does_not(direct, proxied):
+    """The status calls change nothing: passed through (read-only); registration is the closed
+    control plane's (dialects.v2.control_plane false)."""
+    assert proxied.get_system_shared_memory_status() == direct.get_system_shared_memory_status()
+    assert proxied.get_cuda_shared_memory_status() == direct.get_cuda_shared_memory_status()
+    for kind in ("system", "cuda"):
+        with pytest.raises(InferenceServerException) as got:
+            getattr(proxied, f"get_{kind}_shared_memory_status")("no_such_region")
+        with pytest.raises(InferenceServerException) as want:
+            getattr(direct, f"get_{kind}_shared_memory_status")("no_such_region")
+        assert (got.value.status(), got.value.message()) == (want.value.status(), want.value.message())
+    for register in (lambda: proxied.register_system_shared_memory("r", "/no_such_key", 64),
+                     proxied.unregister_system_shared_memory, proxied.unregister_cuda_shared_memory):
+        with pytest.raises(InferenceServerException) as err:
+            register()
+        assert err.value.status() == "StatusCode.PERMISSION_DENIED"
+        assert "dialects.v2.control_plane is false" in err.value.message()
+
+
 def test_half_plus_three_answers_as_tf_serving_documents(proxied):
     result = proxied.infer("saved_model_half_plus_three", [_x([1.0, 2.0, 5.0])])
     np.testing.assert_array_equal(result.as_numpy("y"), np.array([3.5, 4.0, 5.5], dtype=np.float32))

@@ -164,6 +164,21 @@ def test_large_v2_rest_binary_inputs_go_through_the_region_with_tritons_own_answ
     assert _shm_bytes(gateway) == before + len(element) + 4 * n
 
 
+def test_a_large_raw_input_goes_through_the_region_with_tritons_own_answer(gateway, triton, triton_stub):
+    """Triton's raw-input mode (no JSON header): a body of ``min_bytes`` or more is the input placed
+    in the region; the answer is Triton's own (every output binary)."""
+    _wait_region(triton_stub, gateway)
+    before = _shm_bytes(gateway)
+    body = np.random.default_rng(14).random(3 * MiB // 4, dtype=np.float32).tobytes()
+    a, b = (requests.post(base + "/v2/models/saved_model_half_plus_three/infer", data=body, timeout=60,
+                          headers={"Inference-Header-Content-Length": "0"})
+            for base in (gateway.url("v2_http"), triton.http_url))
+    assert a.status_code == b.status_code == 200, a.text[:300]
+    assert a.content == b.content and a.headers["Inference-Header-Content-Length"] == \
+        b.headers["Inference-Header-Content-Length"]
+    assert _shm_bytes(gateway) == before + len(body)
+
+
 def test_a_forgotten_region_costs_no_v2_rest_request(gateway, triton, triton_stub):
     """The region unregistered behind the gateway's back (as by a Triton restart): a large V2 REST
     request is sent again over the wire and answered as Triton answers it."""

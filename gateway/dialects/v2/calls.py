@@ -22,6 +22,7 @@ from . import jsontensor
 from .passthrough import PREFIX, State, UpstreamStatus
 
 JSON = "application/json"
+EMPTY = "text/plain"  # the type evhtp gives Triton's answers without a body of their own (health, readiness)
 
 
 class MethodNotAllowed(GatewayError):
@@ -58,7 +59,9 @@ class Rest:
                            ("ModelStatistics", service_pb2.ModelStatisticsResponse),
                            ("RepositoryIndex", service_pb2.RepositoryIndexResponse),
                            ("RepositoryModelLoad", service_pb2.RepositoryModelLoadResponse),
-                           ("RepositoryModelUnload", service_pb2.RepositoryModelUnloadResponse)):
+                           ("RepositoryModelUnload", service_pb2.RepositoryModelUnloadResponse),
+                           ("SystemSharedMemoryStatus", service_pb2.SystemSharedMemoryStatusResponse),
+                           ("CudaSharedMemoryStatus", service_pb2.CudaSharedMemoryStatusResponse)):
             self._rpc[name] = state.ctx.unary(PREFIX + name, _bytes_or_message, resp.FromString)
         # (answer, its raw contents as views of gRPC's bytes, or None: the answer's own)
         # ModelInfer is always given its wire bytes (http._parse): no serializer to call

@@ -102,3 +102,18 @@ def repository_index(models) -> bytes:
 
 def statistics(resp) -> bytes:
     return b'{"model_stats":[' + b",".join(message(m) for m in resp.model_stats) + b"]}"
+
+
+def shared_memory_status(resp, system: bool) -> bytes:
+    """``SharedMemoryManager::GetStatus``: the regions in name order (Triton's std::map), each
+    ``{"name","key","offset","byte_size"}`` (system) or ``{"name","device_id","byte_size"}`` (CUDA)."""
+    rows = []
+    for name in sorted(resp.regions):
+        r = resp.regions[name]
+        row = b'{"name":' + rjson.string(r.name)
+        if system:
+            row += b',"key":' + rjson.string(r.key) + b',"offset":%d' % r.offset
+        else:
+            row += b',"device_id":%d' % r.device_id
+        rows.append(row + b',"byte_size":%d}' % r.byte_size)
+    return b"[" + b",".join(rows) + b"]"

@@ -76,7 +76,7 @@ def convert(doc, meta: ModelMetadata, model: str, version: str) -> jsontensor.Pa
             continue
         shape = _shape(key, spec.shape, count)
         if spec.datatype != "BYTES":
-            raw = jsontensor.values(key, spec.datatype, data, count)
+            raw = jsontensor.values(key, spec.datatype, data, count, shape)
         msg.inputs.add(name=key, datatype=spec.datatype, shape=shape)
         parsed.raws.append(raw)
     msg.parameters[EMPTY_FINAL].bool_param = True

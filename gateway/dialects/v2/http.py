@@ -10,7 +10,8 @@ One catch-all route; paths are matched with Triton's own regular expressions in 
     POST /v2/models/M[/versions/V]/infer                  ModelInfer (jsontensor: JSON and binary tensors)
     POST /v2/models/M[/versions/V]/generate[_stream]      ModelStreamInfer (generate: one answer, or SSE)
     POST /v2/repository/index                             RepositoryIndex
-    load/unload, shared memory, trace, logging            the control plane: 403 unless
+    GET  /v2/{system,cuda}sharedmemory[/region/R]/status  System/CudaSharedMemoryStatus (read-only)
+    load/unload, shared-memory registration, trace, log   the control plane: 403 unless
                                                           dialects.v2.control_plane (load/unload then
                                                           forwarded; the others 501 here)
 
@@ -34,7 +35,7 @@ from gateway.edge import Edge, httpbody
 from gateway.process import offload
 from gateway.upstream import codec
 
-from . import calls, documents, jsontensor, plain, sse
+from . import calls, documents, jsontensor, plain, rawinput, sse
 from .calls import JSON, Rest
 from .jsonbody import loads
 from .passthrough import Denied, State
@@ -42,7 +43,7 @@ from .passthrough import Denied, State
 _MODEL = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?"
                     r"(?:/(infer|generate|generate_stream|ready|config|stats|trace/setting))?")
 _HEALTH = re.compile(r"/v2(?:/health/(live|ready))?")
-_SHM = re.compile(r"/v2/(?:system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
+_SHM = re.compile(r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
 _REPO = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))")
 _TRACE = "/v2/trace/setting"
 _ATOI = re.compile(r"\s*[-+]?\d+")
@@ -86,10 +87,12 @@ async def dispatch(rest: Rest, request: Request):
         name = "ServerLive" if m[1] == "live" else "ServerReady"
         req = service_pb2.ServerLiveRequest() if m[1] == "live" else service_pb2.ServerReadyRequest()
         ok = getattr(await rest.call(name, req), m[1])
-        # Triton's status; the body seed 001 and KServe's client expect ({"live": true}), where Triton's is empty
-        return calls.answer(b'{"%s":%s}' % (m[1].encode(), b"true" if ok else b"false"), 200 if ok else 400)
-    if _SHM.fullmatch(path):
-        return _control(rest, edge_call, "SharedMemory")
+        return calls.answer(b"", 200 if ok else 400, calls.EMPTY)  # Triton's: the status, an empty body
+    m = _SHM.fullmatch(path)
+    if m:
+        if m[3] != "status":  # registration: the control plane
+            return _control(rest, edge_call, "SharedMemory")
+        return await _shared_memory_status(rest, request, edge_call, m[1] == "system", m[2] or "")
     m = _REPO.fullmatch(path)
     if m:
         if m[2] == "index":
@@ -109,6 +112,17 @@ def _control(rest: Rest, edge_call, rpc: str):
     raise GatewayError(ErrorKind.UNIMPLEMENTED, f"{rpc} is not served on this listener (use V2 gRPC)")
 
 
+async def _shared_memory_status(rest: Rest, request: Request, edge_call, system: bool, region: str):
+    """The regions registered with Triton (read-only, as its own HTTP front end lists them)."""
+    edge_call.route = "shared_memory_status"
+    calls.require(request, "GET")
+    if system:
+        resp = await rest.call("SystemSharedMemoryStatus", service_pb2.SystemSharedMemoryStatusRequest(name=region))
+    else:
+        resp = await rest.call("CudaSharedMemoryStatus", service_pb2.CudaSharedMemoryStatusRequest(name=region))
+    return calls.answer(documents.shared_memory_status(resp, system))
+
+
 async def _metadata(rest: Rest, request: Request, model: str, version: str):
     calls.require(request, "GET")
     rest.check(model)
@@ -123,7 +137,7 @@ async def _ready(rest: Rest, request: Request, model: str, version: str):
         ready = (await rest.call("ModelReady", service_pb2.ModelReadyRequest(name=model, version=version), model)).ready
     if not ready:
         raise invalid("Model version not ready")
-    return calls.answer(b"", 200, None)
+    return calls.answer(b"", 200, calls.EMPTY)
 
 
 async def _config(rest: Rest, request: Request, model: str, version: str):
@@ -245,6 +259,12 @@ def _parse(body: bytes, header: int, model: str, version: str,
     return (calls.serialize(parsed) if wire else None), parsed
 
 
+def _parse_raw(meta, body, model: str, version: str, wire: bool) -> tuple[bytes | None, jsontensor.Parsed]:
+    """``_parse`` of a raw-input body (rawinput.parse): the wire bytes (None: through the region) and how to answer."""
+    parsed = rawinput.parse(meta, model, version, body)
+    return (calls.serialize(parsed) if wire else None), parsed
+
+
 async def _infer(rest: Rest, request: Request, model: str, version: str):
     calls.require(request, "POST")
     rest.check(model)
@@ -254,23 +274,23 @@ async def _infer(rest: Rest, request: Request, model: str, version: str):
                            "HTTP end point doesn't support models with decoupled transaction policy")
     body = _decompress(request)
     header = _header_length(request, len(body))
-    if header == 0 and len(meta.inputs) == 1:  # Triton's raw-input mode: gRPC has no raw input
-        raise invalid("a body without a JSON header (Triton's raw-input mode) is not served by this gateway: send the "
-                      "input as JSON or binary tensor data")
-    if header == 0:
-        raise invalid(f"[request id: <id_unknown>] Raw request must only have 1 input (found 1) to be deduced but got "
-                      f"{len(meta.inputs)} inputs in '{model}' model configuration")
     size = len(body)
     # a body that may hold an input of the shared-memory size: its large inputs are placed in the
     # region (not copied again when the body was read into it, Edge.route buffered), not sent on the wire
     arena = rest.upstream.shared_arena()
     wire = arena is None or size < arena.min_bytes
-    # the parse's work: the JSON header, and with wire bytes to write, the tensors copied into them
-    work = size if wire else header
-    if offload.inline(work):  # small bodies (most): no coroutine around the parse
-        data, parsed = _parse(body, header, model, version, wire)
+    if header == 0:  # Triton's raw-input mode: the whole body is the model's one input
+        if offload.inline(size if wire else 0):
+            data, parsed = _parse_raw(meta, body, model, version, wire)
+        else:
+            data, parsed = await offload.run(size, _parse_raw, meta, body, model, version, wire)
     else:
-        data, parsed = await offload.run(work, _parse, body, header, model, version, wire)
+        # the parse's work: the JSON header, and with wire bytes to write, the tensors copied into them
+        work = size if wire else header
+        if offload.inline(work):  # small bodies (most): no coroutine around the parse
+            data, parsed = _parse(body, header, model, version, wire)
+        else:
+            data, parsed = await offload.run(work, _parse, body, header, model, version, wire)
     if data is not None:
         resp, raws = await rest.call("ModelInfer", data, model)
     else:

@@ -13,7 +13,6 @@ error), this answers 400 with the same words.
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -111,10 +110,10 @@ def _uint_param(p, value) -> None:
 def _parameters(doc, msg: service_pb2.ModelInferRequest) -> bool:
     """Request parameters (Triton's reserved ones checked as it does); the binary_data_output default."""
     binary = False
-    params = doc.get("parameters") if isinstance(doc, dict) else None
-    if params is None:
+    if not isinstance(doc, dict) or "parameters" not in doc:
         return binary
-    if not isinstance(params, dict):
+    params = doc["parameters"]
+    if not isinstance(params, dict):  # null included: Triton finds the member and asks for its members
         raise invalid("failed to get request params.: attempt to get members for non-object")
     for key, value in params.items():
         if key == "sequence_id":
@@ -187,22 +186,26 @@ def _shape(inp) -> list[int]:
     return dims
 
 
-def _count(name: str, dims: list[int]) -> int:
-    """``GetElementCount`` and its two refusals (a dimension past int64; a product past it)."""
-    text = "[" + ",".join(str(d if d <= INT64_MAX else d - (1 << 64)) for d in dims) + "]"
-    if any(d > INT64_MAX for d in dims):
-        raise invalid(f"invalid shape for input '{name}': shape {text} contains one or more invalid dimensions")
-    n = 1
-    for d in dims:
-        n *= d
-    if n > INT64_MAX:
-        raise invalid(f"invalid shape for input '{name}': shape {text} causes total element count to exceed maximum "
-                      f"size of {INT64_MAX}")
-    return n
+def int64(d: int) -> int:
+    """A shape dimension (read as uint64) as Triton holds it: an int64, two's complement."""
+    return d - (1 << 64) if d > INT64_MAX else d
 
 
-def _json_data(name: str, dtype_name: str, inp, count: int) -> bytes:
-    return values(name, dtype_name, _member(inp, "data", list), count)
+def _count(dims: list[int]) -> int:
+    """``GetElementCount`` (server ``src/common.cc``) of the shape as Triton holds it: each dimension
+    an int64, a ``-1`` answers -1, the product wraps as int64 arithmetic does, no dimension is 0
+    elements. Nothing is refused here: what the client sent reaches the checks that name it."""
+    cnt = 0
+    for i, d in enumerate(dims):
+        d = int64(d)
+        if d == -1:
+            return -1
+        cnt = d if i == 0 else ((cnt * d + (1 << 63)) & UINT64_MAX) - (1 << 63)
+    return cnt
+
+
+def _json_data(name: str, dtype_name: str, inp, count: int, dims: list[int]) -> bytes:
+    return values(name, dtype_name, _member(inp, "data", list), count, dims)
 
 
 def bytes_values(flat: list, name: str) -> bytes:
@@ -214,8 +217,11 @@ def bytes_values(flat: list, name: str) -> bytes:
     return datatypes.encode_bytes(np.array([utf8(v) for v in flat] + [b""], dtype=object)[:-1])
 
 
-def values(name: str, dtype_name: str, data: list, count: int) -> bytes:
-    """``ReadDataFromJson``: JSON values (nested lists are read depth first) as the tensor's raw bytes."""
+def values(name: str, dtype_name: str, data: list, count: int, dims: list[int] | None = None) -> bytes:
+    """``ReadDataFromJson``: JSON values (nested lists are read depth first) as the tensor's raw bytes.
+    Triton's checks first (each value's type, then their count against the shape's), then this
+    gateway's limit on a tensor's bytes (``limits.max_tensor_bytes``), naming the shape the client
+    sent (``dims``)."""
     flat = _flatten(data)
     if dtype_name == "BYTES":
         return bytes_values(flat, name)
@@ -226,14 +232,14 @@ def values(name: str, dtype_name: str, data: list, count: int) -> bytes:
         row = datatypes.by_v2(dtype_name)
     except KeyError:
         raise invalid(f"invalid datatype for input {name}") from None
-    check_bytes(count, row, name)
     kind = row.numpy.kind
     valid = _VALID[kind]
-    head = flat[:count]
+    head = flat[:max(count, 0)]  # Triton reads values while it has room for them (a negative count: none)
     if not all(map(valid, head)):
         raise invalid(f"Unable to parse 'data': {_KIND_CHECK[kind]}")
     if len(flat) != count:  # Triton 2.51 words both ways alike
         raise invalid("Unable to parse 'data': Shape does not match true shape of 'data' field")
+    check_bytes(count, row, name, dims)
     return np.array(flat, dtype=_WIDE[kind]).astype(row.numpy, copy=False).tobytes()
 
 
@@ -252,7 +258,7 @@ def parse(doc, model: str, version: str, binary: memoryview) -> Parsed:
         name = _member(inp, "name", str)
         dtype_name = _member(inp, "datatype", str)
         dims = _shape(inp)
-        msg.inputs.add(name=name, datatype=dtype_name, shape=dims)
+        msg.inputs.add(name=name, datatype=dtype_name, shape=[int64(d) for d in dims])
         params = inp.get("parameters")
         if isinstance(params, dict) and "binary_data_size" in params:
             size = params["binary_data_size"]
@@ -267,8 +273,8 @@ def parse(doc, model: str, version: str, binary: memoryview) -> Parsed:
         elif isinstance(params, dict) and "shared_memory_region" in params:
             raise GatewayError(ErrorKind.UNIMPLEMENTED, "shared memory is not available through this gateway")
         else:
-            count = _count(name, dims)
-            parsed.raws.append(b"" if count == 0 else _json_data(name, dtype_name, inp, count))
+            count = _count(dims)
+            parsed.raws.append(b"" if count == 0 else _json_data(name, dtype_name, inp, count, dims))
     if offset != len(binary):
         raise invalid(f"unexpected additional input data for model '{model}'")
     if isinstance(doc, dict) and "outputs" in doc:
@@ -310,9 +316,6 @@ def param_text(p) -> bytes:
     return rjson.string(value)
 
 
-_FLOAT_CODES = {"FP32": "f", "FP64": "d"}  # array typecodes: the values widened to double, as Triton writes them
-
-
 def data_text(name: str, dtype_name: str, raw: bytes, count: int) -> bytes:
     """``WriteDataToJson``."""
     if dtype_name == "BYTES":
@@ -325,14 +328,10 @@ def data_text(name: str, dtype_name: str, raw: bytes, count: int) -> bytes:
     if len(raw) != row.size * count:
         raise GatewayError(ErrorKind.UPSTREAM_FAILED, "Failed to write 'data' field: output tensor shape does not "
                                                       f"match size of output for '{name}'")
-    code = _FLOAT_CODES.get(dtype_name)
-    if code is not None and count <= rjson.SMALL:  # a few values: array's tolist beats numpy's per-call cost
-        return rjson.float_list(array(code, raw).tolist())
+    if dtype_name == "FP32" or dtype_name == "FP64":  # straight from the raw bytes, in C
+        return rjson.float_raw(raw, dtype_name == "FP32")
     arr = np.frombuffer(raw, dtype=row.numpy)
-    kind = row.numpy.kind
-    if kind == "f":
-        return rjson.floats(arr)
-    if kind == "b":
+    if row.numpy.kind == "b":
         return rjson.bools(arr)
     return rjson.ints(arr)
 

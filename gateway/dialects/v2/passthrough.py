@@ -6,8 +6,9 @@ service beside it on the same server is found); the edge wraps each call
 hop-by-hop keys), the deadline (the client's, or the listener's default when the client gives
 none or a longer one), and cancellation (the upstream call is cancelled in ``finally``); status
 codes, details and trailing metadata come back exactly as Triton sent them. Triton's control plane
-(model load/unload, shared-memory registration, trace and log settings) answers
-PERMISSION_DENIED unless ``dialects.v2.control_plane`` is true. The message is never
+(model load/unload, shared-memory registration and unregistration, trace and log settings)
+answers PERMISSION_DENIED unless ``dialects.v2.control_plane`` is true; the shared-memory status
+calls change nothing and pass. The message is never
 rewritten: a V2 client's own ``id`` field is Triton's request id. With ``dialects.v2.triton_models``
 (the ModelScope of gateway/access.py), a request naming another model is NOT_FOUND before it reaches
 Triton (a stream ends NOT_FOUND at the first such message), and the repository index and every
@@ -50,9 +51,10 @@ PREFIX = f"/{SERVICE}/"
 METHODS = frozenset(service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods_by_name)
 STREAMING = frozenset({"ModelStreamInfer"})
 # Triton's control plane: refused with PERMISSION_DENIED unless dialects.v2.control_plane is true
-CONTROL = frozenset({"RepositoryModelLoad", "RepositoryModelUnload", "SystemSharedMemoryStatus",
-                     "SystemSharedMemoryRegister", "SystemSharedMemoryUnregister", "CudaSharedMemoryStatus",
-                     "CudaSharedMemoryRegister", "CudaSharedMemoryUnregister", "TraceSetting", "LogSettings"})
+# (the shared-memory status calls are read-only: not in it)
+CONTROL = frozenset({"RepositoryModelLoad", "RepositoryModelUnload", "SystemSharedMemoryRegister",
+                     "SystemSharedMemoryUnregister", "CudaSharedMemoryRegister", "CudaSharedMemoryUnregister",
+                     "TraceSetting", "LogSettings"})
 # RPCs whose request message has the model name in field 1 (the metrics' model label)
 PER_MODEL = frozenset({"ModelInfer", "ModelStreamInfer", "ModelMetadata", "ModelReady", "ModelConfig",
                        "ModelStatistics"})
