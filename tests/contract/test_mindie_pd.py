@@ -33,7 +33,7 @@ def instances(triton, tmp_path_factory):
         start("d0", {"role": "decode", "heartbeat_s": 0.3}, workers=2)  # records reach the worker holding /dresult
         start("p1", {"role": "prefill"}, workers=2)  # P keeps no state between requests: any worker serves
         start("p2", {"role": "prefill"}, workers=2)
-        start("p3", {"role": "prefill", "phase_split": False}, workers=2)
+        start("p3", {"role": "prefill", "phase_split": False, "serve_without_pd_headers": True}, workers=2)
         start("d1", {"role": "decode"}, workers=2)
         start("d2", {"role": "decode"}, workers=2)
         addr = {n: f"127.0.0.1:{g.port('mindie_http')}" for n, g in started.items()}
@@ -461,9 +461,16 @@ def test_d_that_loses_triton_asks_for_a_recompute_and_another_d_finishes(triton,
             stop_gateway(g)
 
 
-def test_p_without_pd_headers_serves_as_a_standard_instance(instances, gateway):
+def test_p_without_pd_headers_is_refused_as_mindie_does(instances):
     body = {"prompt": "plain request", "max_tokens": 5, "stream": True}
-    got = requests.post(instances["p1"].url("mindie_http") + "/generate", json=body).content
+    r = requests.post(instances["p1"].url("mindie_http") + "/generate", json=body)
+    assert (r.status_code, r.content) == (
+        400, b'{"error":"DMI request must have req-type, req-id, d-target headers","error_type":"Bad Request"}')
+
+
+def test_p_without_pd_headers_serves_as_a_standard_instance_when_told(instances, gateway):
+    body = {"prompt": "plain request", "max_tokens": 5, "stream": True}
+    got = requests.post(instances["p3"].url("mindie_http") + "/generate", json=body).content  # serve_without_pd_headers
     assert got == requests.post(gateway.url("mindie_http") + "/generate", json=body).content
 
 
