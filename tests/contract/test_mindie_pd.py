@@ -496,3 +496,32 @@ def test_short_prompts_are_not_disaggregated(triton, tmp_path_factory, instances
     finally:
         for g in [d] + ([coord] if coord else []):
             stop_gateway(g)
+
+
+def test_a_coordinator_with_an_ipv6_d_answers_end_to_end(triton, tmp_path_factory, instances, gateway):
+    """Issue 43, item 4: D on ::1, named `[::1]:port` in the coordinator's list; the coordinator writes
+    `d-target: ::1;port` as MindIE-MS writes an address, P hands off to it, D's records come back."""
+    from gateway.dialects import LISTENERS
+    from tests.pd_support import MINDIE
+    from tests.support import free_port, gateway_config, start_gateway
+
+    ports = {name: free_port() for name in LISTENERS}
+    cfg = gateway_config(triton.grpc_target, ports, {"dialects": {"mindie": {**MINDIE, "pd": {"role": "decode"}}}})
+    cfg["listeners"]["mindie_http"]["host"] = "::1"
+    d = start_gateway(cfg, tmp_path_factory.mktemp("d6"))
+    coord = None
+    try:
+        coord = start_role(triton.grpc_target, tmp_path_factory.mktemp("c6"), {
+            "role": "coordinator", "prefill": [f"127.0.0.1:{instances['p1'].port('mindie_http')}"],
+            "decode": [f"[::1]:{d.port('mindie_http')}"]})
+        url = coord.url("mindie_http")
+        wait_ready(url)
+        for stream in (True, False):
+            body = {"model": "tiny_llm", "prompt": "across IPv6", "max_tokens": 6, "stream": stream}
+            got = requests.post(url + "/v1/completions", json=body, timeout=30)
+            want = requests.post(gateway.url("mindie_http") + "/v1/completions", json=body, timeout=30)
+            assert got.status_code == 200
+            assert normalise(got.content) == normalise(want.content)
+    finally:
+        for g in [d] + ([coord] if coord else []):
+            stop_gateway(g)
