@@ -198,3 +198,33 @@ def test_stop_service_force_stops_generations_and_the_worker_set(two):
     while two.proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     assert two.proc.poll() is not None  # the supervisor and both workers are gone, as after SIGTERM
+
+
+def test_stop_service_waits_for_running_generations_then_stops(triton, tmp_path_factory):
+    """Graceful: 200 (empty) once no generation runs, the running stream finished whole; then the
+    gateway (one worker, no supervisor) stops as on SIGTERM; meanwhile the probes answer MindIE's 503."""
+    ports = {name: free_port() for name in LISTENERS}
+    gw = start_gateway(gateway_config(triton.grpc_target, ports, {"dialects": {"mindie": MINDIE}}),
+                       tmp_path_factory.mktemp("mindie-stop"))
+    try:
+        base = gw.url("mindie_http")
+        s = Stream(base, "graceful", long_prompts(1)[0])
+        s.start()
+        assert s.started.wait(30)
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(requests.get, base + "/stopService", timeout=30)
+            probe = requests.get(base + "/health", timeout=5)
+            while probe.status_code == 200 and not answer.done():
+                probe = requests.get(base + "/health", timeout=5)
+            assert (probe.status_code, probe.content) == (
+                503, b'{"error":"The service has been stopped.","error_type":"Service Unavailable"}')
+            r = answer.result()
+        assert (r.status_code, r.content) == (200, b"")
+        assert s.ended.wait(5) and s.events == LONGEST  # it ran to its end before the answer
+        deadline = time.monotonic() + 30
+        while gw.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert gw.proc.poll() == 0
+    finally:
+        if gw.proc.poll() is None:
+            stop_gateway(gw)
