@@ -55,7 +55,7 @@ class Handlers:
         self.errors = errors.Rendering()
         self.role = cfg.pd.role
         self.running = Running()
-        self.bus = WorkerBus(self.running, ctx.admission)  # stopInfer, slots, stopService across workers
+        self.bus = WorkerBus(self.running, ctx)  # stopInfer, slots, stopService across workers
         self.ops = ops.Ops(self)
 
     @staticmethod

@@ -32,9 +32,9 @@ ASK_TIMEOUT_S = 2.0
 
 
 class WorkerBus:
-    def __init__(self, running, admission, directory: str | None = None, me: int | None = None):
+    def __init__(self, running, ctx, directory: str | None = None, me: int | None = None):
         self.running = running
-        self.admission = admission
+        self.ctx = ctx  # its ``admission`` (the worker's in-flight bound), read when asked
         directory = directory if directory is not None else os.environ.get(shared.ENV)
         self.dir = Path(directory) if directory else None
         self.me = me if me is not None else os.getpid()
@@ -58,7 +58,8 @@ class WorkerBus:
 
     # -- this worker's answers --------------------------------------------------------------------
     def local_load(self) -> dict:
-        return {"limit": self.admission.limit, "inflight": self.admission.inflight, "running": len(self.running)}
+        admission = self.ctx.admission
+        return {"limit": admission.limit, "inflight": admission.inflight, "running": len(self.running)}
 
     def _answer(self, msg: dict) -> dict:
         op = msg.get("op")

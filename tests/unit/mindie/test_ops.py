@@ -10,10 +10,15 @@ from gateway.dialects.mindie.running import Running
 from gateway.dialects.mindie.workerbus import WorkerBus
 
 
+class Ctx:
+    def __init__(self, limit: int):
+        self.admission = Admission(limit)
+
+
 async def test_a_stop_reaches_the_other_worker_and_loads_add_up(tmp_path):
     a_run, b_run = Running(), Running()
-    a = WorkerBus(a_run, Admission(8), str(tmp_path), me=1)
-    b = WorkerBus(b_run, Admission(8), str(tmp_path), me=2)
+    a = WorkerBus(a_run, Ctx(8), str(tmp_path), me=1)
+    b = WorkerBus(b_run, Ctx(8), str(tmp_path), me=2)
     await a.start()
     await b.start()
     hold = asyncio.Event()
@@ -39,7 +44,7 @@ async def test_a_stop_reaches_the_other_worker_and_loads_add_up(tmp_path):
 
 async def test_a_dead_workers_socket_is_skipped(tmp_path):
     (tmp_path / "mindie-999999.sock").write_bytes(b"")  # no such process, nothing listening
-    bus = WorkerBus(Running(), Admission(4), str(tmp_path), me=1)
+    bus = WorkerBus(Running(), Ctx(4), str(tmp_path), me=1)
     await bus.start()
     try:
         assert await bus.load() == [{"limit": 4, "inflight": 0, "running": 0}]
