@@ -18,6 +18,9 @@ import os
 from pathlib import Path
 
 ENV = "GATEWAY_SHARED_DIR"
+# A served worker process's own stop (gateway/cli.py sets it): what SIGTERM does, for a route that
+# stops the gateway (MindIE's /stopService) where no supervisor runs. None in an embedded Worker.
+stop_hook = None
 
 
 class Flag:

@@ -80,10 +80,13 @@ def test_tgi_client_generate_with_details(tgi):
 
 
 def test_tgi_client_generate_stream(tgi):
+    """As MindIE's TGI family: five events for five tokens, the last carrying the fifth token and
+    ``generated_text`` (issue 45, item 7); no special end token."""
     responses = list(tgi.generate_stream("My name is Olivier and I", max_new_tokens=5))
-    text = "".join(r.token.text for r in responses if not r.token.special)
-    assert len([r for r in responses if not r.token.special]) == 5
-    assert responses[-1].generated_text == text
+    assert len(responses) == 5 and not any(r.token.special for r in responses)
+    text = "".join(r.token.text for r in responses)
+    assert [r.generated_text is None for r in responses] == [True] * 4 + [False]
+    assert responses[-1].generated_text == text and responses[-1].token.text != ""
     assert responses[-1].details.finish_reason.value == "length"
     assert text == tgi.generate("My name is Olivier and I", max_new_tokens=5).generated_text
 

@@ -33,7 +33,7 @@ def instances(triton, tmp_path_factory):
         start("d0", {"role": "decode", "heartbeat_s": 0.3}, workers=2)  # records reach the worker holding /dresult
         start("p1", {"role": "prefill"}, workers=2)  # P keeps no state between requests: any worker serves
         start("p2", {"role": "prefill"}, workers=2)
-        start("p3", {"role": "prefill", "phase_split": False}, workers=2)
+        start("p3", {"role": "prefill", "phase_split": False, "serve_without_pd_headers": True}, workers=2)
         start("d1", {"role": "decode"}, workers=2)
         start("d2", {"role": "decode"}, workers=2)
         addr = {n: f"127.0.0.1:{g.port('mindie_http')}" for n, g in started.items()}
@@ -136,7 +136,7 @@ def test_without_a_phase_split_p_generates_and_relays_the_rest_to_d(instances, d
     ({"req-id": "1", "req-type": "decode", "d-target": "127.0.0.1"}, "Parameter req-type must be prefill but got decode"),
     ({"req-id": "1", "req-type": "prefill", "d-target": "256.0.0.1;3025"}, "Parameter d-target must be an IPv4 address"),
     ({"req-id": "1", "req-type": "prefill", "d-target": "d_0;3025"}, "Parameter d-target must be an IPv4 address"),
-    ({"req-id": "1", "req-type": "prefill", "d-target": "::1;3025"}, "Parameter d-target must be an IPv4 address"),
+    ({"req-id": "1", "req-type": "prefill", "d-target": "::g;3025"}, "Parameter d-target must be an IPv4 address"),
     ({"req-id": "1", "req-type": "prefill", "d-target": "127.0.0.1", "is-recompute": "yes"},
      "Parameter is-recompute is an optional parameter. When it is set, it must be true or false."),
 ])
@@ -294,7 +294,7 @@ def test_coordinator_with_the_tgi_client(instances, gateway):
     assert a.details.tokens == b.details.tokens
     sa = [r.token.text for r in via.generate_stream("My name is Olivier and I", max_new_tokens=7)]
     sb = [r.token.text for r in ref.generate_stream("My name is Olivier and I", max_new_tokens=7)]
-    assert sa == sb and len(sa) == 8
+    assert sa == sb and len(sa) == 7  # one event per token, as MindIE's TGI family
 
 
 def test_coordinator_spreads_load_and_relays_p_before_d(instances):
@@ -337,9 +337,10 @@ def test_p_serves_every_route_the_coordinator_forwards(instances):
     from gateway.dialects.mindie.pd.coordinator import USER_ROUTES
 
     p1 = instances["p1"].url("mindie_http")
+    pd = {"req-id": "77", "req-type": "prefill", "d-target": f"127.0.0.1;{instances['d1'].port('mindie_http')}"}
     paths = [*USER_ROUTES, *(f"/v2/models/tiny_llm/{s}" for s in ("generate", "generate_stream", "infer"))]
     for path in paths:
-        r = requests.post(p1 + path, json={}, timeout=30)
+        r = requests.post(p1 + path, json={}, headers=pd, timeout=30)
         assert r.status_code == 422 and r.json()["error_type"] == "Input Validation Error", path
 
 
@@ -461,9 +462,16 @@ def test_d_that_loses_triton_asks_for_a_recompute_and_another_d_finishes(triton,
             stop_gateway(g)
 
 
-def test_p_without_pd_headers_serves_as_a_standard_instance(instances, gateway):
+def test_p_without_pd_headers_is_refused_as_mindie_does(instances):
     body = {"prompt": "plain request", "max_tokens": 5, "stream": True}
-    got = requests.post(instances["p1"].url("mindie_http") + "/generate", json=body).content
+    r = requests.post(instances["p1"].url("mindie_http") + "/generate", json=body)
+    assert (r.status_code, r.content) == (
+        400, b'{"error":"DMI request must have req-type, req-id, d-target headers","error_type":"Bad Request"}')
+
+
+def test_p_without_pd_headers_serves_as_a_standard_instance_when_told(instances, gateway):
+    body = {"prompt": "plain request", "max_tokens": 5, "stream": True}
+    got = requests.post(instances["p3"].url("mindie_http") + "/generate", json=body).content  # serve_without_pd_headers
     assert got == requests.post(gateway.url("mindie_http") + "/generate", json=body).content
 
 
@@ -486,6 +494,35 @@ def test_short_prompts_are_not_disaggregated(triton, tmp_path_factory, instances
                 assert normalise(got.content) == normalise(want.content)
         metrics = requests.get(coord.url("admin_http") + "/metrics").text
         assert 'pd_requests_total{path="alone"} 2.0' in metrics and 'pd_requests_total{path="pd"} 2.0' in metrics
+    finally:
+        for g in [d] + ([coord] if coord else []):
+            stop_gateway(g)
+
+
+def test_a_coordinator_with_an_ipv6_d_answers_end_to_end(triton, tmp_path_factory, instances, gateway):
+    """Issue 43, item 4: D on ::1, named `[::1]:port` in the coordinator's list; the coordinator writes
+    `d-target: ::1;port` as MindIE-MS writes an address, P hands off to it, D's records come back."""
+    from gateway.dialects import LISTENERS
+    from tests.pd_support import MINDIE
+    from tests.support import free_port, gateway_config, start_gateway
+
+    ports = {name: free_port() for name in LISTENERS}
+    cfg = gateway_config(triton.grpc_target, ports, {"dialects": {"mindie": {**MINDIE, "pd": {"role": "decode"}}}})
+    cfg["listeners"]["mindie_http"]["host"] = "::1"
+    d = start_gateway(cfg, tmp_path_factory.mktemp("d6"))
+    coord = None
+    try:
+        coord = start_role(triton.grpc_target, tmp_path_factory.mktemp("c6"), {
+            "role": "coordinator", "prefill": [f"127.0.0.1:{instances['p1'].port('mindie_http')}"],
+            "decode": [f"[::1]:{d.port('mindie_http')}"]})
+        url = coord.url("mindie_http")
+        wait_ready(url)
+        for stream in (True, False):
+            body = {"model": "tiny_llm", "prompt": "across IPv6", "max_tokens": 6, "stream": stream}
+            got = requests.post(url + "/v1/completions", json=body, timeout=30)
+            want = requests.post(gateway.url("mindie_http") + "/v1/completions", json=body, timeout=30)
+            assert got.status_code == 200
+            assert normalise(got.content) == normalise(want.content)
     finally:
         for g in [d] + ([coord] if coord else []):
             stop_gateway(g)

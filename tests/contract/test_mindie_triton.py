@@ -168,7 +168,9 @@ def test_native_input_id_reaches_the_models_input_ids(url, path):
     stream = requests.post(url + path, json={"input_id": ids, "stream": True, "parameters": {"max_new_tokens": 5}},
                            timeout=30).content
     events = [orjson.loads(e[len(b"data: "):]) for e in stream.split(b"\n\n") if e]
-    assert [e["token"]["id"] for e in events[:-1]] == [[i] for i in want]
+    # one event per token, the last token's event the final one (as MindIE: its ids, text null)
+    assert [e["token"]["id"] for e in events] == [[i] for i in want]
+    assert events[-1]["token"]["text"] is None and events[-1]["generated_text"] is not None
 
 
 def test_completions_with_token_ids(url):

@@ -21,9 +21,11 @@ from gateway.llm.service import GenerationService
 
 from . import (
     errors,
+    management,
     metrics,
     native,
     openai,
+    ops,
     streaming,
     tgi,
     triton_generate,
@@ -34,6 +36,7 @@ from . import (
 from .common import json_body
 from .config import MindieConfig
 from .running import Running
+from .workerbus import WorkerBus
 
 __all__ = ["Handlers", "attach", "json_body", "new_mindie_id"]
 
@@ -52,6 +55,18 @@ class Handlers:
         self.errors = errors.Rendering()
         self.role = cfg.pd.role
         self.running = Running()
+        self.bus = WorkerBus(self.running, ctx)  # stopInfer, slots, stopService across workers
+        self.ops = ops.Ops(self)
+
+    @staticmethod
+    def ops_stopped():
+        return ops.stopped_answer()
+
+    async def start(self) -> None:
+        await self.bus.start()
+
+    async def close(self, *_args) -> None:
+        await self.bus.close()
 
     async def run(self, request: Request, planner, body: dict | None = None, **kw):
         body = await json_body(request) if body is None else body
@@ -88,6 +103,8 @@ class Handlers:
                                   "error_type": "validation"}))
 
     async def info(self, _request: Request):
+        if self.ops.stopped.get():
+            return ops.stopped_answer()
         name = await self.catalog.default_name()
         spec = (await self.catalog.resolve(name)).spec
         model = {"model_device_type": "triton", "model_dtype": "unknown", "model_id": name,
@@ -115,6 +132,8 @@ class Handlers:
         return response.json(row)
 
     async def health(self, _request: Request, model: str | None = None):
+        if self.ops.stopped.get():
+            return ops.stopped_answer()
         ready = self.ctx.started.is_set() and await self.ctx.upstream.server_ready()
         if ready and model is not None:
             resolved = await self.catalog.resolve(model)
@@ -173,3 +192,12 @@ def attach(app: Sanic, edge: Edge, h: Handlers) -> None:
     for path, name in (("/health", "health"), ("/v2/health/live", "live"), ("/v2/health/ready", "ready")):
         edge.route(app, h.health, path, get, name)
     edge.route(app, h.health, r"/v2/models/<model:[\w\-.]+>/ready", get, "model_ready")
+    ops.attach(app, edge, h)
+    management.attach(app, edge, h, h.ops)
+    if h.role == "standard":  # MindIE's answer on an instance outside PD (P and D have their own)
+        edge.route(app, _not_dmi, "/dresult", get, "dresult_standard", admit=False)
+
+
+async def _not_dmi(_request: Request):
+    return response.json({"error": "Non DMI does not support dresult request", "error_type": "Bad Request"},
+                         status=400)

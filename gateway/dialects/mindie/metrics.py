@@ -36,3 +36,28 @@ def observe(model: str, done: Done) -> None:
     GEN_TOKENS.labels(model).observe(done.completion_tokens)
     PROMPT_TOTAL.labels(model).inc(done.prompt_tokens)
     GEN_TOTAL.labels(model).inc(done.completion_tokens)
+    AVERAGES.add(done)
+
+
+class Averages:
+    """The recent TTFT and time between tokens, in milliseconds, of this worker (``/metrics-json``)."""
+
+    WINDOW = 100  # observations kept, as a moving average
+
+    def __init__(self) -> None:
+        from collections import deque
+
+        self.ttft: deque[float] = deque(maxlen=self.WINDOW)
+        self.tbt: deque[float] = deque(maxlen=self.WINDOW)
+
+    def add(self, done: Done) -> None:
+        self.ttft.append(done.ttft_s * 1000.0)
+        if done.completion_tokens > 1:
+            self.tbt.append((done.e2e_s - done.ttft_s) * 1000.0 / (done.completion_tokens - 1))
+
+    @staticmethod
+    def mean(values) -> float:
+        return sum(values) / len(values) if values else 0.0
+
+
+AVERAGES = Averages()

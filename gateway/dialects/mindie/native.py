@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from gateway.llm.served import ServedModels
 from gateway.llm.types import Done, GenerateRequest, Token
 
@@ -52,6 +54,9 @@ def _input_id(body: dict[str, Any]) -> tuple[int, ...]:
 class NativeEncoder(Encoder):
     def __init__(self, details: bool):
         self.details = details
+        # the latest token event (JSON), written when the next one arrives: the last token's event is
+        # the final one, as MindIE's; a PD hand-off carries it to D (a scalar of the encoder's state)
+        self.held: str | None = None
 
     @staticmethod
     def _details(done: Done, *, token_ids: bool) -> dict:
@@ -64,14 +69,23 @@ class NativeEncoder(Encoder):
 
     def token(self, tok: Token) -> bytes:
         # MindIE Server puts the engine's per-event timings (milliseconds) before the token
-        return self.event({"prefill_time": tok.prefill_ms, "decode_time": tok.decode_ms,
-                           "token": {"id": list(tok.ids), "text": tok.text}})
+        out = b"" if self.held is None else self.event(orjson.loads(self.held))
+        self.held = orjson.dumps({"prefill_time": tok.prefill_ms, "decode_time": tok.decode_ms,
+                                  "token": {"id": list(tok.ids), "text": tok.text}}).decode()
+        return out
 
     def done(self, done: Done) -> bytes:
+        """MindIE's final event is the last token's: its timings (``decode_time`` first), the whole
+        text, the details and the token's ids, with ``text`` null."""
+        last = orjson.loads(self.held) if self.held is not None else {
+            "prefill_time": None, "decode_time": None, "token": {"id": []}}
+        self.held = None
         final = {
+            "decode_time": last["decode_time"],
+            "prefill_time": last["prefill_time"],
             "generated_text": done.text,
             "details": self._details(done, token_ids=False) if self.details else None,
-            "token": {"id": [], "text": None},
+            "token": {"id": last["token"]["id"], "text": None},
         }
         return self.event(final)
 

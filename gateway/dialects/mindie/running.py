@@ -4,7 +4,8 @@ A request is known by the gateway's request id (the MindIE ``id`` of OpenAI answ
 ``id`` the client gave (Triton generate and token inference). Stopping one cancels its handler
 task; the handler sees ``stopped`` and ends the answer (a stream ends where it is; a whole answer is
 500 ``Incomplete Generation``), and closing the generation cancels the Triton request. The table is
-per worker process: with ``workers`` > 1, a stopInfer that reaches another worker answers 404.
+per worker process; with ``workers`` > 1 the other workers are asked over the worker bus
+(workerbus.py), so a stopInfer on any connection reaches the worker running the request.
 """
 
 from __future__ import annotations
@@ -44,6 +45,14 @@ class Running:
             for i in entry.ids:
                 if self._by_id.get(i) is entry:
                     del self._by_id[i]
+
+    def __len__(self) -> int:
+        return len({id(e) for e in self._by_id.values()})
+
+    def stop_all(self) -> int:
+        """Stop every generation of this worker (stopService?mode=Force); how many were stopped."""
+        entries = {id(e): e for e in self._by_id.values()}.values()
+        return sum(1 for e in list(entries) if e.ids and self.stop(e.ids[0]))
 
     def stop(self, request_id: str) -> bool:
         entry = self._by_id.get(request_id)

@@ -3,14 +3,18 @@
 MindIE's shapes, except where they break TGI's official ``text-generation`` client (reference
 §7.1): tokens carry their decoded ``text`` and a boolean ``special`` instead of ``null``, and an
 error after the stream started is an SSE ``data:`` event. ``logprob`` is ``null`` (no log probs
-from the backend; accepted by client 0.7). The final stream event carries a special end token
-with empty text (as TGI's EOS token), the full ``generated_text`` and the details.
+from the backend; accepted by client 0.7). As MindIE, the stream has one event per generated token
+and the last token's event is the final one, with the full ``generated_text`` and the details: each
+token is written when the next one (or the end) arrives, since only then is it known not to be the
+last. A generation that produced no token ends on a special end token with empty text.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
+
+import orjson
 
 from gateway.llm.served import ServedModels
 from gateway.llm.types import Done, GenerateRequest, Token
@@ -80,10 +84,14 @@ class TgiEncoder(Encoder):
         self.prefix_text = prefix_text
         self.compat = compat
         self.prefill = prefill or []
+        self.held: str | None = None  # the latest token (JSON), written with the next event; a PD hand-off carries it
 
     def token(self, tok: Token) -> bytes:
         first = tok.ids[0] if tok.ids else 0
-        return self.event({"token": _token(first, tok.text), "generated_text": None, "details": None})
+        out = b"" if self.held is None else self.event(
+            {"token": orjson.loads(self.held), "generated_text": None, "details": None})
+        self.held = orjson.dumps(_token(first, tok.text)).decode()
+        return out
 
     def done(self, done: Done) -> bytes:
         details = None
@@ -94,8 +102,9 @@ class TgiEncoder(Encoder):
                 "generated_tokens": done.completion_tokens,
                 "seed": done.seed,
             }
-        end = {"token": _token(0, "", special=True), "generated_text": self.prefix_text + done.text, "details": details}
-        return self.event(end)
+        last = orjson.loads(self.held) if self.held is not None else _token(0, "", special=True)
+        self.held = None
+        return self.event({"token": last, "generated_text": self.prefix_text + done.text, "details": details})
 
     def body(self, done: Done) -> Any:
         out: dict[str, Any] = {}

@@ -66,10 +66,11 @@ class TritonMeta:
 
     async def slots(self, _request: Request, model: str):
         resolved = await self.h.catalog.resolve(model)
-        total = self.admission.limit
-        free = max(0, total - self.admission.inflight + 1)  # this request holds one admission slot
-        return _json({"total_slots": total, "free_slots": min(free, total),
-                      "available_tokens_length": min(free, total) * resolved.spec.max_tokens})
+        if self.h.ops.stopped.get():
+            return self.h.ops_stopped()
+        total, free = await slot_counts(self.h.bus)
+        return _json({"total_slots": total, "free_slots": free,
+                      "available_tokens_length": free * resolved.spec.max_tokens})
 
     async def stop(self, request: Request, model: str):
         await self.h.catalog.resolve(model)
@@ -83,11 +84,19 @@ class TritonMeta:
             raise v.invalid("id must be string type.")
         if not _ID.match(stop_id):
             raise v.invalid(BAD_ID)
-        if not self.h.running.stop(stop_id):
+        if not await self.h.bus.stop(stop_id):  # on whichever worker runs it
             return httpbody.raw(orjson.dumps({"error": f"RequestId is {stop_id} not found.",
                                               "error_type": "NotFoundError"}),
                                 status=404, content_type="application/json")
         return _json(body)  # MindIE echoes the request body
+
+
+async def slot_counts(bus) -> tuple[int, int]:
+    """(total, free) slots of the whole worker set: each worker's admission limit (MindIE:
+    ``maxBatchSize``), less the generations it runs (MindIE: its processing requests)."""
+    loads = await bus.load()
+    total = sum(w["limit"] for w in loads)
+    return total, max(0, total - sum(w["running"] for w in loads))
 
 
 def attach(app: Sanic, edge: Edge, h) -> None:

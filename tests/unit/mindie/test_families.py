@@ -89,14 +89,18 @@ async def test_top_k_minus_one_means_off_for_openai_and_vllm(catalog):
     assert (await vllm.plan({"prompt": "x", "top_k": -1}, catalog, "1")).req.sampling.top_k is None
 
 
-def test_tgi_stream_final_event_and_compat_array():
+def test_tgi_stream_final_event_is_the_last_tokens_and_compat_array():
+    """MindIE: one event per token, the last token's event the final one (issue 45, item 7)."""
     enc = tgi.TgiEncoder(details=True, prefix_text="", compat=True)
-    tok = orjson.loads(enc.token(Token(" b", (5,)))[len(b"data: "):])
-    assert tok == {"token": {"id": 5, "text": " b", "logprob": None, "special": False},
-                   "generated_text": None, "details": None}
-    end = orjson.loads(enc.done(DONE)[len(b"data: "):])
-    assert end["token"]["special"] is True and end["generated_text"] == "a b"
-    assert end["details"] == {"prompt_tokens": 2, "finish_reason": "length", "generated_tokens": 2, "seed": 7}
+    assert enc.token(Token("a", (4,))) == b""  # held until it is known not to be the last
+    assert enc.token(Token(" b", (5,))) == (
+        b'data: {"token":{"id":4,"text":"a","logprob":null,"special":false},"generated_text":null,"details":null}\n\n')
+    assert enc.done(DONE) == (
+        b'data: {"token":{"id":5,"text":" b","logprob":null,"special":false},"generated_text":"a b",'
+        b'"details":{"prompt_tokens":2,"finish_reason":"length","generated_tokens":2,"seed":7}}\n\n')
+    empty = tgi.TgiEncoder(details=False, prefix_text="", compat=False)  # no token at all: an end token
+    assert empty.done(DONE) == (
+        b'data: {"token":{"id":0,"text":"","logprob":null,"special":true},"generated_text":"a b","details":null}\n\n')
     body = enc.body(DONE)
     assert isinstance(body, list) and [t["text"] for t in body[0]["details"]["tokens"]] == ["a", " b"]
 
@@ -144,6 +148,16 @@ async def test_tgi_return_full_text_prepends_the_inputs_as_sent_not_truncated(ca
                           catalog, "1")
     assert plan.req.prompt == "three"
     assert plan.encoder.body(DONE) == {"generated_text": "one two threea b"}
+
+
+def test_native_stream_final_event_is_the_last_tokens_with_its_ids():
+    enc = native.NativeEncoder(details=True)
+    assert enc.token(Token("a", (4,), prefill_ms=30)) == b""
+    assert enc.token(Token(" b", (5,), decode_ms=15)) == (
+        b'data: {"prefill_time":30,"decode_time":null,"token":{"id":[4],"text":"a"}}\n\n')
+    assert enc.done(DONE) == (
+        b'data: {"decode_time":15,"prefill_time":null,"generated_text":"a b",'
+        b'"details":{"finish_reason":"length","generated_tokens":2,"seed":7},"token":{"id":[5],"text":null}}\n\n')
 
 
 def test_native_stream_final_details_have_no_token_ids_but_the_answer_does():

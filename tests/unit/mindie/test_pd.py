@@ -61,11 +61,29 @@ def test_good_headers_with_and_without_port():
     assert (h.d_host, h.d_port, h.recompute) == ("127.0.0.1", 3025, True)
 
 
+def test_ipv6_d_target_as_mindie_ms_writes_it():
+    """MindIE-MS writes ``decodeIp + ";" + interCommPort``: a bare IPv6 address (issue 43, item 4)."""
+    for target in ("::1;3025", "[::1];3025"):
+        h = pdh.check({**GOOD, "d-target": target}, 1025)
+        assert (h.d_host, h.d_port) == ("::1", 3025)
+
+
+def test_d_port_names_the_hand_off_port_beside_the_inter_comm_port():
+    """MindIE-MS sends ``d-target: <ip>;<interCommPort>`` and ``d-port: <D's HTTP port>``
+    (RequestRepeater.cpp PDRouteHandler): the hand-off (HTTP) goes to d-port."""
+    h = pdh.check({**GOOD, "d-target": "10.0.0.3;1121", "d-port": "1025"}, 9)
+    assert (h.d_host, h.d_port) == ("10.0.0.3", 1025)
+    mapped = pdh.check({**GOOD, "d-target": "10.0.0.3;1121"}, 9, {"10.0.0.3;1121": "decode-0.pd:3025"})
+    assert (mapped.d_host, mapped.d_port) == ("decode-0.pd", 3025)
+    assert (pdh.check({**GOOD, "d-target": "10.0.0.3;1121"}, 9).d_port) == 1121  # the gateway's coordinator
+
+
 @pytest.mark.parametrize(("change", "message"), [
     ({"req-id": None}, "DMI request must have req-type, req-id, d-target headers"),
     ({"req-id": "0x12"}, "Invalid req-id, the character of req-id should be hex char [0-9, a-f, A-F], but got 0x12"),
     ({"req-type": "Prefill"}, "Parameter req-type must be prefill but got Prefill"),
-    ({"d-target": "::1"}, "Parameter d-target must be an IPv4 address"),
+    ({"d-target": "300.1.2.3"}, "Parameter d-target must be an IPv4 address"),
+    ({"d-target": "::g;3025"}, "Parameter d-target must be an IPv4 address"),
     ({"d-target": "1.2.3.4;x"}, "Parameter d-target must be an IPv4 address"),
     ({"is-recompute": "True"}, "Parameter is-recompute is an optional parameter. When it is set, it must be true or false."),
 ])

@@ -82,6 +82,13 @@ class PdConfig(BaseModel):
     # prefill
     phase_split: bool = True
     d_port: int = Field(default=1025, gt=0, lt=65536)
+    # P: D's hand-off (HTTP) address for a d-target `ip;interCommPort` that comes without MindIE-MS's
+    # d-port header, e.g. {"10.0.0.3;1121": "10.0.0.3:1025"} (pd/headers.py)
+    d_inter_comm: dict[str, str] = Field(default_factory=dict, strict=False)
+    # P: requests without any PD header. MindIE's P refuses them (400 `DMI request must have req-type,
+    # req-id, d-target headers`); true serves them as a standard instance would (the coordinator's
+    # short prompts, `min_pd_prompt_chars`, when no `standard` instance is listed)
+    serve_without_pd_headers: bool = False
     handoff_timeout_s: float = Field(default=10.0, gt=0)
     trusted_peers: tuple[str, ...] = Field(default=("127.0.0.1", "::1"), strict=False)
     # decode
@@ -140,6 +147,16 @@ class PdConfig(BaseModel):
             if not isinstance(item, str):
                 raise ValueError(f"{item!r} is not a host:port string")
             split_host_port(item)
+        return value
+
+    @field_validator("d_inter_comm")
+    @classmethod
+    def _inter_comm(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, target in value.items():
+            ip, sep, port = key.partition(";")
+            if not sep or not is_host(ip.strip("[]")) or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"{key!r} is not `ip;interCommPort`")
+            split_host_port(target)
         return value
 
     @field_validator("trusted_peers")

@@ -19,8 +19,14 @@ itself refuses is MindIE-MS's plain text with CRLF (``Too many requests``, 429, 
 ``max_requests``; ``MindIE-MS Coordinator is not ready``, 503; ``Connect to p instance failed``,
 500; ...).
 
+When the user goes away (the connection closes before the answer ends), the coordinator sends
+``POST /v2/models/{model}/stopInfer`` ``{"id": <req-id>}`` to the request's P and to its D, as
+MindIE-MS's ``UserDisConnHandler`` (``ReqPDStopInferHandler``) does, ``{model}`` being the name P's
+``/v1/config`` gives; at most ``max_retry`` rounds, until one of them answers 200.
+
 Beyond MindIE: a prompt shorter than ``min_pd_prompt_chars`` is not disaggregated: it goes, as is,
-to a ``standard`` instance (or to a P instance without PD headers) and its answer is relayed.
+to a ``standard`` instance (or to a P instance without PD headers, which needs P's
+``serve_without_pd_headers``) and its answer is relayed.
 """
 
 from __future__ import annotations
@@ -72,6 +78,7 @@ class Instance:
     connected: bool = False  # D: a /dresult link is open
     task: asyncio.Task | None = None
     url: str = ""  # http(s)://host:port (pd.tls: https)
+    model: str = ""  # the model name its /v1/config gives (for stopInfer), once asked
 
     def take(self, n: int) -> None:
         self.outstanding += n
@@ -182,6 +189,7 @@ class Coordinator:
         self.inflight = 0
         self.session: aiohttp.ClientSession | None = None
         self.peer_headers = self.pd.peer_headers()  # read once: a bad key file stops start-up
+        self.stopping: set[asyncio.Task] = set()
 
     # -- lifecycle and D links ----------------------------------------------------------------
     async def start(self, *_a) -> None:
@@ -257,8 +265,42 @@ class Coordinator:
 
     # -- user requests --------------------------------------------------------------------------
     async def health(self, _request: Request):
+        """Readiness (MindIE-MS ``ReadinessProbeHandler``): 200 once a D is linked and a P is listed."""
         ready = any(d.connected for d in self.d) and bool(self.p or self.s)
         return response.empty(status=200 if ready else 503)
+
+    async def alive(self, _request: Request):
+        """MindIE-MS's startup and liveness probes (``StartUpProbeHandler``, ``HealthProbeHandler``): 200."""
+        return response.empty(status=200)
+
+    async def tokenizer(self, request: Request):
+        """``/v1/tokenizer`` is one of MindIE-MS's user routes: any instance counts the tokens."""
+        return await self._alone(request, request.body or b"", count=False)
+
+    async def _model_name(self, inst: Instance) -> str:
+        if not inst.model:
+            async with self.session.get(inst.url + "/v1/config", timeout=aiohttp.ClientTimeout(total=5)) as r:
+                inst.model = orjson.loads(await r.read())["modelName"]
+        return inst.model
+
+    async def _stop_infer(self, req_id: str, p: Instance, d: Instance) -> None:
+        """The user went away: stopInfer on P and on D (MindIE-MS ``ReqPDStopInferHandler``)."""
+        body = orjson.dumps({"id": req_id})
+        headers = {"Accept": "*/*", "Content-Type": "application/json"}
+        for _ in range(max(1, self.pd.max_retry)):
+            stopped = False
+            for inst in (p, d):
+                try:
+                    url = f"{inst.url}/v2/models/{await self._model_name(inst)}/stopInfer"
+                    async with self.session.post(url, data=body, headers=headers,
+                                                 timeout=aiohttp.ClientTimeout(total=5)) as r:
+                        stopped |= r.status == 200
+                        log.info("coordinator: user of %s went away; stopInfer to %s: %d", req_id, inst.address,
+                                 r.status)
+                except (aiohttp.ClientError, TimeoutError, KeyError, orjson.JSONDecodeError) as e:
+                    log.warning("coordinator: stopInfer of %s to %s failed: %s", req_id, inst.address, e)
+            if stopped:
+                return
 
     async def handle(self, request: Request, **_kw):
         if self.inflight >= self.pd.max_requests:
@@ -276,12 +318,13 @@ class Coordinator:
     def _path(self, request: Request) -> str:
         return request.path + (f"?{request.query_string}" if request.query_string else "")
 
-    async def _alone(self, request: Request, raw: bytes):
+    async def _alone(self, request: Request, raw: bytes, count: bool = True):
         """Short prompt: one instance runs it whole (a standard one, else a P without PD headers)."""
         inst = _least(self.s) or _least(self.p)
         if inst is None:
             return plain("MindIE-MS Coordinator is not ready", 503)
-        ROUTED.labels("alone").inc()
+        if count:
+            ROUTED.labels("alone").inc()
         inst.take(1)
         resp = None
         try:
@@ -311,6 +354,17 @@ class Coordinator:
 
     async def _disaggregated(self, request: Request, raw: bytes):
         req_id = str(uuid.uuid4().int >> 64)
+        route: list[Instance] = []
+        try:
+            return await self._pd(request, raw, req_id, route)
+        except asyncio.CancelledError:
+            if route:  # the user went away mid-request: stop it on P and D, as MindIE-MS does
+                task = asyncio.get_running_loop().create_task(self._stop_infer(req_id, *route))
+                self.stopping.add(task)
+                task.add_done_callback(self.stopping.discard)
+            raise
+
+    async def _pd(self, request: Request, raw: bytes, req_id: str, route: list):
         deadline = time.monotonic() + self.pd.infer_timeout_s
         path, body, recompute, attempts = self._path(request), raw, False, 0
         exclude_d: set[Instance] = set()
@@ -336,7 +390,9 @@ class Coordinator:
             d.take(1)
             p_busy = True
             try:
+                route[:] = [p, d]
                 headers = {"req-id": req_id, "req-type": "prefill", "d-target": f"{d.host};{d.port}",
+                           "d-port": str(d.port),  # as MindIE-MS: D's HTTP port beside d-target
                            "Content-Type": request.headers.get("content-type", "application/json")}
                 if recompute:
                     headers["is-recompute"] = "true"
@@ -432,5 +488,9 @@ def attach(app: Sanic, edge: Edge, c: Coordinator) -> None:
         edge.route(app, c.handle, path, ["POST"], f"user_{i}")
     for suffix in ("generate", "generate_stream", "infer"):
         edge.route(app, c.handle, rf"/v2/models/<model:[\w\-.]+>/{suffix}", ["POST"], f"triton_{suffix}")
-    for path in ("/health", "/v1/health", "/v2/health/live", "/v2/health/ready"):
-        edge.route(app, c.health, path, ["GET"], path.strip("/").replace("/", "_"), admit=False)
+    edge.route(app, c.tokenizer, "/v1/tokenizer", ["POST"], "user_tokenizer")
+    # MindIE-MS's status-port probes (Coordinator.cpp InitStatusListener), on this port
+    for path, handler in (("/health", c.health), ("/v1/startup", c.alive), ("/v1/health", c.alive),
+                          ("/v1/readiness", c.health), ("/v2/health/live", c.alive),
+                          ("/v2/health/ready", c.health)):
+        edge.route(app, handler, path, ["GET"], path.strip("/").replace("/", "_"), admit=False)

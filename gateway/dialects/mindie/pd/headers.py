@@ -4,8 +4,15 @@ MindIE Server (``HttpHandler::CheckDMIReqValid``): prefill role, all of ``req-ty
 ``d-target`` present, ``req-id`` hex digits only and at most 1024 characters, ``req-type`` equal
 to ``prefill``, ``d-target`` an IPv4 address (optionally ``;port``), ``is-recompute`` absent,
 ``true`` or ``false``. Every failure is 400 ``{"error": <message>, "error_type": "Bad Request"}``.
-Beyond MindIE, ``d-target`` may also name D by DNS host name (``decode-0.pd;1025``: compose and
+Beyond MindIE, ``d-target`` may also name D by an IPv6 address, as MindIE-MS writes one
+(``::1;1121``, also ``[::1];1121``), or by DNS host name (``decode-0.pd;1025``: compose and
 Kubernetes Services); anything else gets MindIE's IPv4 message.
+
+Where P hands off: ``d-target``'s port is MindIE's ``interCommPort`` (D's P-D gRPC port), which
+MindIE-MS sends together with ``d-port``, D's HTTP port. The hand-off here is HTTP on D's MindIE
+port, so it goes to ``d-port`` when the header is there; else to the HTTP address
+``dialects.mindie.pd.d_inter_comm`` maps ``ip;port`` to; else to ``d-target``'s port itself (the
+gateway's own coordinator names D's HTTP port there); else to ``d_port``.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ def has_pd_headers(headers: Mapping[str, str]) -> bool:
     return any(h in headers for h in PD_HEADERS)
 
 
-def check(headers: Mapping[str, str], default_d_port: int) -> PdHeaders:
+def check(headers: Mapping[str, str], default_d_port: int, inter_comm: Mapping[str, str] | None = None) -> PdHeaders:
     if not all(h in headers for h in PD_HEADERS):
         raise BadPdRequest("DMI request must have req-type, req-id, d-target headers")
     req_id = headers["req-id"]
@@ -57,11 +64,23 @@ def check(headers: Mapping[str, str], default_d_port: int) -> PdHeaders:
         raise BadPdRequest(f"Parameter req-type must be prefill but got {headers['req-type']}")
     target = headers["d-target"]
     ip, sep, port = target.partition(";")
-    if not _ipv4(ip) and not (is_host(ip) and not is_address(ip)):
+    ip = ip.strip()
+    host = ip[1:-1] if ip.startswith("[") and ip.endswith("]") else ip
+    if not _ipv4(host) and not is_address(host) and not (is_host(host) and not is_address(host)):
         raise BadPdRequest("Parameter d-target must be an IPv4 address")
+    port = port.strip()
     if sep and not (port.isdigit() and 0 < int(port) < 65536):
         raise BadPdRequest("Parameter d-target must be an IPv4 address")  # MindIE checks only the ip
     recompute = headers.get("is-recompute", "")
     if recompute not in ("", "true", "false"):
         raise BadPdRequest("Parameter is-recompute is an optional parameter. When it is set, it must be true or false.")
-    return PdHeaders(req_id, ip, int(port) if sep else default_d_port, recompute == "true")
+    d_port = headers.get("d-port", "").strip()
+    if d_port.isdigit() and 0 < int(d_port) < 65536:  # MindIE-MS: D's HTTP port beside its interCommPort
+        return PdHeaders(req_id, host, int(d_port), recompute == "true")
+    mapped = (inter_comm or {}).get(f"{host};{port}") if sep else None
+    if mapped is not None:
+        from .config import split_host_port
+
+        m_host, m_port = split_host_port(mapped)
+        return PdHeaders(req_id, m_host, m_port, recompute == "true")
+    return PdHeaders(req_id, host, int(port) if sep else default_d_port, recompute == "true")

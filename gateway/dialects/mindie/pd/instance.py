@@ -50,6 +50,7 @@ from gateway.process import shared
 
 from .. import errors, metrics, native, openai, tgi, triton_generate, triton_token, vllm
 from ..http import Handlers, json_body
+from ..streaming import STOPPED
 from . import headers as pdh
 from . import peers
 from . import records as rec
@@ -176,10 +177,10 @@ class PdHandlers(Handlers):
     async def run(self, request: Request, planner, body: dict | None = None, **kw):
         if self.pd.role == "decode":
             return bad_request(NOT_PREFILL)
-        if not pdh.has_pd_headers(request.headers):
+        if not pdh.has_pd_headers(request.headers) and self.pd.serve_without_pd_headers:
             return await super().run(request, planner, body, **kw)  # PD-mixed, for short prompts
         try:
-            hdr = pdh.check(request.headers, self.pd.d_port)
+            hdr = pdh.check(request.headers, self.pd.d_port, self.pd.d_inter_comm)
         except pdh.BadPdRequest as e:
             return bad_request(str(e))
         body = await json_body(request) if body is None else body
@@ -198,8 +199,13 @@ class PdHandlers(Handlers):
         metrics.RECEIVED.labels(name).inc()
         ok = False
         try:
-            with metrics.RUNNING.labels(name).track_inprogress():
-                result = await self._prefill(plan, hdr, _NAMES[id(planner)], kw, body, recompute or {})
+            with metrics.RUNNING.labels(name).track_inprogress(), self.running.track(hdr.req_id) as entry:
+                try:
+                    result = await self._prefill(plan, hdr, _NAMES[id(planner)], kw, body, recompute or {})
+                except asyncio.CancelledError:
+                    if entry.absorb():  # the coordinator's stopInfer (its user went away)
+                        raise GatewayError(ErrorKind.CANCELLED, STOPPED) from None
+                    raise
             ok = True
             return result
         finally:
@@ -267,22 +273,33 @@ class PdHandlers(Handlers):
         url = peers.base_url(hdr.d_host, hdr.d_port, self.pd.tls) + "/pd/v1/relay"
         enc = plan.encoder
         try:
-            async with aclosing(events):  # closing it cancels the Triton request
+            with self.running.track(hdr.req_id) as entry:
                 try:
-                    async for ev in events:
-                        if isinstance(ev, Token):
-                            chunk = enc.token(ev)
-                            if skip:
-                                skip -= 1
-                                continue
-                            await self._post_record(url, hdr.req_id, rec.DATA, chunk)
-                        else:
-                            metrics.observe(plan.model.spec.name, ev)
-                            await self._post_record(url, hdr.req_id, rec.LAST, enc.done(ev))
-                except GatewayError as e:
-                    await self._post_record(url, hdr.req_id, rec.ERROR, enc.error(e))
+                    async with aclosing(events):  # closing it cancels the Triton request
+                        await self._relay_events(events, plan, url, hdr.req_id, skip)
+                except asyncio.CancelledError:
+                    if not entry.absorb():
+                        raise
+                    await self._post_record(url, hdr.req_id, rec.ERROR,
+                                            enc.error(GatewayError(ErrorKind.CANCELLED, STOPPED)))
         except (aiohttp.ClientError, TimeoutError, GatewayError) as e:
             log.warning("pd: relay of %s to D stopped: %s", hdr.req_id, e)
+
+    async def _relay_events(self, events, plan, url: str, rid: str, skip: int) -> None:
+        enc = plan.encoder
+        try:
+            async for ev in events:
+                if isinstance(ev, Token):
+                    chunk = enc.token(ev)
+                    if skip:
+                        skip -= 1
+                        continue
+                    await self._post_record(url, rid, rec.DATA, chunk)
+                else:
+                    metrics.observe(plan.model.spec.name, ev)
+                    await self._post_record(url, rid, rec.LAST, enc.done(ev))
+        except GatewayError as e:
+            await self._post_record(url, rid, rec.ERROR, enc.error(e))
 
     async def _post_record(self, url: str, req_id: str, kind: str, body: bytes) -> None:
         async with self._session.post(url, data=body, headers={"req-id": req_id, "pd-kind": kind,
@@ -331,6 +348,18 @@ class PdHandlers(Handlers):
         return response.json({"accepted": True, "reqId": p["reqId"]})
 
     async def _generate(self, resume: Resume, p: dict) -> None:
+        """The generation phase, known by its ``req-id`` to stopInfer (MindIE-MS stops P and D when
+        its user goes away): a stopped one ends with an ``error`` record."""
+        with self.running.track(str(p["reqId"])) as entry:
+            try:
+                await self._decode(resume, p)
+            except asyncio.CancelledError:
+                if not entry.absorb():
+                    raise
+                log.info("pd: decode of %s stopped (stopInfer)", p["reqId"])
+                self.hub.push(p["reqId"], rec.ERROR, _error_bytes(p, None, GatewayError(ErrorKind.CANCELLED, STOPPED)))
+
+    async def _decode(self, resume: Resume, p: dict) -> None:
         rid, skip, produced = p["reqId"], int(p.get("skip", 0)), 0
         plan = req = enc = None
         D_RUNNING.inc()
@@ -390,12 +419,14 @@ class PdHandlers(Handlers):
         await self.hub.serve(request)
 
     async def start(self) -> None:
+        await super().start()
         directory = os.environ.get(shared.ENV)
         if self.pd.role == "decode" and directory:  # several workers: records reach the link's holder
             self.hub.fanin = Fanin(directory, self.hub)
             await self.hub.fanin.start()
 
     async def close(self, *_args) -> None:
+        await super().close()
         if self.hub.fanin is not None:
             await self.hub.fanin.close()
         for t in list(self.tasks):
