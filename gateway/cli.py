@@ -40,7 +40,7 @@ async def _serve_async(settings: Settings, reuse_port: bool, announce: bool) -> 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    from gateway import shared
+    from gateway.process import shared
 
     shared.stop_hook = stop.set  # a route may stop the worker as SIGTERM does (MindIE's /stopService)
     worker = Worker(settings, reuse_port=reuse_port)

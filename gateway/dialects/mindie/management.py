@@ -34,8 +34,8 @@ from pathlib import Path
 import orjson
 from sanic import Request
 
-from gateway import httpbody, shared
-from gateway.edge import Edge
+from gateway.edge import Edge, httpbody
+from gateway.process import shared
 
 from .ops import blocks_per_sequence, envelope, stopped_answer
 from .triton_meta import slot_counts

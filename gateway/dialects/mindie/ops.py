@@ -28,10 +28,10 @@ import signal
 import orjson
 from sanic import Request, response
 
-from gateway import httpbody, shared
 from gateway.core.errors import GatewayError
-from gateway.edge import Edge
+from gateway.edge import Edge, httpbody
 from gateway.llm.types import Done, GenerateRequest, Sampling
+from gateway.process import shared
 
 from . import metrics
 

@@ -3,7 +3,7 @@
 With ``workers`` > 1 a request lands on whichever worker the kernel picks (SO_REUSEPORT), while the
 generation a ``stopInfer`` names runs on one of them, and the slots MindIE reports are the whole
 instance's. Each worker of the set listens on a unix socket of the supervisor's private directory
-(gateway/shared.py), ``mindie-<pid>.sock``; a question one worker cannot answer alone goes to every
+(gateway/process/shared.py), ``mindie-<pid>.sock``; a question one worker cannot answer alone goes to every
 other worker's socket, one JSON line each way:
 
     {"op": "stop", "id": "<id>"}   -> {"ok": true|false}     (the generation with that id is stopped)
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import orjson
 
-from gateway import shared
+from gateway.process import shared
 
 log = logging.getLogger("gateway.mindie")
 ASK_TIMEOUT_S = 2.0
