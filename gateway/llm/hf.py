@@ -65,6 +65,11 @@ class HfTokenizer:
     def decode(self, ids, skip_special_tokens: bool = True) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
+    def pieces(self, text: str) -> list[str]:
+        """Each token of ``text`` decoded on its own (MindIE's ``/v1/tokenizer`` with ``do_decode``):
+        a token that holds part of a character decodes to U+FFFD, as the tokenizer decodes it."""
+        return [self._tok.decode([i], skip_special_tokens=False) for i in self._tok.encode(text, add_special_tokens=False).ids]
+
     def detokenizer(self) -> Detokenizer:
         return Detokenizer(self)
 

@@ -148,3 +148,11 @@ async def test_prefill_decode_phases_of_an_ensemble_go_to_its_token_model(tok):
     assert infer.model == "tensorrt_llm" and infer.parameters["request_type"] == "context_only"
     assert {t.name: t.data for t in infer.inputs}["input_ids"].tolist() == [list(tok.prompt_ids(prompt))]
     assert [e.text for e in events if isinstance(e, Token)] == [" Paris"] and isinstance(events[-1], Handoff)
+
+
+def test_pieces_are_each_token_decoded_alone(tok):
+    ids = tok.ids(TEXT)
+    pieces = tok.pieces(TEXT)
+    assert len(pieces) == len(ids) == tok.count(TEXT)
+    assert pieces == [tok.decode([i], skip_special_tokens=False) for i in ids]
+    assert "".join(tok.pieces("Paris au lait, far away.")) == "Paris au lait, far away."  # ASCII: no token splits a character
