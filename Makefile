@@ -9,6 +9,7 @@ PIP_FLAGS ?= --disable-pip-version-check -q
 
 .PHONY: install browser run run-pd test test-unit test-contract test-latest compose-test proto onnx lint bench bench-pd bench-wrk clean \
 	migrate-env test-migrate
+.PHONY: instructions-check instructions-baseline valgrind
 
 install: $(VENV)/.installed $(VENV)/.bench-installed $(TRITON_VENV)/.installed .run/legacy-clients/.installed .run/kserve-client/.installed browser
 
@@ -99,6 +100,23 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff check gateway tests bench tools soak
 	$(BIN)/lint-imports
 	$(BIN)/python -m gateway.tools.genproto --check
+
+# The guard for the hot paths (bench/instructions_check.py, docs/testing.md): callgrind instructions per
+# call of the V2 passthrough, TF gRPC Predict and TF REST predict, each the least of RUNS (3) runs,
+# against bench/instructions_baseline.json; fails when one is above its tolerance (3-8 %, per kind:
+# bench/instructions_check.py). Its own Triton on
+# free 127.0.0.1 ports. CI runs it after `make test`.
+instructions-check: $(VENV)/.installed $(TRITON_VENV)/.installed valgrind
+	$(BIN)/python -m bench.instructions_check
+
+# Measure the same and rewrite the baseline (a change meant to cost more or less, an upgrade, a merge).
+instructions-baseline: $(VENV)/.installed $(TRITON_VENV)/.installed valgrind
+	$(BIN)/python -m bench.instructions_check --write
+
+# valgrind, which counts the instructions (Debian package).
+valgrind:
+	@command -v callgrind_control >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind; } \
+		|| { echo "error: valgrind is missing and could not be installed: apt-get install -y valgrind"; exit 1; }
 
 # Its own Triton and gateway on free 127.0.0.1 ports, stopped at the end (also on Ctrl-C): every row, about 11 minutes,
 # BENCH_QUICK=1 about 2. Writes bench/results/ (results.md, results.png, results.json); settings: bench/run.py.

@@ -10,13 +10,19 @@
     )
 
 Every request is recorded in ``requests`` as ``(request, timeout)``.
+
+Where a test needs Triton's gRPC port itself (the V2 passthrough, health, tracing, TLS), or only an
+address for a worker whose upstream is a FakeUpstream, ``fake_triton(*handlers)`` serves the
+handlers (grpc.GenericRpcHandler: the test's scripted Triton) on a free 127.0.0.1 port.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 
+import grpc
 import numpy as np
 from tritonclient.grpc import service_pb2
 
@@ -59,6 +65,21 @@ def text_response(text: str, final: bool = False, name: str = "text_output", **e
             outs.append(Tensor(key, np.array([value], dtype=np.uint32)))
     return InferResponse("llm", "1", outs, final=final)
 
+
+@contextlib.asynccontextmanager
+async def fake_triton(*handlers: grpc.GenericRpcHandler, options=None,
+                      credentials: grpc.ServerCredentials | None = None) -> AsyncIterator[tuple[grpc.aio.Server, str]]:
+    """(server, "127.0.0.1:port"): a grpc.aio server answering with ``handlers`` (none: a server that
+    knows no method) on a free loopback port, over TLS with ``credentials``; stopped at the end."""
+    server = grpc.aio.server(options=options)
+    server.add_generic_rpc_handlers(handlers)
+    address = "127.0.0.1:0"
+    port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    await server.start()
+    try:
+        yield server, f"127.0.0.1:{port}"
+    finally:
+        await server.stop(None)
 
 
 def _deadline(stream: bool = False) -> float | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import subprocess
@@ -82,6 +83,21 @@ def worker_settings(ports: dict[str, int], upstream: str, **extra: str):
             env[f"GATEWAY__LISTENERS__{name.upper()}__PORT"] = str(ports[name])
     env.update({f"GATEWAY__{k}": v for k, v in extra.items()})
     return config.load(None, env=env)
+
+
+@contextlib.asynccontextmanager
+async def running_worker(ports: dict[str, int], upstream: str, *, upstream_factory=None, grace: float = 0.1,
+                         **extra: str):
+    """(worker, its GatewayContext): an in-process Worker on ``worker_settings(ports, upstream, **extra)``
+    (``upstream_factory``: a fake Upstream instead of a client of ``upstream``), stopped at the end."""
+    from gateway.app import Worker
+
+    worker = Worker(worker_settings(ports, upstream, **extra), upstream_factory=upstream_factory)
+    ctx = await worker.start()
+    try:
+        yield worker, ctx
+    finally:
+        await worker.stop(grace=grace)
 
 
 def http_call(base: str, method: str, path: str, body: bytes | str | None = None, headers: dict | None = None,

@@ -80,14 +80,7 @@ def test_gateway_restart_against_the_same_triton(triton, tmp_path):
 
 
 def test_local_announces_listeners_and_leaves_nothing_behind_on_sigterm(tmp_path):
-    ports = {
-        "local_triton": {"http_port": free_port(), "grpc_port": free_port(), "metrics_port": free_port(),
-                         "workdir": str(tmp_path / "triton"), "venv": str(ROOT / ".venv-triton"),
-                         "model_repository": str(ROOT / "model_repository")},
-        "listeners": {n: {"host": "127.0.0.1", "port": free_port()} for n in LISTENERS},  # every one, v2_http too
-    }
-    path = tmp_path / "local.yaml"
-    path.write_text(yaml.safe_dump(ports))
+    ports, path = _local_config(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     log = tmp_path / "local.log"
     with open(log, "wb") as sink:

@@ -49,7 +49,7 @@ _WALKTHROUGH = re.compile(r"^<!--\s*walkthrough\b.*-->$")
 _ADDRESS = re.compile(r"\b(?P<host>localhost|127\.0\.0\.1):(?P<port>\d{2,5})\b")
 # Never run from a test, whatever the docs say: they start containers, clusters or long-running stacks.
 _NEVER = re.compile(r"(?m)(?:^|[;&|(]|\bsudo\b|\benv\b)\s*(?:\w+=\S*\s+)*"
-                    r"(docker|kubectl|kustomize|helm|make\s+(?:run|run-pd|bench\S*|test\S*))\b")
+                    r"(docker|kubectl|kustomize|helm|make\s+(?:run|run-pd|bench\S*|test\S*|instructions-\S*))\b")
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ def test_ports_are_rewritten_only_where_known():
 
 def test_containers_clusters_and_long_runs_are_never_started():
     for code in ("docker compose up\n", "cd x && kubectl apply -k .\n", "make run\n", "BENCH_QUICK=1 make bench\n",
-                 "  make test-unit\n"):
+                 "  make test-unit\n", "make instructions-check\n"):
         assert _NEVER.search(code), code
     for code in ("curl -sf localhost:9090/health\n", "echo docker\n", "python3 tools/build_plans.py x --dry-run\n"):
         assert not _NEVER.search(code), code

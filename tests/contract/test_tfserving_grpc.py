@@ -18,7 +18,6 @@ from gateway._proto.tensorflow_serving.apis import (
     model_management_pb2,
     model_service_pb2_grpc,
     predict_pb2,
-    prediction_service_pb2_grpc,
     regression_pb2,
 )
 
@@ -26,20 +25,8 @@ HP3 = "saved_model_half_plus_three"
 
 
 @pytest.fixture(scope="module")
-def channel(gateway):
-    ch = grpc.insecure_channel(gateway.target("tfserving_grpc"))
-    yield ch
-    ch.close()
-
-
-@pytest.fixture(scope="module")
-def stub(channel):
-    return prediction_service_pb2_grpc.PredictionServiceStub(channel)
-
-
-@pytest.fixture(scope="module")
-def models(channel):
-    return model_service_pb2_grpc.ModelServiceStub(channel)
+def models(tf_channel):
+    return model_service_pb2_grpc.ModelServiceStub(tf_channel)
 
 
 def _shape(*dims):
@@ -60,8 +47,8 @@ def _float_content(values):
                                   tensor_content=arr.tobytes())
 
 
-def test_predict_tensor_content_answers_typed_float_val(stub):
-    resp = stub.Predict(_predict(x=_float_content([1.0, 2.0, 5.0])), 10.0)
+def test_predict_tensor_content_answers_typed_float_val(tf_stub):
+    resp = tf_stub.Predict(_predict(x=_float_content([1.0, 2.0, 5.0])), 10.0)
     y = resp.outputs["y"]
     assert list(y.float_val) == [3.5, 4.0, 5.5]
     assert y.dtype == types_pb2.DT_FLOAT and [d.size for d in y.tensor_shape.dim] == [3]
@@ -71,26 +58,26 @@ def test_predict_tensor_content_answers_typed_float_val(stub):
     assert resp.model_spec.signature_name == "serving_default"
 
 
-def test_predict_typed_values_and_broadcast_scalar(stub):
+def test_predict_typed_values_and_broadcast_scalar(tf_stub):
     typed = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, tensor_shape=_shape(2), float_val=[1.0, 2.0])
-    assert list(stub.Predict(_predict(x=typed)).outputs["y"].float_val) == [3.5, 4.0]
+    assert list(tf_stub.Predict(_predict(x=typed)).outputs["y"].float_val) == [3.5, 4.0]
     # tf.make_tensor_proto(1.0, shape=[4]) sends ONE float_val to be broadcast
     one = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, tensor_shape=_shape(4), float_val=[1.0])
-    assert list(stub.Predict(_predict(x=one)).outputs["y"].float_val) == [3.5] * 4
+    assert list(tf_stub.Predict(_predict(x=one)).outputs["y"].float_val) == [3.5] * 4
 
 
-def test_predict_future_like_mnist_client(stub):
-    fut = stub.Predict.future(_predict(x=_float_content([2.0, 4.0])), 5.0)
+def test_predict_future_like_mnist_client(tf_stub):
+    fut = tf_stub.Predict.future(_predict(x=_float_content([2.0, 4.0])), 5.0)
     assert list(fut.result().outputs["y"].float_val) == [4.0, 5.0]
 
 
-def test_predict_multi_tensor_with_output_filter(stub):
+def test_predict_multi_tensor_with_output_filter(tf_stub):
     tag = tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, tensor_shape=_shape(2, 1), string_val=[b"ab", b"xyz"])
     signal = _float_content([[1, 2, 3, 4], [0, 0, 0, 1]])
     count = tensor_pb2.TensorProto(dtype=types_pb2.DT_INT32, tensor_shape=_shape(2, 1), int_val=[2])  # broadcast
     req = _predict("multi_tensor", tag=tag, signal=signal, count=count)
     req.output_filter.extend(["tag_bytes", "total"])
-    resp = stub.Predict(req)
+    resp = tf_stub.Predict(req)
     assert set(resp.outputs) == {"tag_bytes", "total"}
     assert list(resp.outputs["tag_bytes"].string_val) == [b"ba\x00\xff", b"zyx\x00\xff"]
     assert list(resp.outputs["total"].double_val) == [20.0, 2.0]
@@ -103,44 +90,44 @@ def _examples(*xs, context=None):
     return exs
 
 
-def test_regress_same_numbers_as_rest(stub):
+def test_regress_same_numbers_as_rest(tf_stub):
     req = regression_pb2.RegressionRequest()
     req.model_spec.name = HP3
     req.model_spec.signature_name = "tensorflow/serving/regress"
     req.input.example_list.examples.extend(_examples(1.0, 2.0))
-    resp = stub.Regress(req)
+    resp = tf_stub.Regress(req)
     assert [r.value for r in resp.result.regressions] == [3.5, 4.0]
     assert resp.model_spec.signature_name == "tensorflow/serving/regress"
 
 
-def test_classify_with_context(stub):
+def test_classify_with_context(tf_stub):
     req = classification_pb2.ClassificationRequest()
     req.model_spec.name = HP3
     req.model_spec.signature_name = "tensorflow/serving/classify"
     lst = req.input.example_list_with_context
     lst.examples.extend([example_pb2.Example(), example_pb2.Example()])
     lst.context.CopyFrom(_examples(20.0)[0])
-    resp = stub.Classify(req)
+    resp = tf_stub.Classify(req)
     assert [[(c.label, c.score) for c in r.classes] for r in resp.result.classifications] == [[("", 13.0)]] * 2
 
 
-def test_multi_inference(stub):
+def test_multi_inference(tf_stub):
     req = inference_pb2.MultiInferenceRequest()
     for sig in ("tensorflow/serving/regress", "tensorflow/serving/classify"):
         t = req.tasks.add(method_name=sig)
         t.model_spec.name = HP3
         t.model_spec.signature_name = sig
     req.input.example_list.examples.extend(_examples(1.0))
-    resp = stub.MultiInference(req)
+    resp = tf_stub.MultiInference(req)
     assert resp.results[0].regression_result.regressions[0].value == 3.5
     assert resp.results[1].classification_result.classifications[0].classes[0].score == 3.5
 
 
-def test_get_model_metadata_signature_def_map_in_any(stub):
+def test_get_model_metadata_signature_def_map_in_any(tf_stub):
     req = get_model_metadata_pb2.GetModelMetadataRequest()
     req.model_spec.name = HP3
     req.metadata_field.append("signature_def")
-    resp = stub.GetModelMetadata(req)
+    resp = tf_stub.GetModelMetadata(req)
     assert resp.model_spec.version.value == 123
     any_ = resp.metadata["signature_def"]
     assert any_.type_url == "type.googleapis.com/tensorflow.serving.SignatureDefMap"
@@ -167,26 +154,26 @@ def _code(fn, req):
     return e.value.code(), e.value.details()
 
 
-def test_errors_have_tf_serving_codes_and_texts(stub, models):
-    assert _code(stub.Predict, _predict("half", x=_float_content([1.0]))) == (
+def test_errors_have_tf_serving_codes_and_texts(tf_stub, models):
+    assert _code(tf_stub.Predict, _predict("half", x=_float_content([1.0]))) == (
         grpc.StatusCode.NOT_FOUND, "Servable not found for request: Latest(half)")
     req = _predict(x=_float_content([1.0]))
     req.model_spec.version.value = 7
-    assert _code(stub.Predict, req) == (
+    assert _code(tf_stub.Predict, req) == (
         grpc.StatusCode.NOT_FOUND, f"Servable not found for request: Specific({HP3}, 7)")
     req = _predict(x=_float_content([1.0]))
     req.model_spec.signature_name = "nope"
-    assert _code(stub.Predict, req) == (grpc.StatusCode.FAILED_PRECONDITION, 'Serving signature key "nope" not found.')
+    assert _code(tf_stub.Predict, req) == (grpc.StatusCode.FAILED_PRECONDITION, 'Serving signature key "nope" not found.')
     req = _predict(x=_float_content([1.0]))
     req.output_filter.append("z")
-    assert _code(stub.Predict, req) == (grpc.StatusCode.INVALID_ARGUMENT,
+    assert _code(tf_stub.Predict, req) == (grpc.StatusCode.INVALID_ARGUMENT,
                                         "output tensor alias not found in signature: z Outputs expected to be in "
                                         "the set {y}.")
-    code, msg = _code(stub.Predict, _predict(z=_float_content([1.0])))
+    code, msg = _code(tf_stub.Predict, _predict(z=_float_content([1.0])))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and msg.startswith("input size does not match signature")
     req = get_model_metadata_pb2.GetModelMetadataRequest()
     req.model_spec.name = HP3
-    assert _code(stub.GetModelMetadata, req) == (
+    assert _code(tf_stub.GetModelMetadata, req) == (
         grpc.StatusCode.INVALID_ARGUMENT, "GetModelMetadataRequest must specify at least one metadata_field")
     req = get_model_status_pb2.GetModelStatusRequest()
     req.model_spec.name = "nope"
@@ -195,14 +182,14 @@ def test_errors_have_tf_serving_codes_and_texts(stub, models):
     creq = classification_pb2.ClassificationRequest()
     creq.model_spec.name, creq.model_spec.signature_name = HP3, "nope"
     creq.input.example_list.examples.add().features.feature["x"].float_list.value.append(1.0)
-    assert _code(stub.Classify, creq) == (grpc.StatusCode.INVALID_ARGUMENT, "No signature was found with the name: nope")
+    assert _code(tf_stub.Classify, creq) == (grpc.StatusCode.INVALID_ARGUMENT, "No signature was found with the name: nope")
     code, _ = _code(models.HandleReloadConfigRequest, model_management_pb2.ReloadConfigRequest())
     assert code == grpc.StatusCode.UNIMPLEMENTED
     # still serving
-    assert list(stub.Predict(_predict(x=_float_content([1.0]))).outputs["y"].float_val) == [3.5]
+    assert list(tf_stub.Predict(_predict(x=_float_content([1.0]))).outputs["y"].float_val) == [3.5]
 
 
-def test_repeated_requests_read_by_their_form_answer_their_own_values(stub, channel):
+def test_repeated_requests_read_by_their_form_answer_their_own_values(tf_stub, tf_channel):
     """Predict reads a request shaped like one it parsed before by its learned form
     (gateway/dialects/tfserving/predictform.py): each answer is its own request's, and the checks
     still answer every request as the first."""
@@ -211,15 +198,15 @@ def test_repeated_requests_read_by_their_form_answer_their_own_values(stub, chan
         x = rng.standard_normal(6).astype(np.float32)
         typed = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, tensor_shape=_shape(2, 3), float_val=x.tolist())
         for tp in (typed, _float_content(x.reshape(2, 3))):
-            y = stub.Predict(_predict(x=tp), 10.0).outputs["y"]
+            y = tf_stub.Predict(_predict(x=tp), 10.0).outputs["y"]
             assert list(y.float_val) == (x * np.float32(0.5) + np.float32(3)).tolist()
             assert [d.size for d in y.tensor_shape.dim] == [2, 3]
     double = tensor_pb2.TensorProto(dtype=types_pb2.DT_DOUBLE, tensor_shape=_shape(2), double_val=[1.0, 2.0])
     for _ in range(2):
-        assert _code(stub.Predict, _predict(x=double)) == (
+        assert _code(tf_stub.Predict, _predict(x=double)) == (
             grpc.StatusCode.INVALID_ARGUMENT, "Expects arg[0] to be float but double is provided")
     # bytes that are no PredictRequest: grpc.aio's own answer, as before Predict parsed its requests itself
-    call = channel.unary_unary("/tensorflow.serving.PredictionService/Predict")
+    call = tf_channel.unary_unary("/tensorflow.serving.PredictionService/Predict")
     with pytest.raises(grpc.RpcError) as err:
         call(b"\xff\xff\xff", timeout=10)
     assert err.value.code() == grpc.StatusCode.UNKNOWN

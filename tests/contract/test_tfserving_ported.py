@@ -35,35 +35,11 @@ from gateway._proto.tensorflow_serving.apis import (
     inference_pb2,
     model_service_pb2_grpc,
     predict_pb2,
-    prediction_service_pb2_grpc,
     regression_pb2,
 )
 from gateway._proto.tensorflow_serving.apis.get_model_metadata_pb2 import SignatureDefMap
-from tests.support import http_call
 
 M = "saved_model_half_plus_two_2_versions"
-
-
-@pytest.fixture(scope="module")
-def rest(gateway):
-    base = gateway.url("tfserving_rest")
-
-    def call(method: str, path: str, body: bytes | str | None = None, headers: dict | None = None):
-        return http_call(base, method, path, body, headers, timeout=60)
-
-    return call
-
-
-@pytest.fixture(scope="module")
-def channel(gateway):
-    ch = grpc.insecure_channel(gateway.target("tfserving_grpc"))
-    yield ch
-    ch.close()
-
-
-@pytest.fixture(scope="module")
-def stub(channel):
-    return prediction_service_pb2_grpc.PredictionServiceStub(channel)
 
 
 # -- REST: one row per request ------------------------------------------------------------------
@@ -155,8 +131,8 @@ REST = [
 
 @pytest.mark.parametrize(("method", "path", "body", "status", "expect"),
                          [pytest.param(*r[2:], id=f"{r[0]}::{r[1]}") for r in REST])
-def test_rest(rest, method, path, body, status, expect):
-    got_status, ctype, raw = rest(method, path, body)
+def test_rest(tf_rest, method, path, body, status, expect):
+    got_status, ctype, raw = tf_rest(method, path, body)
     assert got_status == status, raw
     if expect[0] == "status":  # not a REST API path: TF Serving's HTTP server (libevent) answers 404 itself
         assert (ctype, raw) == ("text/html; charset=ISO-8859-1", b"<HTML><HEAD>\n<TITLE>404 Not Found</TITLE>\n"
@@ -210,8 +186,8 @@ def _tf_metadata(name: str, classify_x2: bool) -> dict:
     pytest.param(f"/v1/models/{M}/metadata", M, True, id=f"{H}::GetModelMetadata"),
     pytest.param("/v1/models/default/metadata", "default", False, id=f"{S}::testGetModelMetadataREST"),
 ])
-def test_rest_metadata(rest, path, name, classify_x2):
-    status, ctype, raw = rest("GET", path)
+def test_rest_metadata(tf_rest, path, name, classify_x2):
+    status, ctype, raw = tf_rest("GET", path)
     assert (status, ctype) == (200, "application/json")
     doc = json.loads(raw)
     assert _normalised(doc) == _tf_metadata(name, classify_x2)
@@ -226,8 +202,8 @@ def _model_spec_ok(ms, name: str, signature: str) -> None:
     assert (ms.name, ms.signature_name, ms.version.value) == (name, signature, 123)
 
 
-def test_grpc_get_model_status(channel):  # tensorflow_model_server_test.py::testGetModelStatus
-    stub = model_service_pb2_grpc.ModelServiceStub(channel)
+def test_grpc_get_model_status(tf_channel):  # tensorflow_model_server_test.py::testGetModelStatus
+    stub = model_service_pb2_grpc.ModelServiceStub(tf_channel)
     req = get_model_status_pb2.GetModelStatusRequest()
     req.model_spec.name = "default"
     result = stub.GetModelStatus(req, timeout=5)
@@ -236,11 +212,11 @@ def test_grpc_get_model_status(channel):  # tensorflow_model_server_test.py::tes
     assert result.model_version_status[0].status.error_code == 0
 
 
-def test_grpc_get_model_metadata(stub):  # tensorflow_model_server_test.py::testGetModelMetadata
+def test_grpc_get_model_metadata(tf_stub):  # tensorflow_model_server_test.py::testGetModelMetadata
     req = get_model_metadata_pb2.GetModelMetadataRequest()
     req.model_spec.name = "default"
     req.metadata_field.append("signature_def")
-    result = stub.GetModelMetadata(req, timeout=5)
+    result = tf_stub.GetModelMetadata(req, timeout=5)
     assert result.model_spec.name == "default" and result.model_spec.version.value == 123
     assert list(result.metadata) == ["signature_def"]
     sdm = SignatureDefMap()
@@ -254,33 +230,33 @@ def _example_input(request, x: float) -> None:
     example.features.feature["x"].float_list.value.extend([x])
 
 
-def test_grpc_classify(stub):  # tensorflow_model_server_test.py::testClassify
+def test_grpc_classify(tf_stub):  # tensorflow_model_server_test.py::testClassify
     req = classification_pb2.ClassificationRequest()
     req.model_spec.name, req.model_spec.signature_name = "default", "classify_x_to_y"
     _example_input(req, 2.0)
-    result = stub.Classify(req, timeout=5)
+    result = tf_stub.Classify(req, timeout=5)
     assert len(result.result.classifications) == 1 and len(result.result.classifications[0].classes) == 1
     assert result.result.classifications[0].classes[0].score == 3.0
     _model_spec_ok(result.model_spec, "default", "classify_x_to_y")
 
 
-def test_grpc_regress(stub):  # tensorflow_model_server_test.py::testRegress
+def test_grpc_regress(tf_stub):  # tensorflow_model_server_test.py::testRegress
     req = regression_pb2.RegressionRequest()
     req.model_spec.name, req.model_spec.signature_name = "default", "regress_x_to_y"
     _example_input(req, 2.0)
-    result = stub.Regress(req, timeout=5)
+    result = tf_stub.Regress(req, timeout=5)
     assert len(result.result.regressions) == 1 and result.result.regressions[0].value == 3.0
     _model_spec_ok(result.model_spec, "default", "regress_x_to_y")
 
 
-def test_grpc_multi_inference(stub):  # tensorflow_model_server_test.py::testMultiInference
+def test_grpc_multi_inference(tf_stub):  # tensorflow_model_server_test.py::testMultiInference
     req = inference_pb2.MultiInferenceRequest()
     for sig, method in (("regress_x_to_y", "tensorflow/serving/regress"),
                         ("classify_x_to_y", "tensorflow/serving/classify")):
         task = req.tasks.add()
         task.model_spec.name, task.model_spec.signature_name, task.method_name = "default", sig, method
     _example_input(req, 2.0)
-    result = stub.MultiInference(req, timeout=5)
+    result = tf_stub.MultiInference(req, timeout=5)
     assert len(result.results) == 2
     assert result.results[0].regression_result.regressions[0].value == 3.0
     assert result.results[1].classification_result.classifications[0].classes[0].score == 3.0
@@ -288,14 +264,14 @@ def test_grpc_multi_inference(stub):  # tensorflow_model_server_test.py::testMul
         _model_spec_ok(result.results[i].model_spec, "default", req.tasks[i].model_spec.signature_name)
 
 
-def test_grpc_predict_saved_model(stub):  # tensorflow_model_server_test.py::testPredictSavedModel
+def test_grpc_predict_saved_model(tf_stub):  # tensorflow_model_server_test.py::testPredictSavedModel
     req = predict_pb2.PredictRequest()
     req.model_spec.name, req.model_spec.signature_name = "default", "serving_default"
     req.inputs["x"].dtype = types_pb2.DT_FLOAT
     req.inputs["x"].float_val.append(2.0)
     req.inputs["x"].tensor_shape.dim.add().size = 1
     req.output_filter.append("y")
-    result = stub.Predict(req, timeout=5)
+    result = tf_stub.Predict(req, timeout=5)
     assert "y" in result.outputs and result.outputs["y"].dtype == types_pb2.DT_FLOAT
     assert list(result.outputs["y"].float_val) == [3.0]
     _model_spec_ok(result.model_spec, "default", "serving_default")
@@ -327,43 +303,43 @@ def _code(call) -> grpc.StatusCode:
     return e.value.code()
 
 
-def test_missing_or_empty_model_spec(stub):  # predict_impl_test.cc::MissingOrEmptyModelSpec
-    assert _code(lambda: stub.Predict(predict_pb2.PredictRequest(), timeout=5)) is grpc.StatusCode.INVALID_ARGUMENT
+def test_missing_or_empty_model_spec(tf_stub):  # predict_impl_test.cc::MissingOrEmptyModelSpec
+    assert _code(lambda: tf_stub.Predict(predict_pb2.PredictRequest(), timeout=5)) is grpc.StatusCode.INVALID_ARGUMENT
     req = predict_pb2.PredictRequest()
     req.model_spec.SetInParent()  # present, no name
-    assert _code(lambda: stub.Predict(req, timeout=5)) is grpc.StatusCode.INVALID_ARGUMENT
+    assert _code(lambda: tf_stub.Predict(req, timeout=5)) is grpc.StatusCode.INVALID_ARGUMENT
     req.model_spec.name = "test"
-    assert _code(lambda: stub.Predict(req, timeout=5)) is grpc.StatusCode.NOT_FOUND
+    assert _code(lambda: tf_stub.Predict(req, timeout=5)) is grpc.StatusCode.NOT_FOUND
 
 
-def test_empty_input_list(stub):  # predict_impl_test.cc::EmptyInputList
-    assert _code(lambda: stub.Predict(_test_model_request(), timeout=5)) is grpc.StatusCode.INVALID_ARGUMENT
+def test_empty_input_list(tf_stub):  # predict_impl_test.cc::EmptyInputList
+    assert _code(lambda: tf_stub.Predict(_test_model_request(), timeout=5)) is grpc.StatusCode.INVALID_ARGUMENT
 
 
-def test_input_tensors_dont_match_model_spec_inputs(stub):  # ::InputTensorsDontMatchModelSpecInputs
+def test_input_tensors_dont_match_model_spec_inputs(tf_stub):  # ::InputTensorsDontMatchModelSpecInputs
     req = _test_model_request(key=_one_string(b"any_key"))
-    assert _code(lambda: stub.Predict(req, timeout=5)) is grpc.StatusCode.INVALID_ARGUMENT
+    assert _code(lambda: tf_stub.Predict(req, timeout=5)) is grpc.StatusCode.INVALID_ARGUMENT
 
 
-def test_output_filters_dont_match_model_spec_outputs(stub):  # ::OutputFiltersDontMatchModelSpecOutputs
+def test_output_filters_dont_match_model_spec_outputs(tf_stub):  # ::OutputFiltersDontMatchModelSpecOutputs
     req = _test_model_request(x=_scalar_float(2.0))
     req.output_filter.append("output_filter")
-    assert _code(lambda: stub.Predict(req, timeout=5)) is grpc.StatusCode.INVALID_ARGUMENT
+    assert _code(lambda: tf_stub.Predict(req, timeout=5)) is grpc.StatusCode.INVALID_ARGUMENT
     del req.output_filter[:]
     req.output_filter.append("y")
-    stub.Predict(req, timeout=5)
+    tf_stub.Predict(req, timeout=5)
     req.output_filter.append("y")
-    assert _code(lambda: stub.Predict(req, timeout=5)) is grpc.StatusCode.INVALID_ARGUMENT
+    assert _code(lambda: tf_stub.Predict(req, timeout=5)) is grpc.StatusCode.INVALID_ARGUMENT
 
 
-def test_input_tensors_have_wrong_type(stub):  # predict_impl_test.cc::InputTensorsHaveWrongType
+def test_input_tensors_have_wrong_type(tf_stub):  # predict_impl_test.cc::InputTensorsHaveWrongType
     req = _test_model_request(x=_one_string(b"any_key"))
     req.output_filter.append("y")
-    assert _code(lambda: stub.Predict(req, timeout=5)) is grpc.StatusCode.INVALID_ARGUMENT
+    assert _code(lambda: tf_stub.Predict(req, timeout=5)) is grpc.StatusCode.INVALID_ARGUMENT
 
 
-def test_prediction_success(stub):  # predict_impl_test.cc::PredictionSuccess
-    result = stub.Predict(_test_model_request(x=_scalar_float(2.0)), timeout=5)
+def test_prediction_success(tf_stub):  # predict_impl_test.cc::PredictionSuccess
+    result = tf_stub.Predict(_test_model_request(x=_scalar_float(2.0)), timeout=5)
     expected = predict_pb2.PredictResponse()
     expected.model_spec.name, expected.model_spec.signature_name = "test_model", "serving_default"
     expected.model_spec.version.value = 123
@@ -376,11 +352,11 @@ def test_prediction_success(stub):  # predict_impl_test.cc::PredictionSuccess
     pytest.param("regress_x2_to_y3", "outputs", id="PredictionWithNamedRegressionSignature"),
     pytest.param("classify_x2_to_y3", "scores", id="PredictionWithNamedClassificationSignature"),
 ])
-def test_prediction_with_named_example_signature(stub, signature, output):
+def test_prediction_with_named_example_signature(tf_stub, signature, output):
     # "Predict calls work with predict, classify, and regress signatures": the input under "inputs"
     req = _test_model_request(inputs=_scalar_float(2.0))
     req.model_spec.signature_name = signature
-    result = stub.Predict(req, timeout=5)
+    result = tf_stub.Predict(req, timeout=5)
     expected = predict_pb2.PredictResponse()
     expected.model_spec.CopyFrom(req.model_spec)
     expected.outputs[output].CopyFrom(tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[4.0],
@@ -399,52 +375,52 @@ def _half_tensor(values, dtype, tf_dtype) -> tensor_pb2.TensorProto:
     ("half", np.float16, types_pb2.DT_HALF),
     ("bfloat16", ml_dtypes.bfloat16, types_pb2.DT_BFLOAT16),
 ])
-def test_grpc_half_and_bfloat16(stub, signature, dtype, tf_dtype):
+def test_grpc_half_and_bfloat16(tf_stub, signature, dtype, tf_dtype):
     req = predict_pb2.PredictRequest()
     req.model_spec.name, req.model_spec.signature_name = "half_plus_two", signature
     req.inputs["x"].CopyFrom(_half_tensor([[1.0, 2.0], [3.0, 80.0]], dtype, tf_dtype))
-    out = stub.Predict(req, timeout=10).outputs["y"]
+    out = tf_stub.Predict(req, timeout=10).outputs["y"]
     assert out.dtype == tf_dtype and [d.size for d in out.tensor_shape.dim] == [2, 2]
     values = np.asarray(out.half_val, dtype=np.int32).astype(np.uint16).view(dtype)
     assert values.astype(np.float32).tolist() == [2.5, 3.0, 3.5, 42.0]
 
 
 @pytest.mark.parametrize(("signature", "tf_name"), [("half", "half"), ("bfloat16", "bfloat16")])
-def test_rest_half_and_bfloat16_as_tf_serving_refuses_them(rest, signature, tf_name):
+def test_rest_half_and_bfloat16_as_tf_serving_refuses_them(tf_rest, signature, tf_name):
     path = "/v1/models/half_plus_two:predict"
-    status, _, raw = rest("POST", path, json.dumps({"signature_name": signature, "inputs": [1.0, 2.0]}))
+    status, _, raw = tf_rest("POST", path, json.dumps({"signature_name": signature, "inputs": [1.0, 2.0]}))
     assert (status, json.loads(raw)) == (501, {"error": f"Conversion of JSON Value: 1.0 to type: {tf_name}"})
     # in 'instances' the conversion error is wrapped with the element's position, and the wrapper is a 400
-    status, _, raw = rest("POST", path, json.dumps({"signature_name": signature, "instances": [1.0, 2.0]}))
+    status, _, raw = tf_rest("POST", path, json.dumps({"signature_name": signature, "instances": [1.0, 2.0]}))
     assert (status, json.loads(raw)) == (400, {"error": "Failed to process element: 0 of 'instances' list. Error: "
                                                         f"UNIMPLEMENTED: Conversion of JSON Value: 1.0 to type: {tf_name}"})
-    doc = json.loads(rest("GET", "/v1/models/half_plus_two/metadata")[2])
+    doc = json.loads(tf_rest("GET", "/v1/models/half_plus_two/metadata")[2])
     x = doc["metadata"]["signature_def"]["signature_def"][signature]["inputs"]["x"]
     assert x["dtype"] == {"half": "DT_HALF", "bfloat16": "DT_BFLOAT16"}[signature]
 
 
 # -- json_tensor_test.cc cases that matter on the wire: nesting deeper than a recursive parser goes --
-def test_deeply_nested_well_formed_through_the_gateway(rest):  # json_tensor_test.cc::DeeplyNestedWellFormed
+def test_deeply_nested_well_formed_through_the_gateway(tf_rest):  # json_tensor_test.cc::DeeplyNestedWellFormed
     body = '{"instances":[1], "nested":' + "[" * 500000 + "]" * 500000 + "}"
-    status, _, raw = rest("POST", f"/v1/models/{M}:predict", body)
+    status, _, raw = tf_rest("POST", f"/v1/models/{M}:predict", body)
     assert (status, json.loads(raw)) == (200, {"predictions": [2.5]})
 
 
-def test_deeply_nested_malformed_through_the_gateway(rest):  # json_tensor_test.cc::DeeplyNestedMalformed
+def test_deeply_nested_malformed_through_the_gateway(tf_rest):  # json_tensor_test.cc::DeeplyNestedMalformed
     body = '{"signature_name":' + "[" * 500000 + "]" * 500000 + "}"
-    status, _, raw = rest("POST", f"/v1/models/{M}:predict", body)
+    status, _, raw = tf_rest("POST", f"/v1/models/{M}:predict", body)
     err = json.loads(raw)["error"]
     assert status == 400 and err.startswith('JSON Value: {\n    "signature_name": [[[[')
     assert err.endswith(" not formatted correctly. 'signature_name' key must be a string value.")
 
 
 @pytest.mark.parametrize("signature", ["half_as_float", "bfloat16_as_float"])
-def test_half_precision_model_shown_as_float(rest, stub, signature):
+def test_half_precision_model_shown_as_float(tf_rest, tf_stub, signature):
     # `half_as_float: true`: the FP16/BF16 tensors are DT_FLOAT to clients, converted by the gateway
-    status, _, raw = rest("POST", "/v1/models/half_plus_two:predict",
+    status, _, raw = tf_rest("POST", "/v1/models/half_plus_two:predict",
                           json.dumps({"signature_name": signature, "instances": [[1.0, 2.0], [3.0, 80.0]]}))
     assert (status, raw) == (200, b'{\n    "predictions": [[2.5, 3.0], [3.5, 42.0]\n    ]\n}')
-    doc = json.loads(rest("GET", "/v1/models/half_plus_two/metadata")[2])
+    doc = json.loads(tf_rest("GET", "/v1/models/half_plus_two/metadata")[2])
     sd = doc["metadata"]["signature_def"]["signature_def"][signature]
     assert sd["inputs"]["x"]["dtype"] == sd["outputs"]["y"]["dtype"] == "DT_FLOAT"
     req = predict_pb2.PredictRequest()
@@ -452,5 +428,5 @@ def test_half_precision_model_shown_as_float(rest, stub, signature):
     req.inputs["x"].CopyFrom(tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[1.0, 80.0],
                                                     tensor_shape=tensor_shape_pb2.TensorShapeProto(
                                                         dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=2)])))
-    out = stub.Predict(req, timeout=10).outputs["y"]
+    out = tf_stub.Predict(req, timeout=10).outputs["y"]
     assert out.dtype == types_pb2.DT_FLOAT and list(out.float_val) == [2.5, 42.0]

@@ -10,19 +10,8 @@ import numpy as np
 import pytest
 
 from gateway.dialects.tfserving import codec
-from tests.support import http_call
 
 HP3 = "saved_model_half_plus_three"
-
-
-@pytest.fixture(scope="module")
-def rest(gateway):
-    base = gateway.url("tfserving_rest")
-
-    def call(method: str, path: str, body: bytes | str | None = None, headers: dict | None = None):
-        return http_call(base, method, path, body, headers, timeout=30)
-
-    return call
 
 
 def _json(raw: bytes):
@@ -30,67 +19,67 @@ def _json(raw: bytes):
 
 
 # -- the seed (002), verbatim ------------------------------------------------------------------
-def test_seed_model_status(rest):
-    status, ctype, body = rest("GET", f"/v1/models/{HP3}")
+def test_seed_model_status(tf_rest):
+    status, ctype, body = tf_rest("GET", f"/v1/models/{HP3}")
     assert (status, ctype) == (200, "application/json")
     # ToJsonString (http_rest_api_util.cc): protobuf's C++ printer, add_whitespace, a final newline
     assert body == (b'{\n "model_version_status": [\n  {\n   "version": "123",\n   "state": "AVAILABLE",\n'
                     b'   "status": {\n    "error_code": "OK",\n    "error_message": ""\n   }\n  }\n ]\n}\n')
 
 
-def test_seed_predict_without_content_type(rest):
-    status, ctype, body = rest("POST", f"/v1/models/{HP3}:predict", '{"instances": [1.0,2.0,5.0]}')
+def test_seed_predict_without_content_type(tf_rest):
+    status, ctype, body = tf_rest("POST", f"/v1/models/{HP3}:predict", '{"instances": [1.0,2.0,5.0]}')
     assert (status, ctype) == (200, "application/json")
     # MakeRowFormatJsonFromTensors (json_tensor.cc) through rapidjson's PrettyWriter
     assert body == b'{\n    "predictions": [3.5, 4.0, 5.5\n    ]\n}'
 
 
-def test_seed_regress(rest):
+def test_seed_regress(tf_rest):
     req = '{"signature_name": "tensorflow/serving/regress", "examples": [{"x": 1.0}, {"x": 2.0}]}'
-    status, _, body = rest("POST", f"/v1/models/{HP3}:regress", req)
+    status, _, body = tf_rest("POST", f"/v1/models/{HP3}:regress", req)
     assert status == 200
     assert body == b'{\n    "results": [3.5, 4.0]\n}'  # MakeJsonFromRegressionResult
 
 
-def test_seed_unknown_model_is_404_with_tf_text(rest):
-    status, ctype, body = rest("POST", "/v1/models/half:predict", '{"instances": [1.0,5.0]}')
+def test_seed_unknown_model_is_404_with_tf_text(tf_rest):
+    status, ctype, body = tf_rest("POST", "/v1/models/half:predict", '{"instances": [1.0,5.0]}')
     assert (status, ctype) == (404, "application/json")
     assert body == b'{\n    "error": "Servable not found for request: Latest(half)"\n}'  # MakeJsonFromStatus
 
 
 # -- the reference's documented pairs ------------------------------------------------------------
-def test_columnar_with_version_and_signature(rest):
+def test_columnar_with_version_and_signature(tf_rest):
     req = '{"signature_name": "serving_default", "inputs": [3.0, 4.0]}'
-    status, _, body = rest("POST", f"/v1/models/{HP3}/versions/123:predict", req)
+    status, _, body = tf_rest("POST", f"/v1/models/{HP3}/versions/123:predict", req)
     assert (status, body) == (200, b'{\n    "outputs": [\n        4.5,\n        5.0\n    ]\n}')
 
 
-def test_classify_one_class_with_empty_label(rest):
+def test_classify_one_class_with_empty_label(tf_rest):
     req = '{"signature_name": "tensorflow/serving/classify", "examples": [{"x": 20.0}, {"x": 1}]}'
-    status, _, body = rest("POST", f"/v1/models/{HP3}:classify", req)
+    status, _, body = tf_rest("POST", f"/v1/models/{HP3}:classify", req)
     assert (status, body) == (200, b'{\n    "results": [[["", 13.0]], [["", 3.5]]\n    ]\n}')
 
 
-def test_classify_and_regress_with_context(rest):
+def test_classify_and_regress_with_context(tf_rest):
     req = '{"signature_name": "tensorflow/serving/regress", "context": {"x": 4.0}, "examples": [{}, {}]}'
-    assert rest("POST", f"/v1/models/{HP3}:regress", req)[2] == b'{\n    "results": [5.0, 5.0]\n}'
+    assert tf_rest("POST", f"/v1/models/{HP3}:regress", req)[2] == b'{\n    "results": [5.0, 5.0]\n}'
 
 
-def test_routing_is_case_insensitive_but_the_verb_is_not(rest):
+def test_routing_is_case_insensitive_but_the_verb_is_not(tf_rest):
     # TF Serving's path regex is (?i), but ProcessRequest then compares the verb as written
-    status, _, body = rest("POST", f"/V1/MODELS/{HP3}:predict", '{"instances": [2.0]}')
+    status, _, body = tf_rest("POST", f"/V1/MODELS/{HP3}:predict", '{"instances": [2.0]}')
     assert (status, body) == (200, b'{\n    "predictions": [4.0\n    ]\n}')
-    status, _, body = rest("POST", f"/v1/models/{HP3}:PREDICT", '{"instances": [2.0]}')
+    status, _, body = tf_rest("POST", f"/v1/models/{HP3}:PREDICT", '{"instances": [2.0]}')
     assert (status, _json(body)) == (400, {"error": f"Malformed request: POST /v1/models/{HP3}:PREDICT"})
 
 
-def test_nan_and_infinity_in_and_out_as_bare_tokens(rest):
-    status, _, body = rest("POST", f"/v1/models/{HP3}:predict", '{"instances": [NaN, Infinity, -Infinity, 1]}')
+def test_nan_and_infinity_in_and_out_as_bare_tokens(tf_rest):
+    status, _, body = tf_rest("POST", f"/v1/models/{HP3}:predict", '{"instances": [NaN, Infinity, -Infinity, 1]}')
     assert (status, body) == (200, b'{\n    "predictions": [NaN, Infinity, -Infinity, 3.5\n    ]\n}')
 
 
-def test_metadata_lists_the_three_signatures_with_tf_dtype_names(rest):
-    status, _, body = rest("GET", f"/v1/models/{HP3}/metadata")
+def test_metadata_lists_the_three_signatures_with_tf_dtype_names(tf_rest):
+    status, _, body = tf_rest("GET", f"/v1/models/{HP3}/metadata")
     assert status == 200
     # ToJsonString(GetModelMetadataResponse): two C++ MessageToJsonString texts joined by hand
     assert body.startswith(
@@ -114,10 +103,10 @@ def test_metadata_lists_the_three_signatures_with_tf_dtype_names(rest):
 
 
 # -- multi-tensor model: several inputs/outputs, strings, b64, *_bytes --------------------------
-def test_multi_tensor_row_format(rest):
+def test_multi_tensor_row_format(tf_rest):
     req = {"instances": [{"tag": "foo", "signal": [1, 2, 3, 4], "count": 2},
                          {"tag": {"b64": base64.b64encode(b"ab").decode()}, "signal": [0.5, 0, 0, 0], "count": 1}]}
-    status, _, body = rest("POST", "/v1/models/multi_tensor:predict", json.dumps(req))
+    status, _, body = tf_rest("POST", "/v1/models/multi_tensor:predict", json.dumps(req))
     assert status == 200, body
     preds = _json(body)["predictions"]
     assert preds[0] == {"tag_bytes": [{"b64": base64.b64encode(b"oof\x00\xff").decode()}],
@@ -126,11 +115,11 @@ def test_multi_tensor_row_format(rest):
     assert preds[1]["total"] == [0.5]
 
 
-def test_multi_tensor_columnar_shape_rule(rest):
+def test_multi_tensor_columnar_shape_rule(tf_rest):
     # tag [1] and count [1] get a trailing 1 (declared [-1, 1]); signal [4] a leading batch dim
     # ([-1, 4]); not every input got a batch dim, so the outputs keep theirs.
     req = {"inputs": {"tag": ["héllo"], "signal": [1, 1, 1, 1], "count": [3]}}
-    status, _, body = rest("POST", "/v1/models/multi_tensor:predict", json.dumps(req))
+    status, _, body = tf_rest("POST", "/v1/models/multi_tensor:predict", json.dumps(req))
     assert status == 200, body
     out = _json(body)["outputs"]
     assert out["scaled"] == [[3.0, 3.0, 3.0, 3.0]]
@@ -138,19 +127,19 @@ def test_multi_tensor_columnar_shape_rule(rest):
     assert out["tag_bytes"] == [[{"b64": base64.b64encode("héllo".encode()[::-1] + b"\x00\xff").decode()}]]
 
 
-def test_renamed_model_label_and_signature_over_another_triton_model(rest):
-    got = rest("POST", "/v1/models/hp3/labels/stable:predict", '{"instances": [1.0]}')[2]
+def test_renamed_model_label_and_signature_over_another_triton_model(tf_rest):
+    got = tf_rest("POST", "/v1/models/hp3/labels/stable:predict", '{"instances": [1.0]}')[2]
     assert got == b'{\n    "predictions": [3.5\n    ]\n}'
     req = {"signature_name": "multi", "inputs": {"name": [["a"]], "values": [[1, 2, 3, 4]], "n": [[1]]}}
-    status, _, body = rest("POST", "/v1/models/hp3:predict", json.dumps(req))
+    status, _, body = tf_rest("POST", "/v1/models/hp3:predict", json.dumps(req))
     assert status == 200, body
     assert _json(body)["outputs"] == {"reversed_bytes": [[{"b64": base64.b64encode(b"a\x00\xff").decode()}]],
                                       "sum": [[10.0]]}
 
 
-def test_configured_classify_labels(rest):
+def test_configured_classify_labels(tf_rest):
     req = '{"signature_name": "classify_x_to_y", "examples": [{"x": 2.0}]}'
-    assert rest("POST", "/v1/models/hp3:classify", req)[2] == b'{\n    "results": [[["half", 4.0]]\n    ]\n}'
+    assert tf_rest("POST", "/v1/models/hp3:classify", req)[2] == b'{\n    "results": [[["half", 4.0]]\n    ]\n}'
 
 
 # -- documented errors ---------------------------------------------------------------------------
@@ -191,71 +180,71 @@ ERRORS = [
 
 
 @pytest.mark.parametrize(("method", "path", "body", "status", "message"), ERRORS)
-def test_documented_errors(rest, method, path, body, status, message):
-    got_status, ctype, raw = rest(method, path, body)
+def test_documented_errors(tf_rest, method, path, body, status, message):
+    got_status, ctype, raw = tf_rest(method, path, body)
     assert (got_status, ctype) == (status, "application/json"), raw
     err = _json(raw)["error"]
     if message is not None:
         assert err == message
     # and the gateway keeps serving
-    assert rest("POST", f"/v1/models/{HP3}:predict", '{"instances": [1.0]}')[2] == b'{\n    "predictions": [3.5\n    ]\n}'
+    assert tf_rest("POST", f"/v1/models/{HP3}:predict", '{"instances": [1.0]}')[2] == b'{\n    "predictions": [3.5\n    ]\n}'
 
 
-def test_error_texts_with_the_request_document(rest):
-    raw = rest("POST", f"/v1/models/{HP3}:predict", '{"instances": [1.0], "inputs": [1.0]}')[2]
+def test_error_texts_with_the_request_document(tf_rest):
+    raw = tf_rest("POST", f"/v1/models/{HP3}:predict", '{"instances": [1.0], "inputs": [1.0]}')[2]
     err = _json(raw)["error"]
     assert err.startswith("JSON Value: {") and err.endswith(
         "Not formatted correctly expecting only one of 'inputs' or 'instances' keys to exist ")
-    raw = rest("POST", f"/v1/models/{HP3}:regress", '{"signature_name": "tensorflow/serving/regress"}')[2]
+    raw = tf_rest("POST", f"/v1/models/{HP3}:regress", '{"signature_name": "tensorflow/serving/regress"}')[2]
     assert _json(raw)["error"].endswith("When method is classify, key 'examples' is expected and was not found")
-    raw = rest("POST", f"/v1/models/{HP3}:predict", "{")[2]
+    raw = tf_rest("POST", f"/v1/models/{HP3}:predict", "{")[2]
     assert _json(raw)["error"].startswith("JSON Parse error: ")
 
 
 # -- TF Serving's path and shape rules ------------------------------------------------------------
-def test_half_plus_three_takes_any_shape_as_tf_serving_does(rest):
+def test_half_plus_three_takes_any_shape_as_tf_serving_does(tf_rest):
     # its serving_default is declared element-wise (tests/config/tfserving.yaml, gateway.yaml)
-    status, _, body = rest("POST", f"/v1/models/{HP3}:predict", '{"instances": [[1.0, 2.0], [3.0, 4.0]]}')
+    status, _, body = tf_rest("POST", f"/v1/models/{HP3}:predict", '{"instances": [[1.0, 2.0], [3.0, 4.0]]}')
     assert (status, body) == (200, b'{\n    "predictions": [[3.5, 4.0], [4.5, 5.0]\n    ]\n}')
-    assert rest("POST", f"/v1/models/{HP3}:predict", '{"inputs": 2.0}')[2] == b'{\n    "outputs": 4.0\n}'
-    assert rest("POST", f"/v1/models/{HP3}:predict", '{"inputs": [[[1.0]], [[3.0]]]}')[2] == (
+    assert tf_rest("POST", f"/v1/models/{HP3}:predict", '{"inputs": 2.0}')[2] == b'{\n    "outputs": 4.0\n}'
+    assert tf_rest("POST", f"/v1/models/{HP3}:predict", '{"inputs": [[[1.0]], [[3.0]]]}')[2] == (
         b'{\n    "outputs": [\n        [\n            [\n                3.5\n            ]\n        ],\n'
         b'        [\n            [\n                4.5\n            ]\n        ]\n    ]\n}')
 
 
-def test_metadata_subresource_is_compared_as_written(rest):
-    status, _, body = rest("GET", f"/v1/models/{HP3}/METADATA")  # a status request in TF Serving
+def test_metadata_subresource_is_compared_as_written(tf_rest):
+    status, _, body = tf_rest("GET", f"/v1/models/{HP3}/METADATA")  # a status request in TF Serving
     assert status == 200 and "model_version_status" in _json(body)
 
 
-def test_cors_preflight_answers_have_no_body(rest):
-    assert rest("OPTIONS", f"/v1/models/{HP3}:predict", None, {"Origin": "http://example.com"})[::2] == (200, b"")
-    assert rest("OPTIONS", f"/v1/models/{HP3}:predict")[::2] == (400, b"")
+def test_cors_preflight_answers_have_no_body(tf_rest):
+    assert tf_rest("OPTIONS", f"/v1/models/{HP3}:predict", None, {"Origin": "http://example.com"})[::2] == (200, b"")
+    assert tf_rest("OPTIONS", f"/v1/models/{HP3}:predict")[::2] == (400, b"")
 
 
-def test_version_past_int64_is_a_400_with_an_empty_body(rest):
+def test_version_past_int64_is_a_400_with_an_empty_body(tf_rest):
     for method, path in (("POST", f"/v1/models/{HP3}/versions/9223372036854775808:predict"),
                          ("GET", f"/v1/models/{HP3}/versions/9223372036854775808")):
-        status, ctype, body = rest(method, path, '{"instances": [1.0]}' if method == "POST" else None)
+        status, ctype, body = tf_rest(method, path, '{"instances": [1.0]}' if method == "POST" else None)
         assert (status, ctype, body) == (400, "application/json", b"")
-    status, _, body = rest("POST", f"/v1/models/{HP3}/versions/9223372036854775807:predict", '{"instances": [1.0]}')
+    status, _, body = tf_rest("POST", f"/v1/models/{HP3}/versions/9223372036854775807:predict", '{"instances": [1.0]}')
     assert status == 404 and _json(body)["error"].endswith("9223372036854775807)")
 
 
-def test_classify_and_regress_read_the_body_before_the_model(rest):
+def test_classify_and_regress_read_the_body_before_the_model(tf_rest):
     # FillClassificationRequestFromJson runs before the servable is looked up
-    status, _, body = rest("POST", "/v1/models/nope:regress", '{"examples": [1]}')
+    status, _, body = tf_rest("POST", "/v1/models/nope:regress", '{"examples": [1]}')
     assert (status, _json(body)) == (400, {"error": "Example must be JSON object but got JSON Number"})
-    status, _, body = rest("POST", f"/v1/models/{HP3}:classify", '{"signature_name": "nope", "examples": [{"x": 1.0}]}')
+    status, _, body = tf_rest("POST", f"/v1/models/{HP3}:classify", '{"signature_name": "nope", "examples": [{"x": 1.0}]}')
     assert (status, _json(body)) == (400, {"error": "No signature was found with the name: nope"})
 
 
-def test_trailing_text_after_the_document_is_ignored(rest):  # rapidjson's kParseStopWhenDoneFlag
-    assert rest("POST", f"/v1/models/{HP3}:predict", '{"instances": [1.0]} trailing')[2] == b'{\n    "predictions": [3.5\n    ]\n}'
+def test_trailing_text_after_the_document_is_ignored(tf_rest):  # rapidjson's kParseStopWhenDoneFlag
+    assert tf_rest("POST", f"/v1/models/{HP3}:predict", '{"instances": [1.0]} trailing')[2] == b'{\n    "predictions": [3.5\n    ]\n}'
 
 
 @pytest.mark.parametrize("key", ["instances", "inputs"])
-def test_image_sized_body_read_densely_answers_as_the_general_path(rest, key):
+def test_image_sized_body_read_densely_answers_as_the_general_path(tf_rest, key):
     """A 1x64x64x3 image as nested lists (39 KiB) is read by the dense path (core/densejson.py);
     naming the signature makes the same request take the general path: the two answers are the same bytes."""
     rng = np.random.default_rng(7)
@@ -264,8 +253,8 @@ def test_image_sized_body_read_densely_answers_as_the_general_path(rest, key):
     general_body = json.dumps({key: image, "signature_name": "serving_default"}).encode()
     assert len(dense_body) >= codec.DENSE_MIN and codec.dense_body(dense_body) is not None
     assert codec.dense_body(general_body) is None
-    got = rest("POST", f"/v1/models/{HP3}:predict", dense_body)
-    want = rest("POST", f"/v1/models/{HP3}:predict", general_body)
+    got = tf_rest("POST", f"/v1/models/{HP3}:predict", dense_body)
+    want = tf_rest("POST", f"/v1/models/{HP3}:predict", general_body)
     assert got[0] == 200 and got == want
     out = _json(got[2])["predictions" if key == "instances" else "outputs"]
     assert np.allclose(np.array(out), np.array(image, np.float32) * 0.5 + 3, rtol=1e-6)

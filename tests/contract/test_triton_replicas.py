@@ -91,27 +91,26 @@ def _traffic(gw, n: int) -> None:
             assert stub.ModelInfer(req, timeout=10).outputs[0].name == "y"
 
 
-def test_round_robin_spreads_requests_over_every_replica(replicas, tmp_path):
+def _served_by_each(replicas, tmp_path, policy: str, rounds: int) -> list[int]:
+    """The inferences each replica served while a gateway with ``policy`` sent ``rounds`` of traffic."""
     before = [_success_count(tp) for tp in replicas]
-    gw = _gateway(replicas, tmp_path, "round_robin")
+    gw = _gateway(replicas, tmp_path, policy)
     try:
-        _traffic(gw, 20)
+        _traffic(gw, rounds)
     finally:
         stop_gateway(gw)
-    served = _served_since(replicas, before, 40)
+    return _served_since(replicas, before, 2 * rounds)
+
+
+def test_round_robin_spreads_requests_over_every_replica(replicas, tmp_path):
+    served = _served_by_each(replicas, tmp_path, "round_robin", 20)
     assert sum(served) == 40
     assert min(served) >= 10, f"requests per replica: {served}"  # both serve, roughly evenly
 
 
 def test_pick_first_sends_everything_to_one_replica(replicas, tmp_path):
     """The control: without round_robin the same target keeps one connection to one replica."""
-    before = [_success_count(tp) for tp in replicas]
-    gw = _gateway(replicas, tmp_path, "pick_first")
-    try:
-        _traffic(gw, 10)
-    finally:
-        stop_gateway(gw)
-    served = sorted(_served_since(replicas, before, 20))
+    served = sorted(_served_by_each(replicas, tmp_path, "pick_first", 10))
     assert served == [0, 20]
 
 

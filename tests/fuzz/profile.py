@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from google.protobuf.message import DecodeError
 from hypothesis import HealthCheck, settings
 
 from gateway.core.errors import GatewayError
@@ -27,6 +28,15 @@ FUZZ = settings(
 # An error text the gateway writes is built from bounded prefixes of what the client sent; any
 # text longer than this echoes the request (issue 13: a 16 MB body rendered whole into a 400).
 MAX_ERROR_TEXT = 2048
+
+
+def decoded(message_type, raw: bytes):
+    """``raw`` parsed as ``message_type``, or None where protobuf refuses it (grpc's deserializer
+    would, before the gateway runs)."""
+    try:
+        return message_type.FromString(raw)
+    except DecodeError:
+        return None
 
 
 def clean(err: GatewayError) -> GatewayError:

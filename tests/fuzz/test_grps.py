@@ -11,7 +11,6 @@ import math
 import numpy as np
 import orjson
 import pytest
-from google.protobuf.message import DecodeError
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -20,7 +19,7 @@ from gateway.core.errors import GatewayError
 from gateway.core.tensors import ModelMetadata, Tensor, TensorSpec
 from gateway.dialects.grps import codec, config, mapping
 
-from .profile import FUZZ, clean
+from .profile import FUZZ, clean, decoded
 from .strategies import BIG_VALUES, json_values
 
 CFG = config.GrpsSettings()
@@ -94,10 +93,8 @@ def test_any_gtensor_json_fails_cleanly(tensors):
 @FUZZ
 @given(st.binary(max_size=300))
 def test_any_bytes_as_protobuf_fail_cleanly(raw):
-    try:
-        msg = codec.GrpsMessage.FromString(raw)
-    except DecodeError:
-        return  # grpc's deserializer refuses it before the gateway runs
+    if (msg := decoded(codec.GrpsMessage, raw)) is None:
+        return
     assume(_small(msg))
     _through(msg)
 

@@ -17,11 +17,11 @@ from prometheus_client import REGISTRY
 from gateway import access, config
 from gateway._proto import grps_pb2, grps_pb2_grpc
 from gateway._proto.tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
-from gateway.app import Worker
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.dialects import LISTENERS
 from gateway.settings import SettingsError
-from tests.support import free_port, worker_settings
+from tests.fakes import fake_triton
+from tests.support import free_port, running_worker, worker_settings
 
 KEY, OTHER = "k-3f9a0c7e5b2d4e61", "k-second-key-0042"
 MESSAGE = access.UNAUTHENTICATED_MESSAGE
@@ -121,18 +121,11 @@ class RecordingTriton(grpc.GenericRpcHandler):
 @pytest.fixture
 async def keyed():
     triton = RecordingTriton()
-    upstream = grpc.aio.server()
-    upstream.add_generic_rpc_handlers((triton,))
-    up_port = upstream.add_insecure_port("127.0.0.1:0")
-    await upstream.start()
     ports = {name: free_port() for name in LISTENERS}
     keys = {f"LISTENERS__{name.upper()}__API_KEYS": f"[{OTHER}, {KEY}]" for name in LISTENERS}
-    w = Worker(worker_settings(ports, f"127.0.0.1:{up_port}", **keys))
-    await w.start()
-    async with aiohttp.ClientSession() as http:
+    async with fake_triton(triton) as (_, target), running_worker(ports, target, **keys), \
+            aiohttp.ClientSession() as http:
         yield ports, http, triton
-    await w.stop(grace=0.1)
-    await upstream.stop(None)
 
 
 def _count(listener: str, outcome: str) -> float:
@@ -239,21 +232,13 @@ async def test_grpc_listeners_answer_unauthenticated(keyed):
 
 
 async def test_a_listener_without_keys_stays_open():
-    empty = grpc.aio.server()
-    up_port = empty.add_insecure_port("127.0.0.1:0")
-    await empty.start()
     ports = {"tfserving_rest": free_port(), "grps_http": free_port()}
-    w = Worker(worker_settings(ports, f"127.0.0.1:{up_port}", LISTENERS__GRPS_HTTP__API_KEYS=f"[{KEY}]"))
-    await w.start()
-    try:
-        async with aiohttp.ClientSession() as http:
-            async with http.get(f"http://127.0.0.1:{ports['tfserving_rest']}/v1/models") as r:
-                assert r.status == 400
-            async with http.post(f"http://127.0.0.1:{ports['grps_http']}/grps/v1/health/live", json={}) as r:
-                assert r.status == 401
-    finally:
-        await w.stop(grace=0.1)
-        await empty.stop(None)
+    async with fake_triton() as (_, target), \
+            running_worker(ports, target, LISTENERS__GRPS_HTTP__API_KEYS=f"[{KEY}]"), aiohttp.ClientSession() as http:
+        async with http.get(f"http://127.0.0.1:{ports['tfserving_rest']}/v1/models") as r:
+            assert r.status == 400
+        async with http.post(f"http://127.0.0.1:{ports['grps_http']}/grps/v1/health/live", json={}) as r:
+            assert r.status == 401
 
 
 def test_a_keys_file_is_read_again_when_it_changes_and_a_bad_one_keeps_the_keys(tmp_path, caplog):

@@ -10,12 +10,11 @@ import pytest
 from tritonclient.grpc import service_pb2
 
 from gateway import access, config
-from gateway.app import Worker
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.core.tensors import InferRequest, InferResponse, Tensor
 from gateway.settings import SettingsError
-from tests.fakes import FakeUpstream, text_response, trtllm_meta
-from tests.support import free_port, worker_settings
+from tests.fakes import FakeUpstream, fake_triton, text_response, trtllm_meta
+from tests.support import free_port, running_worker
 
 SVC = "/inference.GRPCInferenceService/"
 
@@ -59,10 +58,8 @@ def test_every_dialect_but_admin_takes_a_model_list():
 async def test_a_translated_dialect_sees_only_its_models():
     fake = FakeUpstream(metas=[trtllm_meta("open_llm"), trtllm_meta("private_llm")])
     ports = {"mindie_http": free_port()}
-    w = Worker(worker_settings(ports, "127.0.0.1:1", DIALECTS__MINDIE__TRITON_MODELS="[open_llm]"),
-               upstream_factory=lambda _s: fake)
-    await w.start()
-    try:
+    async with running_worker(ports, "127.0.0.1:1", upstream_factory=lambda _s: fake,
+                              DIALECTS__MINDIE__TRITON_MODELS="[open_llm]"):
         async with aiohttp.ClientSession() as http:
             base = f"http://127.0.0.1:{ports['mindie_http']}"
             async with http.get(f"{base}/v1/models") as r:
@@ -72,8 +69,6 @@ async def test_a_translated_dialect_sees_only_its_models():
             async with http.post(f"{base}/v2/models/private_llm/generate", json={"text_input": "hi"}) as r:
                 assert r.status == 404 and (await r.json())["error_type"] == "NotFoundError"
         assert all(req.model != "private_llm" for req, _ in fake.requests)
-    finally:
-        await w.stop(grace=0.1)
 
 
 # -- the V2 passthrough ----------------------------------------------------------------------------------
@@ -108,19 +103,12 @@ class ListingTriton(grpc.GenericRpcHandler):
 @pytest.fixture
 async def v2_scoped():
     fake = ListingTriton()
-    upstream = grpc.aio.server()
-    upstream.add_generic_rpc_handlers((fake,))
-    up_port = upstream.add_insecure_port("127.0.0.1:0")
-    await upstream.start()
     port = free_port()
-    w = Worker(worker_settings({"v2_grpc": port}, f"127.0.0.1:{up_port}", DIALECTS__V2__TRITON_MODELS="[a]",
-                               DIALECTS__V2__CONTROL_PLANE="true"))
-    await w.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    yield fake, channel
-    await channel.close()
-    await w.stop(grace=0.1)
-    await upstream.stop(None)
+    async with fake_triton(fake) as (_, target), \
+            running_worker({"v2_grpc": port}, target, DIALECTS__V2__TRITON_MODELS="[a]",
+                           DIALECTS__V2__CONTROL_PLANE="true"), \
+            grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        yield fake, channel
 
 
 def _infer(model: str) -> bytes:

@@ -17,7 +17,8 @@ from gateway.app import Worker
 from gateway.core.errors import UNREACHABLE, ErrorKind, GatewayError, public_details
 from gateway.settings import UpstreamTls
 from gateway.upstream import TritonUpstream
-from tests.support import free_port, worker_settings
+from tests.fakes import fake_triton
+from tests.support import free_port, running_worker, worker_settings
 
 
 class Pki:
@@ -57,19 +58,13 @@ def pki(tmp_path_factory):
 
 @pytest.fixture
 async def tls_worker(pki):
-    empty = grpc.aio.server()
-    up_port = empty.add_insecure_port("127.0.0.1:0")
-    await empty.start()
     ports = {"grps_http": free_port(), "grps_grpc": free_port(), "tfserving_rest": free_port(),
              "admin_http": free_port()}
-    w = Worker(worker_settings(ports, f"127.0.0.1:{up_port}",
-                               LISTENERS__GRPS_HTTP__TLS=pki.tls(), LISTENERS__GRPS_GRPC__TLS=pki.tls(),
-                               LISTENERS__TFSERVING_REST__TLS=pki.tls(mutual=True),
-                               LISTENERS__ADMIN_HTTP__TLS=pki.tls(mutual=True)))
-    await w.start()
-    yield ports
-    await w.stop(grace=0.1)
-    await empty.stop(None)
+    async with fake_triton() as (_, target), \
+            running_worker(ports, target, LISTENERS__GRPS_HTTP__TLS=pki.tls(), LISTENERS__GRPS_GRPC__TLS=pki.tls(),
+                           LISTENERS__TFSERVING_REST__TLS=pki.tls(mutual=True),
+                           LISTENERS__ADMIN_HTTP__TLS=pki.tls(mutual=True)):
+        yield ports
 
 
 LIVE = "/grps/v1/health/live"
@@ -116,14 +111,9 @@ async def test_a_grpc_listener_speaks_tls(pki, tls_worker):
 
 
 async def test_a_grpc_listener_with_a_client_ca_requires_a_client_certificate(pki):
-    empty = grpc.aio.server()
-    up_port = empty.add_insecure_port("127.0.0.1:0")
-    await empty.start()
     port = free_port()
-    w = Worker(worker_settings({"grps_grpc": port}, f"127.0.0.1:{up_port}",
-                               LISTENERS__GRPS_GRPC__TLS=pki.tls(mutual=True)))
-    await w.start()
-    try:
+    async with fake_triton() as (_, upstream), \
+            running_worker({"grps_grpc": port}, upstream, LISTENERS__GRPS_GRPC__TLS=pki.tls(mutual=True)):
         target = f"127.0.0.1:{port}"
         async with grpc.aio.secure_channel(target, pki.grpc_credentials(with_cert=True)) as ch:
             ok = await grps_pb2_grpc.GrpsServiceStub(ch).CheckLiveness(grps_pb2.GrpsMessage(), timeout=10)
@@ -132,9 +122,6 @@ async def test_a_grpc_listener_with_a_client_ca_requires_a_client_certificate(pk
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await grps_pb2_grpc.GrpsServiceStub(ch).CheckLiveness(grps_pb2.GrpsMessage(), timeout=5)
             assert err.value.code() == grpc.StatusCode.UNAVAILABLE
-    finally:
-        await w.stop(grace=0.1)
-        await empty.stop(None)
 
 
 # -- TLS and mTLS to Triton -----------------------------------------------------------------------------
@@ -154,14 +141,10 @@ class ReadyTriton(grpc.GenericRpcHandler):
 async def tls_triton(pki):
     """A Triton stand-in that requires a client certificate from our CA (Triton's --grpc-use-ssl-mutual)."""
     fake = ReadyTriton()
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers((fake,))
     creds = grpc.ssl_server_credentials([(pki.key.read_bytes(), pki.cert.read_bytes())],
                                         root_certificates=pki.ca_file.read_bytes(), require_client_auth=True)
-    port = server.add_secure_port("127.0.0.1:0", creds)
-    await server.start()
-    yield fake, port
-    await server.stop(None)
+    async with fake_triton(fake, credentials=creds) as (_, target):
+        yield fake, int(target.rsplit(":", 1)[1])
 
 
 async def test_the_worker_reaches_triton_over_mtls(pki, tls_triton):

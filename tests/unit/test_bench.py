@@ -825,6 +825,98 @@ def test_the_instructions_bench_reads_callgrinds_totals_and_refuses_unknown_argu
     assert instructions.main(["v3", "gateway"]) == 2 and "callgrind" in capsys.readouterr().out
 
 
+def _baseline(**versions) -> dict:
+    return {"instructions_per_call": {"v2": 500_000, "tf": 600_000, "rest": 700_000}, "versions": versions}
+
+
+def test_the_instructions_guard_fails_above_the_tolerance_and_says_when_the_baseline_can_come_down():
+    from bench import instructions_check as check
+
+    now = {"python": "3.11.2"}
+    ok, lines = check.compare(_baseline(**now), {"v2": [516_000.0, 514_000.0], "tf": [611_000.0],
+                                                 "rest": [700_500.0, 690_000.0]}, now)
+    assert ok and len(lines) == 3  # the least run of each: +2.8 %, +1.8 %, -1.4 %
+    assert "+2.80%" in lines[0] and "514,000, 516,000" not in lines[0] and "516,000, 514,000" in lines[0]
+    assert not any("FAILED" in line or "lower" in line for line in lines)
+    ok, lines = check.compare(_baseline(**now), {"v2": [515_500.0], "tf": [570_000.0], "rest": [700_000.0]}, now)
+    assert not ok and "FAILED" in lines[0] and "515,500" in lines[0] and "+3.10%" in lines[0]
+    assert "FAILED" not in lines[1] and "time to lower the baseline" in lines[1] and "-5.00%" in lines[1]
+    ok, lines = check.compare(_baseline(python="3.12.0"), {"v2": [500_000.0]}, now)
+    assert ok and "3.12.0" in lines[-1] and "make instructions-baseline" in lines[-1]
+
+
+def test_the_instructions_baseline_keeps_the_least_run_and_what_it_was_taken_with(tmp_path):
+    from bench import instructions_check as check
+
+    path = tmp_path / "baseline.json"
+    check.write({"v2": [501_234.4, 500_111.6], "tf": [600_000.0]}, {"python": "3.11.2"}, path)
+    doc = json.loads(path.read_text())
+    assert doc["instructions_per_call"] == {"v2": 500_112, "tf": 600_000}
+    assert doc["runs"]["v2"] == [501_234, 500_112] and doc["versions"] == {"python": "3.11.2"}
+    assert check.compare(doc, {"v2": [500_112.0], "tf": [600_000.0]}, {"python": "3.11.2"}) == (
+        True, ["v2        500,112 instructions a call, baseline 500,112 (+0.00%; runs: 500,112)",
+               "tf        600,000 instructions a call, baseline 600,000 (+0.00%; runs: 600,000)"])
+    assert set(check.versions()) == {"python", "grpcio", "sanic", "machine"}
+    committed = json.loads(check.BASELINE.read_text())
+    assert set(committed["instructions_per_call"]) == set(check.GUARDED) == {"v2", "tf", "rest"}
+
+
+def test_the_instructions_guard_measures_a_kind_above_its_tolerance_again_before_it_fails(monkeypatch):
+    import contextlib
+
+    from bench import instructions
+    from bench import instructions_check as check
+
+    counts = {"v2": iter([520_000.0, 530_000.0, 501_000.0, 540_000.0]), "tf": iter([600_000.0, 610_000.0]),
+              "rest": iter([800_000.0, 790_000.0, 780_000.0, 785_000.0])}
+    monkeypatch.setattr(instructions, "triton_target", lambda _t: contextlib.nullcontext("127.0.0.1:1"))
+    monkeypatch.setattr(instructions, "measure", lambda kind, server, triton, n: next(counts[kind]))
+    measured = check.measure_all(2, _baseline())
+    # v2: +4 % after two runs, two more bring it to +0.2 %; tf within at once; rest +11.4 % stays above
+    assert measured == {"v2": [520_000.0, 530_000.0, 501_000.0, 540_000.0], "tf": [600_000.0, 610_000.0],
+                        "rest": [800_000.0, 790_000.0, 780_000.0, 785_000.0]}
+    assert not check.compare(_baseline(), measured, {})[0]
+    counts.update((kind, iter([520_000.0, 530_000.0])) for kind in counts)
+    assert check.measure_all(2, None)["v2"] == [520_000.0, 530_000.0]  # --write: no second round
+
+
+async def test_the_instructions_http_client_keeps_its_connections_and_checks_every_answer():
+    """bench/instructions.py's REST caller: ``n`` requests over ``conc`` keep-alive connections, each
+    answer read by its Content-Length and checked; a wrong one raises."""
+    import asyncio
+
+    from bench import instructions
+
+    connections, requests, answer = [], [], [b'{"predictions": [3.5, 4.0, 5.5, 6.5]}']
+
+    async def serve(reader, writer):
+        connections.append(writer)
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:  # the client closed its connection
+                writer.close()
+                return
+            length = int(next(v for k, _, v in (line.partition(b": ") for line in head.split(b"\r\n"))
+                              if k.lower() == b"content-length"))
+            requests.append((head.split(b" ")[1], await reader.readexactly(length)))
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                         % (len(answer[0]), answer[0]))
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        await instructions._http_calls("rest", port, 10, 3)
+        assert len(connections) == 3 and len(requests) == 10
+        assert set(requests) == {(cases.TF_PREDICT_PATH.encode(), instructions.REST_BODY)}
+        answer[0] = b'{"predictions": [3.5, 4.0, 5.5, 6.0]}'
+        with pytest.raises(cases.BadAnswer):
+            await instructions._http_calls("rest", port, 1, 1)
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
 def test_a_dead_stack_skips_the_rest_and_says_which_process_died():
     """Triton (or the gateway, or the floor) gone: no case or scaling measures error pages, each says
     why it was skipped, and the bench goes on to write what it had (Triton 2.51 on CPU crashed twice

@@ -17,13 +17,12 @@ from prometheus_client import REGISTRY
 
 from gateway._proto import grps_pb2, grps_pb2_grpc
 from gateway._proto.tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
-from gateway.app import Worker
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.dialect import GrpcStatus, load
 from gateway.dialects import CATALOGUE, LISTENERS
 from gateway.settings import Settings
-from tests.fakes import FakeUpstream
-from tests.support import free_port, worker_settings
+from tests.fakes import FakeUpstream, fake_triton
+from tests.support import free_port, running_worker, worker_settings
 
 K = ErrorKind
 # HTTP status of every kind, per dialect: TF Serving's ToHTTPStatusCode (http_server.cc); GRPS's codes
@@ -116,16 +115,10 @@ def test_grps_answers_errors_over_grpc_as_ok_with_a_failure_body():
 # -- a live worker ----------------------------------------------------------------------------------
 @pytest.fixture
 async def worker():
-    empty = grpc.aio.server()
-    up_port = empty.add_insecure_port("127.0.0.1:0")
-    await empty.start()
     ports = {name: free_port() for name in LISTENERS}
-    w = Worker(worker_settings(ports, f"127.0.0.1:{up_port}", LIMITS__MAX_INFLIGHT="7"))
-    ctx = await w.start()
-    async with aiohttp.ClientSession() as http:
+    async with fake_triton() as (_, target), running_worker(ports, target, LIMITS__MAX_INFLIGHT="7") as (_, ctx), \
+            aiohttp.ClientSession() as http:
         yield ctx, ports, http
-    await w.stop(grace=0.1)
-    await empty.stop(None)
 
 
 def _count(listener: str, outcome: str) -> float:
@@ -252,16 +245,10 @@ async def test_health_names_no_internal_address_and_is_503_while_draining(worker
 
 @pytest.fixture
 async def small_limit_worker():
-    empty = grpc.aio.server()
-    up_port = empty.add_insecure_port("127.0.0.1:0")
-    await empty.start()
     ports = {name: free_port() for name in ("tfserving_rest", "grps_http", "mindie_http")}
-    w = Worker(worker_settings(ports, f"127.0.0.1:{up_port}", LIMITS__MAX_REQUEST_BYTES="1000"))
-    await w.start()
-    async with aiohttp.ClientSession() as http:
+    async with fake_triton() as (_, target), running_worker(ports, target, LIMITS__MAX_REQUEST_BYTES="1000"), \
+            aiohttp.ClientSession() as http:
         yield ports, http
-    await w.stop(grace=0.1)
-    await empty.stop(None)
 
 
 async def test_a_body_over_the_limit_is_413_in_each_envelope_before_it_is_read(small_limit_worker):

@@ -14,8 +14,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2
 
-from gateway.app import Worker
-from tests.support import free_port, worker_settings
+from tests.fakes import fake_triton
+from tests.support import free_port, running_worker
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -45,19 +45,13 @@ class FakeTriton(grpc.GenericRpcHandler):
 @pytest.fixture
 async def stack():
     fake = FakeTriton()
-    triton = grpc.aio.server()
-    triton.add_generic_rpc_handlers((fake,))
-    up_port = triton.add_insecure_port("127.0.0.1:0")
-    await triton.start()
     ports = {name: free_port() for name in SERVICES}
-    worker = Worker(worker_settings(ports, f"127.0.0.1:{up_port}", UPSTREAM__CACHE_TTL_S="0"))
-    await worker.start()
-    channels = {name: grpc.aio.insecure_channel(f"127.0.0.1:{port}") for name, port in ports.items()}
-    yield fake, triton, worker, {n: health_pb2_grpc.HealthStub(c) for n, c in channels.items()}
-    for channel in channels.values():
-        await channel.close()
-    await worker.stop(grace=0.1)
-    await triton.stop(None)
+    async with fake_triton(fake) as (triton, target), \
+            running_worker(ports, target, UPSTREAM__CACHE_TTL_S="0") as (worker, _):
+        channels = {name: grpc.aio.insecure_channel(f"127.0.0.1:{port}") for name, port in ports.items()}
+        yield fake, triton, worker, {n: health_pb2_grpc.HealthStub(c) for n, c in channels.items()}
+        for channel in channels.values():
+            await channel.close()
 
 
 async def _statuses(stubs) -> dict[tuple[str, str], int]:

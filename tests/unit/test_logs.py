@@ -11,16 +11,14 @@ import logging
 from datetime import datetime, timezone
 
 import aiohttp
-import grpc
 import orjson
 import pytest
 
 from gateway import config, settings
-from gateway.app import Worker
 from gateway.core.tensors import InferResponse, ModelMetadata, TensorSpec
 from gateway.observe import logs
-from tests.fakes import FakeUpstream, text_response, trtllm_meta
-from tests.support import free_port, worker_settings
+from tests.fakes import FakeUpstream, fake_triton, text_response, trtllm_meta
+from tests.support import free_port, running_worker
 
 ACCESS_FIELDS = {"request_id", "dialect", "listener", "route", "model", "status", "outcome", "bytes_in",
                  "bytes_out", "duration_ms"}
@@ -108,18 +106,11 @@ async def live(restore_logging, request):
     logs.setup("INFO", "json", access_log=True, stream=out)
     upstream = FakeUpstream(script=[text_response("Hello"), text_response(" world")], metas=[trtllm_meta(), ECHO],
                             infer=lambda req: InferResponse(req.model, "1", []))
-    empty = grpc.aio.server()
-    target = f"127.0.0.1:{empty.add_insecure_port('127.0.0.1:0')}"
-    await empty.start()
     ports = {name: free_port() for name in ("tfserving_rest", "grps_http", "mindie_http", "admin_http")}
-    worker = Worker(worker_settings(ports, target, LIMITS__MAX_REQUEST_BYTES="1000",
-                                    DIALECTS__MINDIE__PD__ROLE=role),
-                    upstream_factory=lambda _s: upstream)
-    await worker.start()
-    async with aiohttp.ClientSession() as http:
+    async with fake_triton() as (_, target), \
+            running_worker(ports, target, upstream_factory=lambda _s: upstream, LIMITS__MAX_REQUEST_BYTES="1000",
+                           DIALECTS__MINDIE__PD__ROLE=role), aiohttp.ClientSession() as http:
         yield ports, http, out
-    await worker.stop(grace=0.1)
-    await empty.stop(None)
 
 
 def _url(ports, listener: str, path: str) -> str:

@@ -22,13 +22,12 @@ from tritonclient.grpc import service_pb2
 import gateway
 from gateway._proto import grps_pb2, grps_pb2_grpc
 from gateway._proto.tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
-from gateway.app import Worker
 from gateway.core.errors import GatewayError
 from gateway.core.tensors import InferRequest
 from gateway.observe import metrics
 from gateway.upstream import TritonUpstream
-from tests.fakes import FakeUpstream, text_response
-from tests.support import ROOT, free_port, worker_settings
+from tests.fakes import FakeUpstream, fake_triton, text_response
+from tests.support import ROOT, free_port, running_worker
 
 LABELS = {"dialect": "unit", "listener": "unit_http", "route": "predict"}
 SVC = "/inference.GRPCInferenceService/"
@@ -143,33 +142,25 @@ class Upstream(FakeUpstream):
 @pytest.fixture(scope="module")
 async def scraped():
     """The admin listener's exposition after one request of each kind on every listener."""
-    triton = grpc.aio.server()
-    triton.add_generic_rpc_handlers((RawTriton(),))
-    target = f"127.0.0.1:{triton.add_insecure_port('127.0.0.1:0')}"
-    await triton.start()
-    upstream = Upstream(script=[text_response("Hello"), text_response(" world")])
-    upstream.channel = grpc.aio.insecure_channel(target)
     names = ("tfserving_rest", "tfserving_grpc", "grps_http", "grps_grpc", "mindie_http", "v2_grpc", "admin_http")
     ports = {name: free_port() for name in names}
-    worker = Worker(worker_settings(ports, target), upstream_factory=lambda _s: upstream)
-    await worker.start()
-    real = TritonUpstream(target)  # the upstream client's own timing
-    await real.connect()
-    try:
-        assert await real.server_ready()
-        await real.infer(InferRequest("llm", []))
-        with pytest.raises(GatewayError):
-            await real.model_metadata("nope")
-        answers = await _one_of_each(ports)
-        async with aiohttp.ClientSession() as http:
-            async with http.get(f"http://127.0.0.1:{ports['admin_http']}/metrics") as r:
-                text = (await r.read()).decode()
-        yield text, answers
-    finally:
-        await real.close()
-        await worker.stop(grace=0.1)
-        await upstream.channel.close()
-        await triton.stop(None)
+    upstream = Upstream(script=[text_response("Hello"), text_response(" world")])
+    async with fake_triton(RawTriton()) as (_, target), grpc.aio.insecure_channel(target) as upstream.channel, \
+            running_worker(ports, target, upstream_factory=lambda _s: upstream):
+        real = TritonUpstream(target)  # the upstream client's own timing
+        await real.connect()
+        try:
+            assert await real.server_ready()
+            await real.infer(InferRequest("llm", []))
+            with pytest.raises(GatewayError):
+                await real.model_metadata("nope")
+            answers = await _one_of_each(ports)
+            async with aiohttp.ClientSession() as http:
+                async with http.get(f"http://127.0.0.1:{ports['admin_http']}/metrics") as r:
+                    text = (await r.read()).decode()
+            yield text, answers
+        finally:
+            await real.close()
 
 
 async def _one_of_each(ports: dict[str, int]) -> dict[str, tuple]:

@@ -7,7 +7,6 @@ real Worker runs only the v2_grpc listener in front of it.
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import grpc
 import pytest
@@ -16,18 +15,12 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 from tritonclient.grpc import service_pb2
 
-from gateway.app import Worker
 from gateway.dialects.v2.passthrough import _scan, forward_metadata, model_name
 from gateway.observe import metrics
-from tests.support import worker_settings
+from tests.fakes import fake_triton
+from tests.support import free_port, running_worker
 
 SVC = "/inference.GRPCInferenceService/"
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class FakeTriton(grpc.GenericRpcHandler):
@@ -87,20 +80,13 @@ class FakeTriton(grpc.GenericRpcHandler):
 @pytest.fixture
 async def proxy(request):
     fake = FakeTriton()
-    upstream = grpc.aio.server(options=[("grpc.max_receive_message_length", -1)])
-    upstream.add_generic_rpc_handlers((fake,))
-    up_port = upstream.add_insecure_port("127.0.0.1:0")
-    await upstream.start()
-    port = _port()
+    port = free_port()
     extra = {"LIMITS__MAX_REQUEST_BYTES": str(200 << 20), **getattr(request, "param", {})}
-    worker = Worker(worker_settings({"v2_grpc": port}, f"127.0.0.1:{up_port}", **extra))
-    ctx = await worker.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", -1),
-                                                                      ("grpc.max_receive_message_length", -1)])
-    yield fake, channel, ctx
-    await channel.close()
-    await worker.stop()
-    await upstream.stop(None)
+    unlimited = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+    async with fake_triton(fake, options=unlimited[1:]) as (_, target), \
+            running_worker({"v2_grpc": port}, target, grace=5.0, **extra) as (_, ctx), \
+            grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=unlimited) as channel:
+        yield fake, channel, ctx
 
 
 async def test_bytes_metadata_and_deadline_are_forwarded(proxy):

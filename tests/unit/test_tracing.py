@@ -19,10 +19,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 from tritonclient.grpc import service_pb2
 
-from gateway.app import Worker
 from gateway.observe import logs, tracing
 from gateway.settings import TracingSettings
-from tests.support import free_port, worker_settings
+from tests.fakes import fake_triton
+from tests.support import free_port, running_worker
 
 SVC = "/inference.GRPCInferenceService/"
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
@@ -63,24 +63,16 @@ async def traced(request, monkeypatch):
     exporter = InMemorySpanExporter()
     monkeypatch.setattr(tracing, "_otlp_exporter", lambda _cfg: exporter)
     fake = FakeTriton()
-    upstream = grpc.aio.server()
-    upstream.add_generic_rpc_handlers((fake,))
-    up_port = upstream.add_insecure_port("127.0.0.1:0")
-    await upstream.start()
     ports = {"v2_grpc": free_port(), "tfserving_rest": free_port()}
     extra = {"TRACING__ENABLED": "true", **getattr(request, "param", {})}
-    worker = Worker(worker_settings(ports, f"127.0.0.1:{up_port}", **extra))
-    await worker.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{ports['v2_grpc']}")
 
     def spans():
         tracing.flush()
         return exporter.get_finished_spans()
 
-    yield fake, channel, ports, spans
-    await channel.close()
-    await worker.stop(grace=0.1)
-    await upstream.stop(None)
+    async with fake_triton(fake) as (_, target), running_worker(ports, target, **extra), \
+            grpc.aio.insecure_channel(f"127.0.0.1:{ports['v2_grpc']}") as channel:
+        yield fake, channel, ports, spans
 
 
 def _hex(n: int, width: int) -> str:

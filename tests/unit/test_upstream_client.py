@@ -13,6 +13,7 @@ from gateway import call as calls
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.core.tensors import InferRequest, Tensor
 from gateway.upstream import TritonUpstream
+from tests.fakes import fake_triton
 
 SVC = "inference.GRPCInferenceService"
 
@@ -106,15 +107,11 @@ class Scripted(grpc.GenericRpcHandler):
 @pytest.fixture
 async def upstream():
     scripted = Scripted()
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers((scripted,))
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    up = TritonUpstream(f"127.0.0.1:{port}", cache_ttl=60)
-    await up.connect()
-    yield up, scripted
-    await up.close()
-    await server.stop(None)
+    async with fake_triton(scripted) as (_, target):
+        up = TritonUpstream(target, cache_ttl=60)
+        await up.connect()
+        yield up, scripted
+        await up.close()
 
 
 def _prompt(model: str = "llm") -> InferRequest:

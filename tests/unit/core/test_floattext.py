@@ -157,20 +157,22 @@ def _arr(values, dtype):
         return np.array(values, dtype=np.float64).astype(dtype)
 
 
+def _writers_agree(values, dtype, style, sep) -> None:
+    x = _arr(values, dtype)
+    assert floattext.join(x, style, sep) == reference.join(x, style, sep)
+    assert floattext.tokens(x, style) == reference.tokens(x, style)
+
+
 @settings(max_examples=250, deadline=None)
 @given(st.lists(FLOATS32, max_size=80), st.sampled_from(STYLES), st.sampled_from(SEPARATORS))
 def test_compiled_writer_matches_the_numpy_writer_float32(values, style, sep):
-    x = _arr(values, np.float32)
-    assert floattext.join(x, style, sep) == reference.join(x, style, sep)
-    assert floattext.tokens(x, style) == reference.tokens(x, style)
+    _writers_agree(values, np.float32, style, sep)
 
 
 @settings(max_examples=250, deadline=None)
 @given(st.lists(FLOATS64, max_size=80), st.sampled_from(STYLES), st.sampled_from(SEPARATORS))
 def test_compiled_writer_matches_the_numpy_writer_float64(values, style, sep):
-    x = _arr(values, np.float64)
-    assert floattext.join(x, style, sep) == reference.join(x, style, sep)
-    assert floattext.tokens(x, style) == reference.tokens(x, style)
+    _writers_agree(values, np.float64, style, sep)
 
 
 @pytest.mark.parametrize("style", STYLES, ids=["tfserving", "protobuf"])
