@@ -12,7 +12,7 @@ DIALECT = Dialect(
         ListenerSpec("v2_http", 8000, "http", "KServe V2 HTTP/REST (Triton's HTTP API)",
                      "gateway.dialects.v2.http:attach"),
     ),
-    open="gateway.dialects.v2.passthrough:open",
+    open="gateway.dialects.v2.state:open",
     config=V2Config,
     check="gateway.dialects.v2.check:check",
 )

@@ -19,7 +19,9 @@ from gateway.observe import metrics, tracing
 from gateway.upstream.codec import RAW_INPUT_TAG, parse_response
 
 from . import jsontensor
-from .passthrough import PREFIX, State, UpstreamStatus
+from .errors import UpstreamStatus
+from .passthrough import PREFIX
+from .state import State
 
 JSON = "application/json"
 EMPTY = "text/plain"  # the type evhtp gives Triton's answers without a body of their own (health, readiness)

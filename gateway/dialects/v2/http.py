@@ -37,8 +37,9 @@ from gateway.upstream import codec
 
 from . import calls, documents, jsontensor, plain, rawinput, sse
 from .calls import JSON, Rest
+from .errors import Denied
 from .jsonbody import loads
-from .passthrough import Denied, State
+from .state import State
 
 _MODEL = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?"
                     r"(?:/(infer|generate|generate_stream|ready|config|stats|trace/setting))?")

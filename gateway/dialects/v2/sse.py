@@ -18,8 +18,8 @@ from gateway.observe import metrics, tracing
 
 from . import generate, rjson
 from .calls import Rest, answer, require, serialize
+from .errors import UpstreamStatus
 from .jsonbody import loads
-from .passthrough import UpstreamStatus
 
 # Triton's core prefixes the errors of a request it refuses before running it (validation)
 _REQUEST_ERROR = re.compile(r"\[request id: [^\]]*\] .*(?:expected|data-type|mismatch|missing|does not match)", re.S)
