@@ -62,7 +62,7 @@ REST_BODY = b'{"instances": [1.0, 2.0, 5.0, 7.0]}'
 # The gateway, its timed flushes (metrics, access log: at most every tenth of a second) held past the
 # measure: under callgrind a call takes long enough that a flush would land every call or two, its
 # cost per call set by the machine's speed, where at a real rate it is spread over hundreds.
-HELD_FLUSHES = ("import sys; from gateway import logs, metrics; metrics.FLUSH_S = logs.ACCESS_FLUSH_S = 86400.0;"
+HELD_FLUSHES = ("import sys; from gateway.observe import logs, metrics; metrics.FLUSH_S = logs.ACCESS_FLUSH_S = 86400.0;"
                 " from gateway.cli import main; sys.exit(main(sys.argv[1:]))")
 
 
