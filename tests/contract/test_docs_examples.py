@@ -49,7 +49,7 @@ _WALKTHROUGH = re.compile(r"^<!--\s*walkthrough\b.*-->$")
 _ADDRESS = re.compile(r"\b(?P<host>localhost|127\.0\.0\.1):(?P<port>\d{2,5})\b")
 # Never run from a test, whatever the docs say: they start containers, clusters or long-running stacks.
 _NEVER = re.compile(r"(?m)(?:^|[;&|(]|\bsudo\b|\benv\b)\s*(?:\w+=\S*\s+)*"
-                    r"(docker|kubectl|kustomize|helm|make\s+(?:run|run-pd|bench\S*|test\S*|instructions-\S*))\b")
+                    r"(docker|kubectl|kustomize|helm|make\s+(?:run|run-pd|bench\S*|test\S*|instructions-\S*|compose-\S*|migrate-\S*))\b")
 
 
 @dataclass(frozen=True)
