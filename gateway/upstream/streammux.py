@@ -31,8 +31,10 @@ import itertools
 import logging
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from gateway.core.errors import ErrorKind, GatewayError, from_grpc_code
+from gateway.core.protowire import read_varint
 
 from . import direct
 
@@ -49,25 +51,14 @@ _last_logged = [""]
 BROKEN = "the stream to Triton broke with the request in flight"
 
 
-def _varint(data, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-
-
 def _skip(data, tag: int, pos: int) -> int:
     """The offset after the value of a field of wire type ``tag & 7`` that starts at ``pos``."""
     wire = tag & 7
     if wire == 2:
-        n, pos = _varint(data, pos)
+        n, pos = read_varint(data, pos)
         return pos + n
     if wire == 0:
-        return _varint(data, pos)[1]
+        return read_varint(data, pos)[1]
     if wire in (1, 5):
         return pos + (8 if wire == 1 else 4)
     raise ValueError(f"wire type {wire}")
@@ -86,14 +77,14 @@ def request_id(data) -> bytes:
                 if n < 0x80:
                     pos += 2
                 else:
-                    n, pos = _varint(data, pos + 1)
+                    n, pos = read_varint(data, pos + 1)
                 if tag == _ID_TAG:
                     found = data[pos:pos + n]
                 pos += n
             else:
-                tag, pos = _varint(data, pos)
+                tag, pos = read_varint(data, pos)
                 pos = _skip(data, tag, pos)
-    except IndexError:
+    except (IndexError, DecodeError):
         raise ValueError("truncated message") from None
     if pos != end:
         raise ValueError("field runs past the end of the message")
@@ -105,9 +96,9 @@ def split_answer(data: bytes) -> tuple[bytes, bytes, str]:
     call answers them, error_message): less the ``triton_final_response`` parameter the stream adds."""
     error, start, end, pos, size = "", 0, 0, 0, len(data)
     while pos < size:
-        tag, pos = _varint(data, pos)
+        tag, pos = read_varint(data, pos)
         if tag == _ERROR_TAG or tag == _ANSWER_TAG:
-            n, pos = _varint(data, pos)
+            n, pos = read_varint(data, pos)
             if tag == _ERROR_TAG:
                 error = data[pos:pos + n].decode("utf-8", "replace")
             else:
@@ -126,11 +117,11 @@ def split_answer(data: bytes) -> tuple[bytes, bytes, str]:
         if tag & 7 == 2 and n < 0x80:
             pos += 2
         else:
-            tag, pos = _varint(data, pos)
+            tag, pos = read_varint(data, pos)
             if tag & 7 != 2:
                 pos = _skip(data, tag, pos)
                 continue
-            n, pos = _varint(data, pos)
+            n, pos = read_varint(data, pos)
         if tag == _ID_TAG:
             key = data[pos:pos + n]
         pos += n
