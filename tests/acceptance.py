@@ -154,7 +154,7 @@ def tfserving_rest(ep: Endpoints) -> None:
 
 
 @cache
-def _tensorflow_protos() -> Path:
+def compiled_tensorflow_protos() -> Path:
     """TensorFlow's core messages compiled from proto/ (tensorflow-serving-api is installed without
     TensorFlow: requirements/legacy-clients.txt)."""
     from grpc_tools import protoc
@@ -174,7 +174,7 @@ def tfserving_grpc_tensorflow_serving_api(ep: Endpoints) -> None:
     legacy = ROOT / ".run" / "legacy-clients"
     if not (legacy / "tensorflow_serving" / "apis" / "prediction_service_pb2_grpc.py").exists():
         raise AssertionError("tensorflow-serving-api is not installed in .run/legacy-clients: run `make install`")
-    protos = _tensorflow_protos()
+    protos = compiled_tensorflow_protos()
     env = dict(os.environ, PYTHONPATH=f"{protos}:{legacy}")
     run = subprocess.run([sys.executable, str(ROOT / "tests" / "legacy" / "tfserving_client.py"),
                           ep.target("tfserving_grpc")], env=env, capture_output=True, text=True,

@@ -15,22 +15,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from grpc_tools import protoc
 
+from tests import acceptance
 from tests.support import ROOT
 
 LEGACY = ROOT / ".run" / "legacy-clients"
 
 
 @pytest.fixture(scope="module")
-def tensorflow_protos(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("tf-core-protos")
-    protos = [str(p.relative_to(ROOT / "proto")) for top in ("tensorflow", "xla")
-              for p in (ROOT / "proto" / top).rglob("*.proto")]
-    assert protoc.main(["protoc", f"-I{ROOT / 'proto'}", f"--python_out={out}", *protos]) == 0
-    for d in [out, *(p for p in out.rglob("*") if p.is_dir())]:
-        (d / "__init__.py").touch()
-    return out
+def tensorflow_protos() -> Path:
+    return acceptance.compiled_tensorflow_protos()  # the acceptance set's compiled TensorFlow messages
 
 
 NOT_FOUND_7 = ["NOT_FOUND", "Servable not found for request: Specific(hp3, 7)"]
