@@ -25,10 +25,6 @@ def declare(path: str, missing: list[str] | tuple[str, ...]) -> bool:
     return not missing
 
 
-def on(path: str) -> bool:
-    return not _PATHS.get(path, ("undeclared",))
-
-
 def paths() -> dict[str, tuple[str, ...]]:
     return dict(_PATHS)
 

@@ -60,7 +60,7 @@ def test_under_the_pinned_versions_every_fast_path_is_on():
 def test_a_missing_piece_turns_its_path_off_with_one_warning(monkeypatch, caplog):
     monkeypatch.setattr(fastpaths, "_PATHS", dict(fastpaths._PATHS))
     assert fastpaths.declare("http_fast_lane", ["Http._safe_int"]) is False
-    assert not fastpaths.on("http_fast_lane") and fastpaths.on("grpc_direct_call")
+    assert fastpaths.paths()["http_fast_lane"] == ("Http._safe_int",) and not fastpaths.paths()["grpc_direct_call"]
     log = logging.getLogger("test.fastpaths")
     with caplog.at_level(logging.INFO, logger="test.fastpaths"):
         fastpaths.announce(log, metrics.FAST_PATH, {"http_body_reader": "a setting"})
