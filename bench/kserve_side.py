@@ -16,7 +16,9 @@ and whether the bytes are the same: the gateway writes TF Serving's bytes, KServ
 same wrk load (the four-float predict at several concurrencies, the 150,528-float one at one) runs on
 each side in turn, the order swapped every round: req/s, p50/p99 latency, CPU µs per request of the
 side's processes and of Triton (utime+stime from /proc, bench/procstat.py). Medians and ranges over
-the rounds go to bench/results/kserve/ (results.md, results.json). Everything listens on 127.0.0.1;
+the rounds go to bench/results/kserve/ (results.md, results.json). Cores are pinned as ``make bench``
+pins them (BENCH_CPUS_LOAD, BENCH_CPUS_TRITON, and BENCH_CPUS_GATEWAY for the gateway and the
+transformer alike: their runs never overlap). Everything listens on 127.0.0.1;
 Triton, the gateway and the transformer are stopped at the end, on an error and on Ctrl-C/SIGTERM.
 """
 
@@ -39,7 +41,7 @@ import orjson
 import yaml
 
 from bench import cases, procstat, report, stats, wrk
-from bench.stack import Stack, http
+from bench.stack import Stack, cpu_list, http, pin
 from tests.support import ROOT, free_port, gateway_config, start_gateway, wait_http
 
 KSERVE_VENV = ROOT / ".venv-kserve"
@@ -444,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_exit)
     wrk.binary()  # fail early, before starting anything
+    if os.environ.get("BENCH_CPUS_LOAD"):  # as make bench: inherited by wrk
+        os.sched_setaffinity(0, cpu_list(os.environ["BENCH_CPUS_LOAD"]))
     started, t0, load_before = datetime.now(UTC), time.monotonic(), report.loadavg()
     all_loads = loads(a.concurrency, a.image_concurrency or None)
     res: dict = {"checks": [], "configs": [], "errors": []}
@@ -460,11 +464,13 @@ def main(argv: list[str] | None = None) -> int:
             folder.mkdir()
             stack.gateway = start_gateway(conf, folder)
             stack.gateway_pids = stack._wait_workers(gateway_workers)
+            pin(stack.gateway_pids, "BENCH_CPUS_GATEWAY")  # Triton: BENCH_CPUS_TRITON, in start_triton
             print(f"Triton {triton_version} at {tp.grpc_target}; gateway ({gateway_workers} worker, gateway.yaml) "
                   f"pids {stack.gateway_pids}", flush=True)
             for workers in worker_counts(a.kserve_workers, gateway_workers):
                 transformer = Transformer(stack.tmp, tp.grpc_target, cases.HPT, workers, a.kserve_args)
                 transformer.start()
+                pin(transformer.pids, "BENCH_CPUS_GATEWAY")  # the gateway's cores: the two never run at once
                 print(f"KServe transformer, {workers} worker{'s' if workers != 1 else ''}: pids {transformer.pids}",
                       flush=True)
                 try:
