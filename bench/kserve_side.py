@@ -49,6 +49,7 @@ TRANSFORMER = ROOT / "bench" / "kserve_transformer.py"
 SIDES = ("gateway", "kserve")
 METRICS = ("req_per_s", "p50_ms", "p99_ms", "side_cpu_us", "triton_cpu_us")
 JSON_HEADERS = {"Content-Type": "application/json"}
+CPU_VARS = ("BENCH_CPUS_LOAD", "BENCH_CPUS_TRITON", "BENCH_CPUS_GATEWAY")
 
 
 @dataclass(frozen=True)
@@ -282,7 +283,9 @@ def markdown(res: dict) -> str:
     lines = [
         "# The gateway against KServe's transformer (bench/kserve_side.py)", "",
         f"{meta.get('started', '?')}; KServe's ModelServer with "
-        f"{' '.join(set_.get('kserve_args') or []) or 'its default arguments'}; {set_.get('rounds', '?')} rounds × {set_.get('seconds', '?')} s per side "
+        f"{' '.join(set_.get('kserve_args') or []) or 'its default arguments'}; "
+        f"{'cores ' + ', '.join(f'{k}={v}' for k, v in set_['cpus'].items()) if set_.get('cpus') else 'no core pinned'}; "
+        f"{set_.get('rounds', '?')} rounds × {set_.get('seconds', '?')} s per side "
         f"and row, sides alternated (round by round: each round's gateway ÷ KServe req/s, the two runs "
         f"adjacent in time); load average {meta.get('loadavg_before', '?')} before, "
         f"{meta.get('loadavg_after', '?')} after (a shared machine: CPU per request is the steadier figure). "
@@ -493,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
         "git": report.git(ROOT),
         "settings": {"seconds": a.seconds, "rounds": a.rounds, "warmup": a.warmup, "concurrency": a.concurrency,
                      "image_concurrency": a.image_concurrency, "kserve_args": a.kserve_args,
-                     "clk_tck": procstat.CLK_TCK},
+                     "cpus": {v: os.environ[v] for v in CPU_VARS if os.environ.get(v)}, "clk_tck": procstat.CLK_TCK},
     }
     for path in write(res, a.results):
         print(f"wrote {path}")

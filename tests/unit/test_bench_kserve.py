@@ -171,7 +171,10 @@ def test_the_report_has_the_check_both_sides_the_ratios_and_the_skipped_row():
     assert "| TF Serving REST predict, 4 FP32 | 8 | gateway | 1750 |" in md
     assert "| TF Serving REST predict, 4 FP32 | 8 | kserve | 575 (550–600) |" in md
     assert "| 3.04× | 3.05× (2.90–3.20) | yes | 3.10× |" in md
-    assert "skipped: one answer took 12.0 s" in md and "kserve 0.21.0" in md
+    assert "skipped: one answer took 12.0 s" in md and "kserve 0.21.0" in md and "no core pinned" in md
+    pinned = _results()
+    pinned["meta"]["settings"]["cpus"] = {"BENCH_CPUS_GATEWAY": "1", "BENCH_CPUS_TRITON": "0"}
+    assert "cores BENCH_CPUS_GATEWAY=1, BENCH_CPUS_TRITON=0" in kserve_side.markdown(pinned)
 
 
 def test_results_are_written(tmp_path):
