@@ -135,6 +135,20 @@ soak: $(VENV)/.installed $(TRITON_VENV)/.installed
 bench-pd: $(VENV)/.installed $(TRITON_VENV)/.installed
 	$(BIN)/python -m bench.pd_latency
 
+# The gateway against KServe's transformer pattern (bench/kserve_side.py, docs/benchmarks.md): its own Triton,
+# gateway (gateway.yaml, one worker) and kserve.ModelServer transformer (.venv-kserve) on free 127.0.0.1 ports,
+# stopped at the end (also on Ctrl-C); about 5 minutes. Writes bench/results/kserve/. Options: KSERVE_ARGS="--help".
+KSERVE_VENV ?= .venv-kserve
+.PHONY: bench-kserve
+bench-kserve: $(VENV)/.installed $(TRITON_VENV)/.installed $(KSERVE_VENV)/.installed bench-wrk
+	$(BIN)/python -m bench.kserve_side $(KSERVE_ARGS)
+
+# KServe's SDK and model server in their own venv (requirements/bench-kserve.txt: every version pinned).
+$(KSERVE_VENV)/.installed: requirements/bench-kserve.txt
+	@test -x $(KSERVE_VENV)/bin/python || $(PYTHON) -m venv $(KSERVE_VENV)
+	$(KSERVE_VENV)/bin/pip install $(PIP_FLAGS) --no-deps -r requirements/bench-kserve.txt
+	@touch $@
+
 # matplotlib for the chart, pinned in requirements/bench.txt, into the gateway's venv.
 $(VENV)/.bench-installed: requirements/bench.txt $(VENV)/.installed
 	$(BIN)/pip install $(PIP_FLAGS) -c requirements/constraints.txt -r requirements/bench.txt
@@ -146,4 +160,4 @@ bench-wrk:
 		|| { echo "error: wrk is missing and could not be installed: apt-get install -y wrk"; exit 1; }
 
 clean:
-	rm -rf $(VENV) $(TRITON_VENV) .venv-onnx .venv-latest $(TF_VENV) .run
+	rm -rf $(VENV) $(TRITON_VENV) .venv-onnx .venv-latest $(TF_VENV) $(KSERVE_VENV) .run
