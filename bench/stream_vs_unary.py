@@ -75,6 +75,11 @@ async def _client(target: str, mode: str, conc: int) -> None:
 
         await asyncio.gather(*(caller() for _ in range(conc)))
 
+    await serve(run)
+
+
+async def serve(run) -> None:
+    """The client's side of the driver's pipe: ``ready``, then ``run(n)`` for each line ``n``."""
     loop = asyncio.get_running_loop()
     print("ready", flush=True)
     while True:
@@ -97,11 +102,12 @@ def client_main(argv: list[str]) -> int:
 
 # -- the driver ---------------------------------------------------------------------------------
 class Client:
-    def __init__(self, target: str, mode: str, conc: int, callgrind: Path | None = None):
+    def __init__(self, target: str, mode: str, conc: int, callgrind: Path | None = None,
+                 module: str = "bench.stream_vs_unary"):
         from bench.stack import floor_env
         from tests.support import ROOT
 
-        cmd = [sys.executable, "-m", "bench.stream_vs_unary", "client", target, mode, str(conc)]
+        cmd = [sys.executable, "-m", module, "client", target, mode, str(conc)]
         if callgrind is not None:
             cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={callgrind}", *cmd]
         from bench.stack import cpu_list
@@ -130,13 +136,14 @@ class Client:
             self.proc.kill()
 
 
-def _cpu(stack, target: str, modes: list[str], concs: list[int], n: int, rounds: int) -> list[dict]:
+def _cpu(stack, target: str, modes: list[str], concs: list[int], n: int, rounds: int,
+         module: str = "bench.stream_vs_unary") -> list[dict]:
     rows = []
     for conc in concs:
         per = {m: {"client": [], "triton": [], "rps": []} for m in modes}
         for r in range(rounds):
             for mode in (modes if r % 2 == 0 else modes[::-1]):
-                client = Client(target, mode, conc)
+                client = Client(target, mode, conc, module=module)
                 try:
                     client.run(max(300, n // 5))  # warm: streams open, caches filled
                     t0 = procstat.ticks(stack.triton_pids())
@@ -156,7 +163,7 @@ def _cpu(stack, target: str, modes: list[str], concs: list[int], n: int, rounds:
     return rows
 
 
-def _callgrind(target: str, modes: list[str], concs: list[int]) -> list[dict]:
+def _callgrind(target: str, modes: list[str], concs: list[int], module: str = "bench.stream_vs_unary") -> list[dict]:
     from bench.instructions import totals
 
     n1, n2 = int(os.environ.get("N1", 500)), int(os.environ.get("N2", 2500))
@@ -164,7 +171,7 @@ def _callgrind(target: str, modes: list[str], concs: list[int]) -> list[dict]:
     for conc in concs:
         for mode in modes:
             out = Path(tempfile.mkdtemp(prefix="svu-")) / "callgrind.out"
-            client = Client(target, mode, conc, callgrind=out)
+            client = Client(target, mode, conc, callgrind=out, module=module)
             try:
                 client.run(300)
                 ctl = ["callgrind_control"]
