@@ -18,10 +18,7 @@ alternated in rounds, medians and ranges printed.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import sys
-from pathlib import Path
 
 from bench import cases, stream_vs_unary
 
@@ -91,8 +88,6 @@ async def _h2raw(host: str, port: int):
 
 
 async def _client(target: str, mode: str, conc: int) -> None:
-    from gateway.upstream import codec
-
     host, _, port = target.rpartition(":")
     if mode == "unary":
         import grpc
@@ -110,23 +105,7 @@ async def _client(target: str, mode: str, conc: int) -> None:
     else:
         one = await _h2raw(host, int(port))
 
-    base = cases._v2_request(cases.SMALL)
-    seq = [0]
-
-    async def run(n: int) -> None:
-        left = [n]
-
-        async def caller():
-            while left[0] > 0:
-                left[0] -= 1
-                seq[0] += 1
-                answer = await one(base + codec.delimited(3, b"r%d" % seq[0]))
-                if len(answer) < 16:
-                    raise RuntimeError(f"answer {answer!r}")
-
-        await asyncio.gather(*(caller() for _ in range(conc)))
-
-    await stream_vs_unary.serve(run)
+    await stream_vs_unary.serve(one, conc)
 
 
 def client_main(argv: list[str]) -> int:
@@ -140,27 +119,7 @@ def client_main(argv: list[str]) -> int:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["client"]:
         return client_main(argv[1:])
-    from bench.stack import Stack
-
-    modes = os.environ.get("MODES", "unary,h2lib,h2raw").split(",")
-    concs = [int(c) for c in os.environ.get("CONC", "1,8,64").split(",")]
-    module = "bench.h2_vs_grpc"
-    with Stack() as stack:
-        tp = stack.start_triton(None)
-        if "--callgrind" in argv:
-            rows = stream_vs_unary._callgrind(tp.grpc_target, modes, concs, module)
-        else:
-            rows = stream_vs_unary._cpu(stack, tp.grpc_target, modes, concs, int(os.environ.get("N", 3000)),
-                                        int(os.environ.get("ROUNDS", 3)), module)
-        for row in rows:
-            if "client" in row:
-                r = row["rounds"]["client"]
-                print(f"conc {row['conc']:3d} {row['mode']:6s} client median {row['client']:7.1f} µs "
-                      f"(rounds {min(r)}-{max(r)})  triton {row['triton']:7.1f} µs", flush=True)
-    out = os.environ.get("RESULTS")
-    if out:
-        Path(out).write_text(json.dumps(rows, indent=1))
-    return 0
+    return stream_vs_unary.main(argv, "bench.h2_vs_grpc", "unary,h2lib,h2raw")
 
 
 if __name__ == "__main__":
