@@ -166,6 +166,9 @@ class Stack:
         mux = os.environ.get("BENCH_STREAM_MUX", "")  # unset: the gateway's default (upstream.stream_mux)
         if mux:
             conf["upstream"]["stream_mux"] = {"enabled": mux not in ("0", "false", "no")}
+        transport = os.environ.get("BENCH_UPSTREAM_TRANSPORT", "")  # grpc|h2; unset: the default
+        if transport:
+            conf["upstream"]["transport"] = transport
         self.gateway = start_gateway(conf, folder)
         self.gateway_pids = self._wait_workers(workers)
         pin(self.gateway_pids, "BENCH_CPUS_GATEWAY")

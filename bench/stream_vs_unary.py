@@ -42,9 +42,8 @@ async def _client(target: str, mode: str, conc: int) -> None:
     import grpc
 
     from bench import grpcload
-    from gateway.upstream import codec, direct, streammux
+    from gateway.upstream import direct, streammux
 
-    base = cases._v2_request(cases.SMALL)
     channel = grpc.aio.insecure_channel(target, options=grpcload.CHANNEL_OPTIONS)
     if mode == "unary":
         call = direct.unary(channel, MODEL_INFER)
@@ -60,6 +59,15 @@ async def _client(target: str, mode: str, conc: int) -> None:
                 raise RuntimeError("a request the mux would not take")
             return await mux.infer(route, data, 60)
 
+    await serve(one, conc)
+
+
+async def serve(one, conc: int) -> None:
+    """The client's side of the driver's pipe: ``ready``, then for each line ``n``, ``n`` requests
+    (the small request, an id of its own each) by ``conc`` callers of ``one(data) -> answer``."""
+    from gateway.upstream import codec
+
+    base = cases._v2_request(cases.SMALL)
     seq = [0]
 
     async def run(n: int) -> None:
@@ -97,11 +105,12 @@ def client_main(argv: list[str]) -> int:
 
 # -- the driver ---------------------------------------------------------------------------------
 class Client:
-    def __init__(self, target: str, mode: str, conc: int, callgrind: Path | None = None):
+    def __init__(self, target: str, mode: str, conc: int, callgrind: Path | None = None,
+                 module: str = "bench.stream_vs_unary"):
         from bench.stack import floor_env
         from tests.support import ROOT
 
-        cmd = [sys.executable, "-m", "bench.stream_vs_unary", "client", target, mode, str(conc)]
+        cmd = [sys.executable, "-m", module, "client", target, mode, str(conc)]
         if callgrind is not None:
             cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={callgrind}", *cmd]
         from bench.stack import cpu_list
@@ -130,13 +139,14 @@ class Client:
             self.proc.kill()
 
 
-def _cpu(stack, target: str, modes: list[str], concs: list[int], n: int, rounds: int) -> list[dict]:
+def _cpu(stack, target: str, modes: list[str], concs: list[int], n: int, rounds: int,
+         module: str = "bench.stream_vs_unary") -> list[dict]:
     rows = []
     for conc in concs:
         per = {m: {"client": [], "triton": [], "rps": []} for m in modes}
         for r in range(rounds):
             for mode in (modes if r % 2 == 0 else modes[::-1]):
-                client = Client(target, mode, conc)
+                client = Client(target, mode, conc, module=module)
                 try:
                     client.run(max(300, n // 5))  # warm: streams open, caches filled
                     t0 = procstat.ticks(stack.triton_pids())
@@ -151,12 +161,13 @@ def _cpu(stack, target: str, modes: list[str], concs: list[int], n: int, rounds:
             row = {"mode": mode, "conc": conc, **{k: statistics.median(v) for k, v in per[mode].items()},
                    "rounds": {k: [round(x, 1) for x in v] for k, v in per[mode].items()}}
             rows.append(row)
-            print(f"conc {conc:3d} {mode:6s} client {row['client']:7.1f} µs  triton {row['triton']:7.1f} µs  "
-                  f"{row['rps']:8.0f} req/s", flush=True)
+            spread = row["rounds"]["client"]
+            print(f"conc {conc:3d} {mode:6s} client {row['client']:7.1f} µs ({min(spread)}-{max(spread)})  "
+                  f"triton {row['triton']:7.1f} µs  {row['rps']:8.0f} req/s", flush=True)
     return rows
 
 
-def _callgrind(target: str, modes: list[str], concs: list[int]) -> list[dict]:
+def _callgrind(target: str, modes: list[str], concs: list[int], module: str = "bench.stream_vs_unary") -> list[dict]:
     from bench.instructions import totals
 
     n1, n2 = int(os.environ.get("N1", 500)), int(os.environ.get("N2", 2500))
@@ -164,7 +175,7 @@ def _callgrind(target: str, modes: list[str], concs: list[int]) -> list[dict]:
     for conc in concs:
         for mode in modes:
             out = Path(tempfile.mkdtemp(prefix="svu-")) / "callgrind.out"
-            client = Client(target, mode, conc, callgrind=out)
+            client = Client(target, mode, conc, callgrind=out, module=module)
             try:
                 client.run(300)
                 ctl = ["callgrind_control"]
@@ -183,12 +194,14 @@ def _callgrind(target: str, modes: list[str], concs: list[int]) -> list[dict]:
     return rows
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], module: str = "bench.stream_vs_unary", default_modes: str = "unary,mux1,mux4") -> int:
+    """The driver (``module``'s client processes, ``MODES`` or ``default_modes``), or with
+    ``client`` first, this module's client."""
     if argv[:1] == ["client"]:
         return client_main(argv[1:])
     from bench.stack import Stack, pin
 
-    modes = os.environ.get("MODES", "unary,mux1,mux4").split(",")
+    modes = os.environ.get("MODES", default_modes).split(",")
     concs = [int(c) for c in os.environ.get("CONC", "1,8,64").split(",")]
     instances = os.environ.get("INSTANCES")
     with Stack() as stack:
@@ -197,10 +210,10 @@ def main(argv: list[str]) -> int:
             os.environ["BENCH_CPUS_TRITON"] = os.environ["TASKSET_TRITON"]
             pin(stack.triton_pids(), "BENCH_CPUS_TRITON")
         if "--callgrind" in argv:
-            rows = _callgrind(tp.grpc_target, modes, concs)
+            rows = _callgrind(tp.grpc_target, modes, concs, module)
         else:
             rows = _cpu(stack, tp.grpc_target, modes, concs, int(os.environ.get("N", 3000)),
-                        int(os.environ.get("ROUNDS", 3)))
+                        int(os.environ.get("ROUNDS", 3)), module)
     out = os.environ.get("RESULTS")
     if out:
         Path(out).write_text(json.dumps(rows, indent=1))

@@ -27,7 +27,7 @@ from gateway.observe import fastpaths, metrics, tracing
 from gateway.ops import grpchealth
 from gateway.process import malloc
 from gateway.settings import Listener, Settings
-from gateway.upstream import Upstream, from_settings
+from gateway.upstream import Upstream, from_settings, h2_off
 
 log = logging.getLogger("gateway")
 
@@ -91,8 +91,10 @@ class Worker:
             raise
         if self._http:
             sanicx.touch_up(self._http[0].app)
-        fastpaths.announce(log, metrics.FAST_PATH,
-                           {} if self.settings.http_fast_path else {"http_fast_lane": "http_fast_path: false"})
+        turned_off = {} if self.settings.http_fast_path else {"http_fast_lane": "http_fast_path: false"}
+        if (why := h2_off(self.settings)) is not None:
+            turned_off["upstream_h2"] = why
+        fastpaths.announce(log, metrics.FAST_PATH, turned_off)
         ctx.started.set()
         return ctx
 

@@ -3,6 +3,6 @@ reaches Triton through this package, in neutral terms; start-up probes (gateway/
 Triton's readiness with tritonclient's stubs directly."""
 
 from .client import TritonUpstream, Upstream
-from .factory import from_settings
+from .factory import from_settings, h2_off
 
-__all__ = ["Upstream", "TritonUpstream", "from_settings"]
+__all__ = ["Upstream", "TritonUpstream", "from_settings", "h2_off"]

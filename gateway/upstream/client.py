@@ -25,7 +25,7 @@ from gateway.core.errors import GRPC_STATUS, ErrorKind, GatewayError, from_grpc_
 from gateway.core.tensors import InferRequest, InferResponse, ModelIndexEntry, ModelMetadata
 from gateway.observe import metrics, tracing
 
-from . import codec, direct, shm, streammux
+from . import codec, direct, h2call, shm, streammux
 
 # Unlimited message sizes on the upstream hop: the 4 MiB grpc default breaks real tensors.
 CHANNEL_OPTIONS = (
@@ -222,7 +222,8 @@ class TritonUpstream:
     def __init__(self, target: str, *, default_timeout: float = 60.0, cache_ttl: float = 2.0, retries: int = 3,
                  stream_timeout: float = 600.0, lb_policy: str = "pick_first",
                  credentials: grpc.ChannelCredentials | None = None, extra_options: tuple = (),
-                 shared_memory: tuple[int, int] | None = None, stream_mux: tuple[int, int] | None = None):
+                 shared_memory: tuple[int, int] | None = None, stream_mux: tuple[int, int] | None = None,
+                 h2: h2call.Channel | None = None):
         self.target = target
         self.options = (*channel_options(lb_policy), *extra_options)
         self.credentials = credentials  # TLS / mTLS to Triton (gateway.access.channel_credentials); None: plaintext
@@ -240,6 +241,7 @@ class TritonUpstream:
         self._mux_sizes = stream_mux  # (streams, max_bytes): small ModelInfers as stream messages
         self._mux: streammux.Mux | None = None
         self._plain: dict[str, bool] = {}  # model -> not decoupled, as its last metadata said
+        self._h2 = h2  # upstream.transport h2: infer_bytes's calls as HTTP/2 frames on the loop (h2call.py)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def connect(self) -> None:
@@ -298,6 +300,8 @@ class TritonUpstream:
         if self._mux is not None:
             await self._mux.close()
             self._mux = None
+        if self._h2 is not None:
+            await self._h2.close()
         if self._channel is not None:
             await self._channel.close(grace=None)
             self._channel = self._stub = None
@@ -372,6 +376,8 @@ class TritonUpstream:
             route = mux.route(data) if mux is not None and not md and self._plain.get(model) else None
             if route is not None:
                 return await mux.infer(route, data, self._timeout())
+            if self._h2 is not None and not md:  # a traced call keeps grpc.aio (its metadata)
+                return await self._h2.call(data, self._timeout())
             return await self._model_infer_bytes(data, timeout=self._timeout(), metadata=md)
 
     async def stream(self, req: InferRequest) -> AsyncIterator[InferResponse]:

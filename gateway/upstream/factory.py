@@ -5,7 +5,7 @@ from __future__ import annotations
 from gateway.access import channel_credentials
 from gateway.settings import Settings, upstream_addresses
 
-from . import shm
+from . import h2call, shm
 from .client import TritonUpstream
 
 
@@ -22,5 +22,24 @@ def from_settings(settings: Settings, **overrides) -> TritonUpstream:
                 credentials=creds, extra_options=tls_options,
                 shared_memory=(u.shared_memory.pool_bytes, u.shared_memory.min_bytes) if shm_on else None,
                 stream_mux=(u.stream_mux.streams, u.stream_mux.max_bytes) if u.stream_mux.enabled else None)
+    if h2_off(settings) is None:
+        args["h2"] = h2call.Channel(upstream_addresses(u.grpc), u.lb_policy)
     args.update(overrides)
     return TritonUpstream(u.grpc, **args)
+
+
+def h2_off(settings: Settings) -> str | None:
+    """Why ModelInfer calls do not go as HTTP/2 frames on the loop (``upstream.transport: h2``,
+    gateway/upstream/h2call.py): the setting that keeps them on grpc.aio; None: they do."""
+    u = settings.upstream
+    if u.transport != "h2":
+        return "upstream.transport: grpc"
+    if not h2call.ON:
+        return "hpack missing"
+    if u.tls is not None:
+        return "upstream.tls"
+    if not upstream_addresses(u.grpc):
+        return "a unix: target"
+    if u.grpc.startswith("dns:") and u.lb_policy == "round_robin":
+        return "round_robin over a dns: name"
+    return None

@@ -1,0 +1,571 @@
+"""Unary gRPC calls to Triton written as HTTP/2 frames on the event loop itself (``upstream.transport: h2``).
+
+A grpc.aio call crosses threads: grpc core's completion-queue poller picks the answer up and wakes
+the asyncio loop, and each call is a batch of core operations. Here an ``asyncio.Protocol`` owns
+one plain-TCP HTTP/2 connection per Triton address and a call is a HEADERS frame and a DATA frame
+written by the caller's task, its answer parsed from ``data_received`` in the loop's own thread.
+The request's header block is encoded once per method (HPACK literal fields without indexing
+need no shared state; only ``grpc-timeout`` changes per call); the answer's header blocks are
+decoded with ``hpack`` (h2's own), and a block made only of indexed fields (every block, once
+Triton's encoder has its table filled) is remembered until a block that changes the table comes.
+
+What a caller sees is what ``direct.unary`` gives: the answer's bytes, or ``grpc.aio.AioRpcError``
+with the code and details grpc would give (Triton's ``grpc-status``/``grpc-message``; a deadline:
+DEADLINE_EXCEEDED "Deadline Exceeded", sent to Triton as ``grpc-timeout`` and kept by a local
+timer; a connection that breaks: UNAVAILABLE for the calls in flight, never retried, and a new
+connection for the next call; a call Triton never started, past a GOAWAY's last stream id or
+refused, sent once more on a new connection, as grpc's transparent retry). A cancelled caller resets its
+stream (RST_STREAM CANCEL), so Triton stops. Flow control both ways (windows opened with
+WINDOW_UPDATE as answers are read; requests wait for Triton's windows), SETTINGS and PING
+acknowledged, Triton's MAX_CONCURRENT_STREAMS kept. Plain TCP only: TLS and traced requests keep
+grpc.aio (gateway/upstream/client.py decides).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import math
+import socket
+import struct
+import time
+from urllib.parse import unquote
+
+import grpc
+
+from gateway.observe import fastpaths
+
+try:
+    from hpack import Decoder
+except ImportError:  # pragma: no cover - hpack is a pinned dependency
+    Decoder = None
+
+ON = fastpaths.declare("upstream_h2", [] if Decoder is not None else ["hpack"])
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
+END_STREAM = ACK = 0x1
+END_HEADERS, PADDED, PRIORITY_FLAG = 0x4, 0x8, 0x20
+CANCEL = 0x8
+_FRAME = struct.Struct(">HBBBI")  # length (24 bits: H then B), type, flags, stream id
+_U32 = struct.Struct(">I")
+_SETTING = struct.Struct(">HI")
+
+STREAM_WINDOW = 8 << 20  # what Triton may send on one stream before we read it
+CONN_WINDOW = 64 << 20  # and on the connection
+MAX_FRAME = 1 << 18  # the largest frame we accept (Triton's DATA frames up to this)
+LAST_STREAM_ID = (1 << 31) - 1
+_STATUS_BY_RST = {7: grpc.StatusCode.UNAVAILABLE, 8: grpc.StatusCode.CANCELLED,
+                  11: grpc.StatusCode.RESOURCE_EXHAUSTED, 12: grpc.StatusCode.PERMISSION_DENIED}
+_STATUS_BY_HTTP = {400: grpc.StatusCode.INTERNAL, 401: grpc.StatusCode.UNAUTHENTICATED,
+                   403: grpc.StatusCode.PERMISSION_DENIED, 404: grpc.StatusCode.UNIMPLEMENTED,
+                   429: grpc.StatusCode.UNAVAILABLE, 502: grpc.StatusCode.UNAVAILABLE,
+                   503: grpc.StatusCode.UNAVAILABLE, 504: grpc.StatusCode.UNAVAILABLE}
+_CODES = {c.value[0]: c for c in grpc.StatusCode}
+
+
+def frame(kind: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
+    n = len(payload)
+    return _FRAME.pack(n >> 8, n & 0xFF, kind, flags, sid) + payload
+
+
+def _int(value: int, prefix_bits: int, first: int) -> bytes:
+    """An HPACK integer (RFC 7541 5.1) whose first byte carries ``first`` above the prefix."""
+    top = (1 << prefix_bits) - 1
+    if value < top:
+        return bytes((first | value,))
+    out, value = [first | top], value - top
+    while value >= 128:
+        out.append((value & 127) | 128)
+        value >>= 7
+    return bytes((*out, value))
+
+
+def _string(text: str) -> bytes:
+    raw = text.encode()
+    return _int(len(raw), 7, 0) + raw
+
+
+def literal(name: str | int, value: str) -> bytes:
+    """A field as an HPACK literal without indexing (no table state on either side): ``name`` by
+    its static-table index or spelled out."""
+    if isinstance(name, int):
+        return _int(name, 4, 0) + _string(value)
+    return b"\x00" + _string(name) + _string(value)
+
+
+def request_block(path: str, authority: str) -> bytes:
+    """A unary call's header block without ``grpc-timeout`` (``timeout_field`` is appended)."""
+    return (b"\x83\x86"  # :method POST, :scheme http (static table, indexed)
+            + literal(4, path) + literal(1, authority) + literal(31, "application/grpc")
+            + literal("te", "trailers") + literal("user-agent", "gateway-h2"))
+
+
+_TIMEOUT_NAME = b"\x00" + _string("grpc-timeout")
+
+
+def timeout_field(seconds: float) -> bytes:
+    """``grpc-timeout`` (at most 8 digits and a unit), rounded up as grpc does."""
+    us = max(1, math.ceil(seconds * 1e6))
+    if us < 100_000_000:
+        text = f"{us}u"
+    elif (ms := math.ceil(us / 1000)) < 100_000_000:
+        text = f"{ms}m"
+    else:
+        text = f"{min(99_999_999, math.ceil(us / 1e6))}S"
+    return _TIMEOUT_NAME + _string(text)
+
+
+def error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    """The error grpc.aio raises for a call that ended with ``code``, as ``_translate`` reads it."""
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+
+
+class Unprocessed(grpc.aio.AioRpcError):
+    """A call Triton says it never started (a GOAWAY's last stream id below it, REFUSED_STREAM):
+    ``Channel.call`` sends it once more on a new connection, as grpc's transparent retry does."""
+
+
+def _indexed_only(block: bytes) -> bool:
+    """Whether a header block is only indexed fields (decoding it leaves the HPACK table as it is)."""
+    i, n = 0, len(block)
+    while i < n:
+        b = block[i]
+        if not b & 0x80:
+            return False
+        i += 1
+        if b & 0x7F == 0x7F:  # a multi-byte index
+            while i < n and block[i] & 0x80:
+                i += 1
+            i += 1
+    return True
+
+
+class _Stream:
+    __slots__ = ("future", "chunks", "headers", "unacked", "window", "out")
+
+    def __init__(self, future: asyncio.Future, window: int):
+        self.future = future
+        self.chunks: list[bytes] = []
+        self.headers: dict[str, str] | None = None  # the answer's first header block, once read
+        self.unacked = 0  # DATA bytes read and not yet given back with WINDOW_UPDATE
+        self.window = window  # what we may still send
+        self.out: collections.deque[memoryview] | None = None  # request bytes waiting for a window
+
+
+class Connection(asyncio.Protocol):
+    """One HTTP/2 connection to one Triton address: its streams, windows and HPACK decoder."""
+
+    def __init__(self):
+        self.transport: asyncio.Transport | None = None
+        self.streams: dict[int, _Stream] = {}
+        self.next_sid = 1
+        self.closed = False  # no new streams (GOAWAY read, the socket gone, ids spent)
+        self.lost = False  # the socket is gone
+        self.peer_window = 65535  # the peer's initial stream window (its SETTINGS)
+        self.peer_frame = 16384  # the largest frame the peer takes
+        self.peer_streams = 1 << 31  # the peer's MAX_CONCURRENT_STREAMS
+        self.send_window = 65535  # the connection's send window
+        self.conn_unacked = 0
+        self.waiting: collections.deque[asyncio.Future] = collections.deque()  # calls waiting for a stream slot
+        self.pending: collections.deque[int] = collections.deque()  # streams with request bytes to send
+        self._buf = b""
+        self._block: list = []  # a header block continued by CONTINUATION frames: [sid, flags, parts]
+        self._decoder = Decoder()
+        self._decoder.max_allowed_table_size = 4096
+        self._decoded: dict[bytes, dict[str, str]] = {}
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:  # pragma: no cover - not TCP
+                pass
+        settings = b"".join(_SETTING.pack(k, v) for k, v in (
+            (2, 0), (4, STREAM_WINDOW), (5, MAX_FRAME)))  # no push, our window, our frame size
+        transport.write(PREFACE + frame(SETTINGS, 0, 0, settings)
+                        + frame(WINDOW_UPDATE, 0, 0, _U32.pack(CONN_WINDOW - 65535)))
+
+    def connection_lost(self, exc) -> None:
+        self.closed = self.lost = True
+        self._fail_all(grpc.StatusCode.UNAVAILABLE, "Socket closed" if exc is None else f"Connection lost: {exc}")
+
+    def data_received(self, data: bytes) -> None:
+        if self._buf:
+            data = self._buf + data
+        n, off, unpack = len(data), 0, _FRAME.unpack_from
+        while n - off >= 9:
+            hi, lo, kind, flags, sid = unpack(data, off)
+            length = hi << 8 | lo
+            end = off + 9 + length
+            if end > n:
+                break
+            self._frame(kind, flags, sid & LAST_STREAM_ID, data[off + 9:end], length)
+            off = end
+        self._buf = data[off:] if off < n else b""
+
+    # -- frames read --------------------------------------------------------------------------
+    def _frame(self, kind: int, flags: int, sid: int, payload: bytes, length: int) -> None:
+        if kind == DATA:
+            self.conn_unacked += length
+            if self.conn_unacked >= CONN_WINDOW // 2:
+                self.transport.write(frame(WINDOW_UPDATE, 0, 0, _U32.pack(self.conn_unacked)))
+                self.conn_unacked = 0
+            st = self.streams.get(sid)
+            if st is None:
+                return
+            if flags & PADDED:
+                payload = payload[1:len(payload) - payload[0]]
+            st.chunks.append(payload)
+            if flags & END_STREAM:  # an answer without trailers
+                self._end(sid, st, None)
+                return
+            st.unacked += length
+            if st.unacked >= STREAM_WINDOW // 2:
+                self.transport.write(frame(WINDOW_UPDATE, 0, sid, _U32.pack(st.unacked)))
+                st.unacked = 0
+        elif kind == HEADERS:
+            if flags & PADDED:
+                payload = payload[1:len(payload) - payload[0]]
+            if flags & PRIORITY_FLAG:
+                payload = payload[5:]
+            if flags & END_HEADERS:
+                self._headers(sid, flags, payload)
+            else:
+                self._block = [sid, flags, [payload]]
+        elif kind == CONTINUATION:
+            if self._block:
+                self._block[2].append(payload)
+                if flags & END_HEADERS:
+                    sid, flags, parts = self._block
+                    self._block = []
+                    self._headers(sid, flags, b"".join(parts))
+        elif kind == SETTINGS:
+            if not flags & ACK:
+                self._settings(payload)
+                self.transport.write(frame(SETTINGS, ACK, 0))
+        elif kind == WINDOW_UPDATE:
+            inc = _U32.unpack(payload)[0] & LAST_STREAM_ID
+            if sid == 0:
+                self.send_window += inc
+            elif (st := self.streams.get(sid)) is not None:
+                st.window += inc
+            if self.pending:
+                self._pump()
+        elif kind == PING:
+            if not flags & ACK:
+                self.transport.write(frame(PING, ACK, 0, payload))
+        elif kind == RST_STREAM:
+            st = self.streams.get(sid)
+            if st is not None:
+                code = _U32.unpack(payload)[0]
+                details = f"Received RST_STREAM with error code {code}"
+                self._finish(sid, st, Unprocessed(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
+                                                  grpc.aio.Metadata(), details) if code == 7 else
+                             error(_STATUS_BY_RST.get(code, grpc.StatusCode.INTERNAL), details))
+        elif kind == GOAWAY:
+            last = _U32.unpack_from(payload)[0] & LAST_STREAM_ID
+            self.closed = True
+            for sid in [s for s in self.streams if s > last]:
+                self._finish(sid, self.streams[sid], Unprocessed(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
+                                                                 grpc.aio.Metadata(), "GOAWAY received"))
+            self._wake_all()
+            if not self.streams:
+                self.transport.close()
+        # PRIORITY, PUSH_PROMISE (push is off), unknown kinds: nothing to do
+
+    def _settings(self, payload: bytes) -> None:
+        for i in range(0, len(payload) - 5, 6):
+            key, value = _SETTING.unpack_from(payload, i)
+            if key == 4:
+                delta, self.peer_window = value - self.peer_window, value
+                for st in self.streams.values():
+                    st.window += delta
+            elif key == 5:
+                self.peer_frame = value
+            elif key == 3:
+                self.peer_streams = value
+        if self.pending:
+            self._pump()
+        while self.waiting and len(self.streams) < self.peer_streams:
+            self._wake_one()
+
+    def _decode(self, block: bytes) -> dict[str, str]:
+        hit = self._decoded.get(block)
+        if hit is not None:
+            return hit
+        fields = {k: v for k, v in self._decoder.decode(block, raw=False)}
+        if _indexed_only(block):
+            if len(self._decoded) > 64:
+                self._decoded.clear()
+            self._decoded[block] = fields
+        else:  # the table changed: what was remembered may read otherwise now
+            self._decoded.clear()
+        return fields
+
+    def _headers(self, sid: int, flags: int, block: bytes) -> None:
+        fields = self._decode(block)  # every block, the HPACK table follows Triton's
+        st = self.streams.get(sid)
+        if st is None:
+            return
+        if st.headers is None and not flags & END_STREAM:
+            st.headers = fields
+            return
+        if st.headers is None:  # trailers only
+            st.headers = fields
+        self._end(sid, st, fields)
+
+    # -- a stream's end -----------------------------------------------------------------------
+    def _end(self, sid: int, st: _Stream, trailers: dict[str, str] | None) -> None:
+        head = st.headers or {}
+        status = head.get(":status", "200")
+        if status != "200":
+            code = _STATUS_BY_HTTP.get(int(status) if status.isdigit() else 0, grpc.StatusCode.UNKNOWN)
+            return self._finish(sid, st, error(code, f"Received http2 header with status: {status}"))
+        if trailers is None or "grpc-status" not in trailers:
+            return self._finish(sid, st, error(grpc.StatusCode.UNKNOWN, "Stream removed"))
+        code = int(trailers["grpc-status"]) if trailers["grpc-status"].isdigit() else 2
+        if code:
+            return self._finish(sid, st, error(_CODES.get(code, grpc.StatusCode.UNKNOWN),
+                                               unquote(trailers.get("grpc-message", ""))))
+        body = st.chunks[0] if len(st.chunks) == 1 else b"".join(st.chunks)
+        if len(body) < 5 or body[0] != 0 or _U32.unpack_from(body, 1)[0] != len(body) - 5:
+            return self._finish(sid, st, error(grpc.StatusCode.INTERNAL, "Failed to parse server response"))
+        self._finish(sid, st, body[5:])
+
+    def _finish(self, sid: int, st: _Stream, result) -> None:
+        self._drop(sid, st)
+        if not st.future.done():
+            if isinstance(result, BaseException):
+                st.future.set_exception(result)
+            else:
+                st.future.set_result(result)
+
+    def _drop(self, sid: int, st: _Stream) -> None:
+        """The stream forgotten: its place given to a call waiting for one; a closing connection
+        with nothing left in flight closed."""
+        del self.streams[sid]
+        if st.out is not None:
+            st.out = None
+            try:
+                self.pending.remove(sid)
+            except ValueError:
+                pass
+        if self.waiting:
+            self._wake_one()
+        if self.closed and not self.streams and not self.lost:
+            self.transport.close()
+
+    def _fail_all(self, code: grpc.StatusCode, details: str) -> None:
+        for sid, st in list(self.streams.items()):
+            self._finish(sid, st, error(code, details))
+        self._wake_all()
+
+    def _wake_one(self) -> None:
+        while self.waiting:
+            w = self.waiting.popleft()
+            if not w.done():
+                w.set_result(None)
+                return
+
+    def _wake_all(self) -> None:
+        while self.waiting:
+            w = self.waiting.popleft()
+            if not w.done():
+                w.set_result(None)
+
+    # -- sending ------------------------------------------------------------------------------
+    def _pump(self) -> None:
+        """Request bytes that waited for a window, as far as the windows now allow."""
+        write = self.transport.write
+        while self.pending and self.send_window > 0:
+            sid = self.pending[0]
+            st = self.streams[sid]
+            while st.out and st.window > 0 and self.send_window > 0:
+                piece = st.out[0]
+                n = min(len(piece), st.window, self.send_window, self.peer_frame)
+                last = n == len(piece) and len(st.out) == 1
+                write(_FRAME.pack(n >> 8, n & 0xFF, DATA, END_STREAM if last else 0, sid))
+                write(piece[:n])
+                st.window -= n
+                self.send_window -= n
+                if n == len(piece):
+                    st.out.popleft()
+                else:
+                    st.out[0] = piece[n:]
+            if st.out:
+                if st.window > 0:  # the connection's window is spent
+                    return
+                self.pending.rotate(-1)  # this stream's window is spent: the next one's turn
+                if all(self.streams[s].window <= 0 for s in self.pending):
+                    return
+            else:
+                st.out = None
+                self.pending.popleft()
+
+    async def call(self, block: bytes, data: bytes, timeout: float) -> bytes:
+        """One unary call: ``block`` the request's header block (``request_block``), ``data`` the
+        message; the answer message's bytes, or AioRpcError."""
+        loop = asyncio.get_running_loop()
+        deadline = time.monotonic() + timeout
+        while len(self.streams) >= self.peer_streams and not self.closed:
+            w = loop.create_future()
+            self.waiting.append(w)
+            try:
+                await asyncio.wait_for(w, max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                raise error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+        if self.closed:
+            raise error(grpc.StatusCode.UNAVAILABLE, "Connection closed")
+        left = deadline - time.monotonic()
+        if left <= 0:  # spent before it was sent: nothing for Triton to do
+            raise error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        sid = self.next_sid
+        self.next_sid += 2
+        if self.next_sid > LAST_STREAM_ID:
+            self.closed = True  # ids spent: the next call opens another connection
+        future = loop.create_future()
+        st = self.streams[sid] = _Stream(future, self.peer_window)
+        block += timeout_field(left)
+        n, size = len(block), len(data) + 5
+        head = _FRAME.pack(n >> 8, n & 0xFF, HEADERS, END_HEADERS, sid) + block
+        prefix = b"\x00" + _U32.pack(len(data))
+        if size <= self.send_window and size <= st.window and size <= self.peer_frame and not self.pending:
+            self.transport.write(b"".join((head, _FRAME.pack(size >> 8, size & 0xFF, DATA, END_STREAM, sid),
+                                           prefix, data)))
+            st.window -= size
+            self.send_window -= size
+        else:
+            self.transport.write(head)
+            st.out = collections.deque((memoryview(prefix), memoryview(data)))
+            self.pending.append(sid)
+            self._pump()
+        timer = loop.call_at(loop.time() + left, self._expire, sid, st)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if self.streams.get(sid) is st:
+                self._reset(sid, st)
+            raise
+        finally:
+            timer.cancel()
+
+    def _expire(self, sid: int, st: _Stream) -> None:
+        if self.streams.get(sid) is st:
+            self._reset(sid, st)
+            st.future.set_exception(error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
+
+    def _reset(self, sid: int, st: _Stream) -> None:
+        """RST_STREAM(CANCEL): Triton stops the call; the stream is forgotten here."""
+        if not self.lost:
+            self.transport.write(frame(RST_STREAM, 0, sid, _U32.pack(CANCEL)))
+        self._drop(sid, st)
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None and not self.lost:
+            self.transport.write(frame(GOAWAY, 0, 0, _U32.pack(0) + _U32.pack(0)))
+            self.transport.close()
+
+
+class Channel:
+    """ModelInfer calls to Triton's addresses (``settings.upstream_addresses``): one connection per
+    address, opened at the first call that needs it and again after it breaks; ``round_robin``
+    spreads calls over the addresses, ``pick_first`` keeps to the first that answers. An address
+    that refused a connection is passed over for a moment (the backoff grpc's channel keeps)."""
+
+    BACKOFF = 0.25
+
+    def __init__(self, addresses: list[tuple[str, int]], lb_policy: str = "pick_first",
+                 path: str = "/inference.GRPCInferenceService/ModelInfer"):
+        if not addresses:
+            raise ValueError("an h2 channel needs host:port addresses")
+        self.addresses = [(h.strip("[]"), p) for h, p in addresses]
+        self.round_robin = lb_policy == "round_robin"
+        self._blocks = [request_block(path, f"{h}:{p}") for h, p in addresses]
+        self._conns: list[Connection | None] = [None] * len(addresses)
+        self._opening: list[asyncio.Future | None] = [None] * len(addresses)
+        self._down = [0.0] * len(addresses)  # monotonic time until which an address is passed over
+        self._next = 0
+
+    def _order(self) -> list[int]:
+        n = len(self.addresses)
+        if self.round_robin:
+            start, self._next = self._next, (self._next + 1) % n
+        else:
+            start = 0
+        order = [(start + k) % n for k in range(n)]
+        now = time.monotonic()
+        return [i for i in order if self._down[i] <= now] or order
+
+    async def call(self, data: bytes, timeout: float) -> bytes:
+        """ModelInfer of ``data`` (a request's wire bytes): the answer's bytes, or AioRpcError."""
+        conns = self._conns
+        deadline = time.monotonic() + timeout
+        tries = 0
+        if len(conns) == 1:
+            conn = conns[0]
+            if conn is not None and not conn.closed:
+                try:
+                    return await conn.call(self._blocks[0], data, timeout)
+                except Unprocessed:  # Triton never started it: once more, on a new connection
+                    tries = 1
+        while True:
+            try:
+                return await self._call(data, deadline)
+            except Unprocessed as err:
+                tries += 1
+                if tries >= 2:
+                    raise error(err.code(), err.details()) from None
+
+    async def _call(self, data: bytes, deadline: float) -> bytes:
+        conns = self._conns
+        failure = None
+        for i in self._order():
+            conn = conns[i]
+            if conn is None or conn.closed:
+                try:
+                    conn = await self._open(i, deadline)
+                except grpc.aio.AioRpcError as err:
+                    if err.code() is not grpc.StatusCode.UNAVAILABLE:
+                        raise
+                    failure = err
+                    continue
+            return await conn.call(self._blocks[i], data, max(0.0, deadline - time.monotonic()))
+        raise failure
+
+    async def _open(self, i: int, deadline: float) -> Connection:
+        opening = self._opening[i]
+        if opening is None:
+            opening = self._opening[i] = asyncio.ensure_future(self._connect(i))
+            opening.add_done_callback(lambda f: (self._opening.__setitem__(i, None),
+                                                 f.cancelled() or f.exception()))
+        try:
+            return await asyncio.wait_for(asyncio.shield(opening), max(0.0, deadline - time.monotonic()))
+        except asyncio.TimeoutError:
+            raise error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+
+    async def _connect(self, i: int) -> Connection:
+        host, port = self.addresses[i]
+        loop = asyncio.get_running_loop()
+        try:
+            _, conn = await asyncio.wait_for(loop.create_connection(Connection, host, port), 20.0)
+        except (OSError, asyncio.TimeoutError) as exc:
+            self._down[i] = time.monotonic() + self.BACKOFF
+            raise error(grpc.StatusCode.UNAVAILABLE,
+                        f"failed to connect to all addresses; last error: {host}:{port}: {exc}") from None
+        self._down[i] = 0.0
+        self._conns[i] = conn
+        return conn
+
+    async def close(self) -> None:
+        for opening in self._opening:
+            if opening is not None:
+                opening.cancel()
+        for conn in self._conns:
+            if conn is not None:
+                conn.close()
+        self._conns = [None] * len(self._conns)
