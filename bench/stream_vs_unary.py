@@ -42,7 +42,8 @@ async def _client(target: str, mode: str, conc: int) -> None:
     import grpc
 
     from bench import grpcload
-    from gateway.upstream import codec, direct, streammux
+    from gateway.core.protowire import delimited
+    from gateway.upstream import direct, streammux
 
     base = cases._v2_request(cases.SMALL)
     channel = grpc.aio.insecure_channel(target, options=grpcload.CHANNEL_OPTIONS)
@@ -69,7 +70,7 @@ async def _client(target: str, mode: str, conc: int) -> None:
             while left[0] > 0:
                 left[0] -= 1
                 seq[0] += 1
-                answer = await one(base + codec.delimited(3, b"r%d" % seq[0]))
+                answer = await one(base + delimited(3, b"r%d" % seq[0]))
                 if len(answer) < 16:
                     raise RuntimeError(f"answer {answer!r}")
 

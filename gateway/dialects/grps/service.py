@@ -23,7 +23,7 @@ from gateway.core.bounded import keep
 from gateway.core.errors import ErrorKind, GatewayError, not_found
 from gateway.core.tensors import InferResponse, ModelMetadata, Tensor
 from gateway.process import offload, shared
-from gateway.upstream import codec as codec_v2
+from gateway.upstream import wire
 
 from . import codec, config, errors, mapping, plain, wireplan
 from .monitor import Monitor
@@ -113,7 +113,7 @@ class GrpsService:
                             else await offload.run(size, plain.write_laid, plan.layout, arrays))
                     ok = True
                     return body
-                resp = codec_v2.decode_response(*codec_v2.parse_answer(data))
+                resp = wire.decode_response(*wire.parse_answer(data))
                 plan.learn(data, resp)
             size = sum(t.data.nbytes for t in resp.outputs)
             body = (plain.answer(resp, meta, pretty) if offload.inline(size)  # a large answer: in a thread

@@ -16,7 +16,7 @@ from gateway.core.errors import ErrorKind, GatewayError
 from gateway.core.protowire import varint
 from gateway.edge import httpbody
 from gateway.observe import metrics, tracing
-from gateway.upstream.codec import RAW_INPUT_TAG, parse_response
+from gateway.upstream.wire import RAW_INPUT_TAG, parse_response
 
 from . import jsontensor
 from .errors import UpstreamStatus

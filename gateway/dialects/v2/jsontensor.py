@@ -358,7 +358,7 @@ def _head(cache: dict, key: tuple, write) -> bytes:
 
 def render(resp: service_pb2.ModelInferResponse, parsed: Parsed, raws=None) -> tuple[list, int | None]:
     """``FinalizeResponse``: the body's pieces, and the JSON header's length when binary follows
-    (``raws``: the raw contents, e.g. views from ``codec.parse_response``; None: the answer's)."""
+    (``raws``: the raw contents, e.g. views from ``wire.parse_response``; None: the answer's)."""
     rid = resp.id
     head = [b'{"id":' + rjson.string(rid) + b"," if rid else b"{",
             _head(_model_heads, (resp.model_name, resp.model_version), _model_head)]

@@ -25,7 +25,7 @@ from tritonclient.grpc import service_pb2
 from gateway.core import datatypes
 from gateway.core.bounded import LIMITS, keep
 from gateway.core.protowire import varint
-from gateway.upstream.codec import RAW_INPUT_TAG
+from gateway.upstream.wire import RAW_INPUT_TAG
 
 from .jsontensor import INT64_MAX, UINT64_MAX, Output, Parsed
 

@@ -28,7 +28,7 @@ from gateway.dialects.grps import codec, config, mapping, plain, wireplan
 from gateway.dialects.grps import service as service_module
 from gateway.dialects.grps.service import GrpsService
 from gateway.settings import Settings
-from gateway.upstream.codec import decode_response, serialize_request
+from gateway.upstream.wire import decode_response, serialize_request
 from tests.fakes import FakeUpstream
 
 # one input per GRPS type (and one the request may not name), as grps_echo has; a required one too
@@ -368,7 +368,7 @@ async def test_predict_plain_reads_answers_of_another_form_as_the_general_path(m
         decoded.append(1)
         return decode_response(msg, raws, views)
 
-    monkeypatch.setattr(service_module.codec_v2, "decode_response", decode)
+    monkeypatch.setattr(service_module.wire, "decode_response", decode)
     upstream = _answers(answer)
     svc = GrpsService(GatewayContext(Settings(), upstream), config.GrpsSettings())
     for _ in sequence:
