@@ -86,11 +86,11 @@ class Upstream(Protocol):
         received (``wire.decode_response``), for a caller that writes them out as they are."""
         ...
 
-    async def infer_bytes(self, model: str, data: bytes) -> bytes:
-        """ModelInfer of a request already written as wire bytes (``wire.wire_request``), with
-        ``infer``'s deadline, errors, metrics and tracing: the ModelInferResponse's bytes as gRPC
-        received them (``wire.parse_answer`` parses them; a planned request's answers are read by
-        their learned form, ``wire.AnswerForm``)."""
+    async def infer_bytes(self, model: str, request: wire.Planned) -> bytes:
+        """ModelInfer of a request planned as wire bytes (``wire.Planned``), written here with the
+        call's request id as ``infer`` stamps it, under ``infer``'s deadline, errors, metrics and
+        tracing: the ModelInferResponse's bytes as gRPC received them (``wire.parse_answer`` parses
+        them; a planned request's answers are read by their learned form, ``wire.AnswerForm``)."""
         ...
 
     def stream(self, req: InferRequest) -> AsyncIterator[InferResponse]: ...
@@ -333,6 +333,12 @@ class TritonUpstream:
             if call is not None:
                 req.id = call.request_id
 
+    @staticmethod
+    def _planned(request: wire.Planned) -> bytes:
+        """A planned request's wire bytes with the call's request id, as ``_request_id`` stamps ``infer``'s."""
+        call = current()
+        return request.write(call.request_id if call is not None else "")
+
     async def _idempotent(self, method: str, request, timeout: float | None = None):
         """A read-only call, retried on UNAVAILABLE (each attempt timed). Still UNAVAILABLE after
         the retries: the cached readiness is forgotten, so that the next ``server_ready`` asks
@@ -363,8 +369,11 @@ class TritonUpstream:
                                        lambda data: self.infer_bytes(req.model, data))
         return wire.decode_response(*wire.parse_answer(answer), views)
 
-    async def infer_bytes(self, model: str, data: bytes) -> bytes:
-        """ModelInfer of a request already in wire bytes: the answer's bytes as gRPC received them."""
+    async def infer_bytes(self, model: str, data: wire.Planned | bytes) -> bytes:
+        """ModelInfer of a planned request (its id stamped here: ``_planned``) or of one already in
+        wire bytes (``infer``'s): the answer's bytes as gRPC received them."""
+        if type(data) is wire.Planned:
+            data = self._planned(data)
         if self._channel is None:
             raise GatewayError(ErrorKind.INTERNAL, "upstream used before connect()")
         with _translate("ModelInfer", model), tracing.upstream("ModelInfer", model) as md:

@@ -99,6 +99,21 @@ def wire_request(head: bytes, request_id: str, arrays, tail: bytes = b"") -> byt
     return b"".join(pieces)
 
 
+class Planned:
+    """A ModelInfer request planned once per shape: ``head`` (``header(...)``), this request's
+    ``arrays`` (each already of its input's numpy type) and ``tail`` (entries written once:
+    ``raw_entry``). The byte road (``Upstream.infer_bytes``) writes it with the call's request id,
+    as ``infer`` stamps a neutral request's (``write``: ``wire_request``)."""
+
+    __slots__ = ("head", "arrays", "tail")
+
+    def __init__(self, head: bytes, arrays, tail: bytes = b""):
+        self.head, self.arrays, self.tail = head, arrays, tail
+
+    def write(self, request_id: str) -> bytes:
+        return wire_request(self.head, request_id, self.arrays, self.tail)
+
+
 def raw_entry(t: Tensor) -> bytes:
     """The ``raw_input_contents`` entry ``serialize_request`` writes for ``t`` (tag, length, contents)."""
     parts = _raw_parts(t)

@@ -101,9 +101,7 @@ class GrpsService:
             if plan is None:
                 resp = await self._infer(mapping.gtensors_request(inputs, meta, target, self.cfg), meta)
             else:  # the request written from the plan, the answer read by it once it has learned its form
-                call = current()
-                data = await self.ctx.upstream.infer_bytes(
-                    plan.model, plan.request(call.request_id if call is not None else "", inputs))
+                data = await self.ctx.upstream.infer_bytes(plan.model, plan.request(inputs))
                 arrays = plan.read(data)
                 if arrays is not None:
                     size = 0

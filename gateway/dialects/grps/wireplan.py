@@ -41,11 +41,12 @@ class Plan:
         self.order: tuple[int, ...] = ()  # its outputs' indices in the metadata's order (mapping.ordered)
         self.layout: plain.Layout | None = None  # the answer's text around their values (plain.layout)
 
-    def request(self, request_id: str, inputs: list[Tensor]) -> bytes:
-        """The request's ModelInfer bytes: ``serialize_request`` of ``gtensors_request``'s request."""
+    def request(self, inputs: list[Tensor]) -> wire.Planned:
+        """The request as ``Upstream.infer_bytes`` takes it: written with the call's id, it is
+        ``serialize_request`` of ``gtensors_request``'s request."""
         arrays = [t.data if t.data.dtype == want else t.data.astype(want)
                   for t, want in zip(inputs, self.dtypes, strict=True)]
-        return wire.wire_request(self.header, request_id, arrays, self.defaults)
+        return wire.Planned(self.header, arrays, self.defaults)
 
     def read(self, data: bytes) -> list[np.ndarray] | None:
         """The answer's outputs in the metadata's order, as ``plain.write_laid`` takes them with

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gateway.call import current
 from gateway.context import GatewayContext
 from gateway.core import datatypes
 from gateway.core.bounded import DIMS, clip, keep
@@ -79,13 +78,10 @@ class Service:
         """``predict`` of a plan with ``wire``: the request written from the plan's header (what
         ``wire.serialize_request`` writes for it), the answer's arrays taken from its raw contents
         (``wire.decode_response``'s arrays; an answer of any other form is decoded by it)."""
-        call = current()
         road = plan.wire
         want = road.dtype
         data = await self.ctx.upstream.infer_bytes(
-            plan.target.signature.triton,
-            wire.wire_request(road.header, call.request_id if call is not None else "",
-                              (arr if arr.dtype == want else arr.astype(want),)))
+            plan.target.signature.triton, wire.Planned(road.header, (arr if arr.dtype == want else arr.astype(want),)))
         form = road.form
         arrays = form.read(data) if form is not None else None
         if arrays is not None:  # the form of the answers before it: read without parsing the message

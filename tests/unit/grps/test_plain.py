@@ -76,7 +76,7 @@ def _plain_request(doc: dict, meta: ModelMetadata):
         req = mapping.gtensors_request(list(inputs), meta, target, CFG)
         req.id = "req-7"
         if planned is not None:  # the plan's bytes are the general request's, id included
-            assert planned.request("req-7", inputs) == serialize_request(req)
+            assert planned.request(inputs).write("req-7") == serialize_request(req)
         req.id = ""
         return serialize_request(req)
     return _outcome(run)
