@@ -17,7 +17,7 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 
 from gateway.core import datatypes
-from gateway.core.bounded import keep
+from gateway.core.bounded import Plans
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.core.parts import nbytes, part_size
 from gateway.core.protowire import delimited, fields, read_varint, varint
@@ -121,15 +121,45 @@ def raw_entry(t: Tensor) -> bytes:
     return RAW_INPUT_TAG + varint(len(data)) + data
 
 
-_headers: dict[tuple, bytes] = {}  # per model, version, inputs' names, dtypes and shapes, outputs
-MAX_HEADERS = 4096
+_headers = Plans(4096)  # per model, version, inputs' names, dtypes and shapes, outputs
 
 
 def _cached_header(req: InferRequest) -> bytes:
     key = (req.model, req.version, tuple([(t.name, t.datatype, t.data.shape) for t in req.inputs]),
            tuple(req.outputs) if req.outputs else ())
     hit = _headers.get(key)
-    return hit if hit is not None else keep(_headers, key, _header(req), MAX_HEADERS)  # bounded: the shapes clients send
+    return hit if hit is not None else _headers.keep(key, _header(req))
+
+
+_ID_FIELD = b"\x1a"  # ModelInferRequest.id: field 3, length-delimited
+_around_id = Plans(4096)  # (model, version, inputs, outputs) -> (model and version, inputs and outputs)
+
+
+def around_id(model: str, version: str, inputs: tuple, outputs: tuple) -> tuple[bytes, bytes]:
+    """A ModelInferRequest without ``id``, parameters and raw contents, as protobuf writes it, cut
+    where its ``id`` goes: (model name and version, inputs and outputs); ``inputs`` as (name,
+    datatype, shape), ``outputs`` as names. ``with_id`` completes it. ValueError or
+    UnicodeEncodeError: a name protobuf refuses."""
+    key = (model, version, inputs, outputs)
+    hit = _around_id.get(key)
+    if hit is None:
+        msg = service_pb2.ModelInferRequest()
+        for name, datatype, shape in inputs:
+            msg.inputs.add(name=name, datatype=datatype, shape=shape)
+        for name in outputs:
+            msg.outputs.add(name=name)
+        hit = _around_id.keep(key, (service_pb2.ModelInferRequest(model_name=model, model_version=version)
+                                    .SerializeToString(), msg.SerializeToString()))
+    return hit
+
+
+def with_id(head: bytes, request_id: bytes, tail: bytes, raws) -> bytes:
+    """``around_id``'s halves with the ``id`` (UTF-8; empty: none) between them and each raw as a
+    raw contents entry after them: what protobuf writes for the message, then its raws appended."""
+    pieces = [head, _ID_FIELD, varint(len(request_id)), request_id, tail] if request_id else [head, tail]
+    for raw in raws:
+        pieces += (RAW_INPUT_TAG, varint(len(raw)), raw)
+    return b"".join(pieces)
 
 
 def _placed(parts: list, size: int, arena, leases: list | None) -> int | None:

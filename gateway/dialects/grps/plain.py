@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from gateway.core import datatypes, floattext
-from gateway.core.bounded import LIMITS, keep
+from gateway.core.bounded import LIMITS, Plans
 from gateway.core.tensors import MAX_ELEMENTS, InferResponse, ModelMetadata, Tensor, too_large
 
 from . import codec, jsonwrite, mapping
@@ -170,8 +170,7 @@ def _answer_rows() -> dict[str, tuple[str, str, str]]:
 
 
 _ANSWER = _answer_rows()
-_MAX_HEADS = 4096
-_heads: dict[tuple, tuple[str, str, str]] = {}  # (pretty, name, datatype, shape) -> (head, sep, tail)
+_heads = Plans(4096)  # (pretty, name, datatype, shape) -> (head, sep, tail)
 
 
 def _frame(pretty: bool) -> tuple[str, str, str]:
@@ -206,7 +205,7 @@ def _head(pretty: bool, name: str, datatype: str, shape: tuple[int, ...], empty:
         fields.append(f'"{field}"{p.colon}[' + p.pad(5))
     head = "{" + p.pad(4) + ("," + p.pad(4)).join(fields)
     tail = (p.pad(4) + "]" if not empty else "") + p.pad(3) + "}"
-    return keep(_heads, key, (head, "," + p.pad(5), tail), _MAX_HEADS)  # bounded: the shapes models answer
+    return _heads.keep(key, (head, "," + p.pad(5), tail))
 
 
 def answer(resp: InferResponse, meta: ModelMetadata, pretty: bool) -> bytes | None:

@@ -19,7 +19,7 @@ import yaml
 
 from gateway.call import current
 from gateway.context import GatewayContext
-from gateway.core.bounded import keep
+from gateway.core.bounded import Plans, keep
 from gateway.core.errors import ErrorKind, GatewayError, not_found
 from gateway.core.tensors import InferResponse, ModelMetadata, Tensor
 from gateway.process import offload, shared
@@ -40,7 +40,7 @@ class GrpsService:
         self._online = shared.Flag("grps_online", cfg.start_online)
         self.monitor = Monitor()
         self.errors = errors.Rendering(cfg)
-        self._plans: dict[tuple, wireplan.Plan | None] = {}  # plain predicts: per target and input layout
+        self._plans = Plans(wireplan.MAX_PLANS)  # plain predicts: per target and input layout (None: no plan)
         self._targets: dict[str, mapping.Target] = {}  # model names resolved (_resolve)
 
     async def start(self) -> None:
@@ -135,8 +135,7 @@ class GrpsService:
         key = (target.name, target.model, target.version, *[(t.name, t.datatype, t.data.shape) for t in inputs])
         plan = self._plans.get(key, _NO_PLAN)
         if plan is _NO_PLAN or plan is not None and plan.meta is not meta:
-            plan = keep(self._plans, key, wireplan.make(inputs, meta, target, self.cfg, self.ctx.upstream.shared_from()),
-                        wireplan.MAX_PLANS)  # bounded: the layouts clients send
+            plan = self._plans.keep(key, wireplan.make(inputs, meta, target, self.cfg, self.ctx.upstream.shared_from()))
         return plan
 
     async def predict_stream(

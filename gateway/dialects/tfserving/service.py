@@ -13,7 +13,7 @@ import numpy as np
 
 from gateway.context import GatewayContext
 from gateway.core import datatypes
-from gateway.core.bounded import DIMS, clip, keep
+from gateway.core.bounded import DIMS, Plans, clip
 from gateway.core.errors import invalid
 from gateway.core.tensors import InferRequest, InferResponse, Tensor
 from gateway.upstream import wire
@@ -43,7 +43,7 @@ class Service:
         self.conf = conf
         self.servables = Servables(conf, ctx.upstream)
         self.errors = errors.Rendering()
-        self._plans: dict[tuple, _Plan] = {}  # predict: per target, output filter, inputs' names, shapes, dtypes
+        self._plans = Plans(MAX_PLANS)  # predict: per target, output filter, inputs' names, shapes, dtypes
         self._wire = True  # plans may take Upstream.infer_bytes (tests turn it off to compare with the neutral path)
         # resolve(spec, *, grpc=False, method=None) -> Target: Servables.resolve itself (no coroutine of its own)
         self.resolve = self.servables.resolve
@@ -61,8 +61,8 @@ class Service:
         plan = self._plans.get(key)
         if plan is None or plan.target is not target:  # the plan holds its target: an id is not reused under it
             # refusals raise here, every time (never kept); bounded: the shapes clients send
-            plan = keep(self._plans, key, _plan(target, inputs, output_filter, self._wire,
-                                                self.ctx.upstream.shared_from()), MAX_PLANS)
+            plan = self._plans.keep(key, _plan(target, inputs, output_filter, self._wire,
+                                               self.ctx.upstream.shared_from()))
         if plan.wire is not None:  # one numeric input, numeric outputs: straight to wire bytes and back
             return await self._predict_wire(plan, next(iter(inputs.values())))
         tensors = []
