@@ -250,7 +250,7 @@ class TritonUpstream:
             else:
                 self._channel = grpc.aio.insecure_channel(self.target, options=self.options)
             self._stub = methods(self._channel)
-            # ModelInfer with requests written as wire bytes (wire.serialize_request, wire.wire_request),
+            # ModelInfer with requests written as wire bytes (wire.serialize_request, wire.Planned),
             # answers as gRPC received them (wire.parse_answer: a large answer's tensor data not copied)
             self._model_infer_bytes = direct.unary(self._channel, "/inference.GRPCInferenceService/ModelInfer")
             if self._mux_sizes is not None:
