@@ -65,7 +65,7 @@ async def _client(target: str, mode: str, conc: int) -> None:
 async def serve(one, conc: int) -> None:
     """The client's side of the driver's pipe: ``ready``, then for each line ``n``, ``n`` requests
     (the small request, an id of its own each) by ``conc`` callers of ``one(data) -> answer``."""
-    from gateway.upstream import codec
+    from gateway.core.protowire import delimited
 
     base = cases._v2_request(cases.SMALL)
     seq = [0]
@@ -77,7 +77,7 @@ async def serve(one, conc: int) -> None:
             while left[0] > 0:
                 left[0] -= 1
                 seq[0] += 1
-                answer = await one(base + codec.delimited(3, b"r%d" % seq[0]))
+                answer = await one(base + delimited(3, b"r%d" % seq[0]))
                 if len(answer) < 16:
                     raise RuntimeError(f"answer {answer!r}")
 

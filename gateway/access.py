@@ -263,9 +263,9 @@ class ModelScope:
         self._check(req.model)
         return await self.upstream.infer(req, views)
 
-    async def infer_bytes(self, model: str, data: bytes):
+    async def infer_bytes(self, model: str, request):
         self._check(model)
-        return await self.upstream.infer_bytes(model, data)
+        return await self.upstream.infer_bytes(model, request)
 
     async def stream(self, req):
         self._check(req.model)

@@ -37,7 +37,7 @@ from gateway.core.tensors import (
     Tensor,
     TensorSpec,
 )
-from gateway.upstream import direct
+from gateway.upstream import direct, wire
 
 TRTLLM_INPUTS = ("text_input", "max_tokens", "stream", "temperature", "top_p", "top_k", "seed",
                  "repetition_penalty", "stop_words", "exclude_input_in_output")
@@ -136,11 +136,13 @@ class FakeUpstream:
             raise GatewayError(ErrorKind.UNAVAILABLE, "no infer scripted")
         return self._infer(req)
 
-    async def infer_bytes(self, model: str, data: bytes) -> bytes:
-        """``infer`` of a request given as ModelInfer bytes: recorded and answered as ``infer``'s
-        (the bytes decoded), the answer as Triton's ModelInferResponse bytes with raw contents."""
+    async def infer_bytes(self, model: str, request: wire.Planned) -> bytes:
+        """``infer`` of a planned request: written with the call's request id (as the real upstream
+        stamps it), recorded and answered as ``infer``'s (the bytes decoded), the answer as Triton's
+        ModelInferResponse bytes with raw contents."""
         self.wired += 1
-        msg = service_pb2.ModelInferRequest.FromString(data)
+        call = current()
+        msg = service_pb2.ModelInferRequest.FromString(request.write(call.request_id if call is not None else ""))
         assert msg.model_name == model
         tensors = [Tensor(t.name, _from_raw(raw, t.datatype, tuple(t.shape)), t.datatype)
                    for t, raw in zip(msg.inputs, msg.raw_input_contents, strict=True)]

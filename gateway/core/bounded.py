@@ -5,7 +5,8 @@ depth, prompt length, the offload threshold); the worker sets them once from its
 (``configure``). A message is built for every refused request: rendering a 100 MB name, shape or
 document into it would cost what parsing it did, so every dialect cuts what it quotes (``clip``,
 ``clip_repr``, ``dims_text``). What is worked out once per client-given key (a layout, a path, a
-model spec) is kept in a dict of bounded size (``keep``).
+model spec) is kept in a dict of bounded size (``keep``); what is worked out once per request
+shape, in a ``Plans``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,23 @@ def keep(cache: dict, key, value, most: int):
         cache.clear()
     cache[key] = value
     return value
+
+
+class Plans(dict):
+    """What is worked out once per request shape and kept by it: a plan (a request's header, an
+    answer's layout, a learned form, a predict's checks), whatever its dialect. A dict (``get``,
+    ``in``) that ``keep`` bounds: emptied first when it holds ``most`` plans, for the shapes are the
+    clients'. A refusal is raised where the plan is made, every time, and never kept."""
+
+    __slots__ = ("most",)
+
+    def __init__(self, most: int):
+        super().__init__()
+        self.most = most
+
+    def keep(self, key, value):
+        """``self[key] = value`` within the bound; ``value``."""
+        return keep(self, key, value, self.most)
 
 
 def configure(limits) -> None:

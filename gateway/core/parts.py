@@ -1,7 +1,7 @@
 """The byte size of data written or sent in parts: ``bytes``, ``bytearray`` or byte memoryviews
 (a memoryview's ``len`` counts its elements, its ``nbytes`` its bytes). One definition for the
 HTTP answers written piece by piece (gateway/edge/httpbody.py, gateway/edge/fastlane.py) and the request
-bytes placed on the wire or in the shared-memory region (gateway/upstream/codec.py, shm.py)."""
+bytes placed on the wire or in the shared-memory region (gateway/upstream/wire.py, shm.py)."""
 
 from __future__ import annotations
 

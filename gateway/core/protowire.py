@@ -1,6 +1,6 @@
 """Protobuf's wire format, by hand: varints, length-delimited fields and a scan of a message's
 fields. For the messages the gateway writes or reads as bytes without protobuf's classes (KServe V2
-requests and answers in gateway/upstream/codec.py, TF Serving's Predict in its dialect); what the
+requests and answers in gateway/upstream/wire.py, TF Serving's Predict in its dialect); what the
 bytes mean stays with their message's owner."""
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from gateway.core.errors import GRPC_STATUS, ErrorKind, GatewayError, from_grpc_
 from gateway.core.tensors import InferRequest, InferResponse, ModelIndexEntry, ModelMetadata
 from gateway.observe import metrics, tracing
 
-from . import codec, direct, h2call, shm, streammux
+from . import codec, direct, h2call, shm, streammux, wire
 
 # Unlimited message sizes on the upstream hop: the 4 MiB grpc default breaks real tensors.
 CHANNEL_OPTIONS = (
@@ -83,14 +83,14 @@ class Upstream(Protocol):
 
     async def infer(self, req: InferRequest, views: bool = False) -> InferResponse:
         """ModelInfer; ``views``: BYTES elements of a large answer as memoryviews of the bytes gRPC
-        received (``codec.decode_response``), for a caller that writes them out as they are."""
+        received (``wire.decode_response``), for a caller that writes them out as they are."""
         ...
 
-    async def infer_bytes(self, model: str, data: bytes) -> bytes:
-        """ModelInfer of a request already written as wire bytes (``codec.wire_request``), with
-        ``infer``'s deadline, errors, metrics and tracing: the ModelInferResponse's bytes as gRPC
-        received them (``codec.parse_answer`` parses them; a planned request's answers are read by
-        their learned form, ``codec.AnswerForm``)."""
+    async def infer_bytes(self, model: str, request: wire.Planned) -> bytes:
+        """ModelInfer of a request planned as wire bytes (``wire.Planned``), written here with the
+        call's request id as ``infer`` stamps it, under ``infer``'s deadline, errors, metrics and
+        tracing: the ModelInferResponse's bytes as gRPC received them (``wire.parse_answer`` parses
+        them; a planned request's answers are read by their learned form, ``wire.AnswerForm``)."""
         ...
 
     def stream(self, req: InferRequest) -> AsyncIterator[InferResponse]: ...
@@ -114,7 +114,7 @@ class Upstream(Protocol):
 
     def shared_arena(self):
         """The shared-memory region (``shm.Arena``) in which a caller writing its own ModelInfer bytes
-        places its large inputs (``codec.serialize_message``); None: every input on the wire."""
+        places its large inputs (``wire.serialize_message``); None: every input on the wire."""
         ...
 
     def shared_from(self) -> int | None:
@@ -252,8 +252,8 @@ class TritonUpstream:
             else:
                 self._channel = grpc.aio.insecure_channel(self.target, options=self.options)
             self._stub = methods(self._channel)
-            # ModelInfer with requests written as wire bytes (codec.serialize_request, codec.wire_request),
-            # answers as gRPC received them (codec.parse_answer: a large answer's tensor data not copied)
+            # ModelInfer with requests written as wire bytes (wire.serialize_request, wire.Planned),
+            # answers as gRPC received them (wire.parse_answer: a large answer's tensor data not copied)
             self._model_infer_bytes = direct.unary(self._channel, "/inference.GRPCInferenceService/ModelInfer")
             if self._mux_sizes is not None:
                 self._mux = streammux.Mux(self._channel, *self._mux_sizes)
@@ -337,6 +337,12 @@ class TritonUpstream:
             if call is not None:
                 req.id = call.request_id
 
+    @staticmethod
+    def _planned(request: wire.Planned) -> bytes:
+        """A planned request's wire bytes with the call's request id, as ``_request_id`` stamps ``infer``'s."""
+        call = current()
+        return request.write(call.request_id if call is not None else "")
+
     async def _idempotent(self, method: str, request, timeout: float | None = None):
         """A read-only call, retried on UNAVAILABLE (each attempt timed). Still UNAVAILABLE after
         the retries: the cached readiness is forgotten, so that the next ``server_ready`` asks
@@ -363,12 +369,15 @@ class TritonUpstream:
     # -- inference -------------------------------------------------------------------------
     async def infer(self, req: InferRequest, views: bool = False) -> InferResponse:
         self._request_id(req)
-        answer = await shm.send_placed(self.arena, lambda arena, leases: codec.serialize_request(req, arena, leases),
+        answer = await shm.send_placed(self.arena, lambda arena, leases: wire.serialize_request(req, arena, leases),
                                        lambda data: self.infer_bytes(req.model, data))
-        return codec.decode_response(*codec.parse_answer(answer), views)
+        return wire.decode_response(*wire.parse_answer(answer), views)
 
-    async def infer_bytes(self, model: str, data: bytes) -> bytes:
-        """ModelInfer of a request already in wire bytes: the answer's bytes as gRPC received them."""
+    async def infer_bytes(self, model: str, data: wire.Planned | bytes) -> bytes:
+        """ModelInfer of a planned request (its id stamped here: ``_planned``) or of one already in
+        wire bytes (``infer``'s): the answer's bytes as gRPC received them."""
+        if type(data) is wire.Planned:
+            data = self._planned(data)
         if self._channel is None:
             raise GatewayError(ErrorKind.INTERNAL, "upstream used before connect()")
         with _translate("ModelInfer", model), tracing.upstream("ModelInfer", model) as md:
@@ -389,7 +398,7 @@ class TritonUpstream:
         self._request_id(req)
         if not req.id:
             req.id = f"gw-{next(self._ids)}"
-        msg = codec.encode_request(req, stream=True)
+        msg = wire.encode_request(req, stream=True)
         with tracing.upstream("ModelStreamInfer", req.model) as md:
             call = self.stub.ModelStreamInfer(timeout=self._timeout(stream=True), metadata=md)
             try:
@@ -401,7 +410,7 @@ class TritonUpstream:
                             raise GatewayError(ErrorKind.UPSTREAM_FAILED, "stream ended without a final response")
                         if item.error_message:
                             raise _stream_error(item.error_message)
-                        resp = codec.decode_response(item.infer_response)
+                        resp = wire.decode_response(item.infer_response)
                         if resp.outputs or not resp.final:
                             yield resp
                         if resp.final:

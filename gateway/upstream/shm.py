@@ -62,7 +62,7 @@ def same_host(addresses: list[tuple[str, int]], target: str) -> bool:
 async def send_placed(arena: Arena | None, write: Callable[[Arena | None, list], bytes],
                       send: Callable[[bytes], Awaitable]):
     """``send(write(arena, leases))``: a request whose large inputs ``write`` places in the region
-    (``codec.serialize_request`` / ``serialize_message``), the slices they took given back once it
+    (``wire.serialize_request`` / ``serialize_message``), the slices they took given back once it
     is answered. Triton refusing it for a region it forgot (it restarted: the request never ran)
     sends it once more with every input on the wire, and the region is registered again."""
     leases: list = []

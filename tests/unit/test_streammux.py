@@ -6,7 +6,8 @@ import grpc
 import pytest
 from tritonclient.grpc import service_pb2
 
-from gateway.upstream import codec, streammux
+from gateway.core.protowire import delimited
+from gateway.upstream import streammux
 
 
 def _request(rid: str = "", **kw) -> bytes:
@@ -20,7 +21,7 @@ def _request(rid: str = "", **kw) -> bytes:
 def test_request_id_is_the_one_protobuf_reads(rid):
     data = _request(rid, model_version="3")
     assert streammux.request_id(data) == rid.encode()
-    again = data + codec.delimited(3, b"later")  # the last one written wins, as in protobuf
+    again = data + delimited(3, b"later")  # the last one written wins, as in protobuf
     assert service_pb2.ModelInferRequest.FromString(again).id == "later"
     assert streammux.request_id(again) == b"later"
 

@@ -15,6 +15,7 @@ from gateway.core import datatypes as dt
 from gateway.core.errors import GatewayError
 from gateway.core.tensors import InferRequest, Tensor
 from gateway.upstream import codec
+from gateway.upstream import wire as v2wire
 
 NUMERIC = [r for r in dt.TABLE if not r.is_bytes]
 shapes = hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=5)
@@ -53,9 +54,9 @@ def tensors(draw):
 @given(tensors())
 def test_round_trip_every_dtype_and_shape(t):
     req = InferRequest(model="m", inputs=[t], parameters={"flag": True, "n": 3, "s": "x", "f": 0.5})
-    msg = codec.encode_request(req)
+    msg = v2wire.encode_request(req)
     assert codec.get_params(msg.parameters) == {"flag": True, "n": 3, "s": "x", "f": 0.5}
-    back = codec.decode_response(_echo(msg)).output("t")
+    back = v2wire.decode_response(_echo(msg)).output("t")
     assert back.datatype == t.datatype
     assert back.shape == t.shape
     if t.datatype == "BYTES":
@@ -66,7 +67,7 @@ def test_round_trip_every_dtype_and_shape(t):
 
 
 def test_stream_requests_ask_for_an_empty_final_response():
-    msg = codec.encode_request(InferRequest("m", [Tensor("x", np.zeros(1, np.float32))]), stream=True)
+    msg = v2wire.encode_request(InferRequest("m", [Tensor("x", np.zeros(1, np.float32))]), stream=True)
     assert msg.parameters["triton_enable_empty_final_response"].bool_param is True
 
 
@@ -74,9 +75,9 @@ def test_final_flag_is_read_and_removed_from_parameters():
     resp = service_pb2.ModelInferResponse(model_name="m", model_version="1")
     resp.parameters["triton_final_response"].bool_param = False
     resp.parameters["other"].string_param = "v"
-    out = codec.decode_response(resp)
+    out = v2wire.decode_response(resp)
     assert out.final is False and out.parameters == {"other": "v"}
-    assert codec.decode_response(service_pb2.ModelInferResponse()).final is True
+    assert v2wire.decode_response(service_pb2.ModelInferResponse()).final is True
 
 
 def test_typed_contents_are_decoded_when_raw_is_absent():
@@ -85,19 +86,19 @@ def test_typed_contents_are_decoded_when_raw_is_absent():
     out.contents.int_contents.extend([1, 2, 3, 4])
     s = resp.outputs.add(name="s", datatype="BYTES", shape=[1])
     s.contents.bytes_contents.append(b"hi")
-    got = codec.decode_response(resp)
+    got = v2wire.decode_response(resp)
     np.testing.assert_array_equal(got.output("y").data, np.array([[1, 2], [3, 4]], np.int32))
     assert got.output("s").data.tolist() == [b"hi"]
 
 
 def test_requested_outputs_are_named():
     req = InferRequest("m", [Tensor("x", np.zeros(1, np.float32))], outputs=["y"])
-    assert [o.name for o in codec.encode_request(req).outputs] == ["y"]
+    assert [o.name for o in v2wire.encode_request(req).outputs] == ["y"]
 
 
 def test_unsupported_parameter_types_are_a_client_error():
     with pytest.raises(GatewayError, match="unsupported type"):
-        codec.encode_request(InferRequest("m", [], parameters={"bad": [1, 2]}))
+        v2wire.encode_request(InferRequest("m", [], parameters={"bad": [1, 2]}))
 
 
 def test_tensor_from_flat_checks_that_values_fill_the_shape():
@@ -133,8 +134,8 @@ def test_absurd_shapes_are_refused_before_anything_is_allocated():
 def test_serialize_request_is_the_encoded_message_on_the_wire(datatype, data):
     req = InferRequest("m", [Tensor("x", data, datatype, {"p": 1}), Tensor("y", np.array([7], np.int32), "INT32")],
                        "3", ["out"], {"priority": 2}, "rid")
-    wire = codec.serialize_request(req)
-    assert service_pb2.ModelInferRequest.FromString(wire) == codec.encode_request(req)
+    wire = v2wire.serialize_request(req)
+    assert service_pb2.ModelInferRequest.FromString(wire) == v2wire.encode_request(req)
 
 
 @pytest.mark.parametrize("datatype,data", [
@@ -149,9 +150,9 @@ def test_a_request_without_parameters_is_written_by_hand_as_protobuf_would(datat
     for _ in range(2):  # written, then from the cache
         req = InferRequest("m\u00e9", [Tensor("x", data, datatype), Tensor("y", np.array([7], np.int32), "INT32")],
                            version, outputs, None, rid)
-        wire = codec.serialize_request(req)
-        assert service_pb2.ModelInferRequest.FromString(wire) == codec.encode_request(req)
-    assert codec._header(InferRequest("m", [Tensor("x", np.array([[-1]]), "INT64")], "", None)) == \
+        wire = v2wire.serialize_request(req)
+        assert service_pb2.ModelInferRequest.FromString(wire) == v2wire.encode_request(req)
+    assert v2wire._header(InferRequest("m", [Tensor("x", np.array([[-1]]), "INT64")], "", None)) == \
         service_pb2.ModelInferRequest(model_name="m", inputs=[{"name": "x", "datatype": "INT64",
                                                                "shape": [1, 1]}]).SerializeToString()
 
@@ -159,7 +160,7 @@ def test_a_request_without_parameters_is_written_by_hand_as_protobuf_would(datat
 def test_serialize_request_with_a_large_tensor():
     big = np.random.default_rng(0).random(300_000).astype(np.float32)  # a multi-byte length varint
     req = InferRequest("m", [Tensor("x", big, "FP32")])
-    parsed = service_pb2.ModelInferRequest.FromString(codec.serialize_request(req))
+    parsed = service_pb2.ModelInferRequest.FromString(v2wire.serialize_request(req))
     assert parsed.raw_input_contents[0] == big.tobytes()
 
 
@@ -181,7 +182,7 @@ def responses(draw):
         resp.parameters["triton_final_response"].bool_param = draw(st.booleans())
         resp.parameters["s"].string_param = "x"
     for i in range(draw(st.integers(0, 3))):
-        big = draw(st.sampled_from([0, 3, codec.SPLIT_MIN, 3 * codec.SPLIT_MIN + 1]))
+        big = draw(st.sampled_from([0, 3, v2wire.SPLIT_MIN, 3 * v2wire.SPLIT_MIN + 1]))
         if draw(st.booleans()):  # BYTES: elements, some empty, one perhaps large
             items = draw(st.lists(st.binary(max_size=6), max_size=5)) + [bytes(big % 251) * 3]
             arr = np.empty(len(items), dtype=object)
@@ -206,19 +207,19 @@ def responses(draw):
 @settings(max_examples=150, deadline=None)
 @given(responses())
 def test_parse_response_is_protobufs_parse_with_the_raw_contents_as_views(wire):
-    msg, raws = codec.parse_response(wire)
+    msg, raws = v2wire.parse_response(wire)
     full = service_pb2.ModelInferResponse.FromString(wire)
     if raws is None:
-        assert len(wire) < codec.SPLIT_MIN and msg == full
+        assert len(wire) < v2wire.SPLIT_MIN and msg == full
     else:
         assert [bytes(r) for r in raws] == list(full.raw_output_contents)
         assert all(r.obj is wire for r in raws)  # views of gRPC's bytes, not copies
         del full.raw_output_contents[:]
         assert msg == full
-    _same_response(codec.decode_response(msg, raws), codec.decode_response(service_pb2.ModelInferResponse.FromString(wire)))
+    _same_response(v2wire.decode_response(msg, raws), v2wire.decode_response(service_pb2.ModelInferResponse.FromString(wire)))
     # views: the same outputs, BYTES elements as views of gRPC's bytes (of the message's own, unsplit)
-    viewed = codec.decode_response(msg, raws, views=True)
-    plain = codec.decode_response(msg, raws)
+    viewed = v2wire.decode_response(msg, raws, views=True)
+    plain = v2wire.decode_response(msg, raws)
     for v, p in zip(viewed.outputs, plain.outputs, strict=True):
         assert (v.name, v.datatype, v.data.shape) == (p.name, p.datatype, p.data.shape)
         if v.datatype == "BYTES":
@@ -230,14 +231,14 @@ def test_parse_response_is_protobufs_parse_with_the_raw_contents_as_views(wire):
 
 
 def test_parse_response_keeps_unknown_fields_and_refuses_a_malformed_answer():
-    big = service_pb2.ModelInferResponse(model_name="m", raw_output_contents=[b"x" * codec.SPLIT_MIN]).SerializeToString()
+    big = service_pb2.ModelInferResponse(model_name="m", raw_output_contents=[b"x" * v2wire.SPLIT_MIN]).SerializeToString()
     unknown = bytes([15 << 3 | 0, 7])  # field 15, varint 7: not in the message
-    msg, raws = codec.parse_response(big + unknown)
-    assert msg.model_name == "m" and bytes(raws[0]) == b"x" * codec.SPLIT_MIN
+    msg, raws = v2wire.parse_response(big + unknown)
+    assert msg.model_name == "m" and bytes(raws[0]) == b"x" * v2wire.SPLIT_MIN
     assert msg.SerializeToString() == service_pb2.ModelInferResponse(model_name="m").SerializeToString() + unknown
     for bad in (big[:-1], big + b"\x80", big + bytes([15 << 3 | 3])):  # cut short, an endless varint, a group
         with pytest.raises(DecodeError):
-            codec.parse_response(bad)
+            v2wire.parse_response(bad)
         with pytest.raises(DecodeError):
             service_pb2.ModelInferResponse.FromString(bad)
 
@@ -257,7 +258,7 @@ def _answer(model, version, rid, outs, seed, params=False, out_params=False, raw
         out = resp.outputs.add(name=name, datatype=datatype, shape=shape)
         if out_params:
             out.parameters["q"].int64_param = 1
-        size = int(np.prod(shape)) * np.dtype(codec.RAW_NUMPY[datatype]).itemsize
+        size = int(np.prod(shape)) * np.dtype(v2wire.RAW_NUMPY[datatype]).itemsize
         raw = rng.integers(0, 2 if datatype == "BOOL" else 256, size, dtype=np.uint8).tobytes()
         resp.raw_output_contents.append(raw[:-1] if cut_raw and raw else raw)
     if drop_raw and outs:
@@ -279,7 +280,7 @@ def answer_pairs(draw):
     shape = st.lists(st.integers(0, 3), max_size=3)
     outs = [(f"out{i}", draw(st.sampled_from(_FIXED)), draw(shape)) for i in range(draw(st.integers(0, 2)))]
     if draw(st.integers(0, 6)) == 0:  # large enough for parse_response's split
-        outs.append(("big", "FP32", [codec.SPLIT_MIN // 4 + 3]))
+        outs.append(("big", "FP32", [v2wire.SPLIT_MIN // 4 + 3]))
     base = {"model": "m", "version": draw(st.sampled_from(["", "1", "12"])), "outs": outs,
             "params": draw(st.booleans()), "out_params": draw(st.booleans())}
     first = _answer(rid=draw(st.sampled_from(["", "a1-7", "x" * 130])), seed=1, **base)
@@ -318,16 +319,16 @@ def test_an_answer_form_reads_what_decoding_reads_or_nothing(pair):
     """AnswerForm.read(later) is None or the arrays decode_response reads from it; an answer that
     differs from the learned one in nothing but its id and its values is read."""
     first, later, change, outs = pair
-    wanted = [(name, datatype, np.dtype(codec.RAW_NUMPY[datatype])) for name, datatype, _ in outs]
-    msg, raws = codec.parse_response(first)
-    arrays = codec.numeric_outputs(msg, raws, wanted)
-    form = codec.AnswerForm.learn(first, arrays, msg.model_version)
+    wanted = [(name, datatype, np.dtype(v2wire.RAW_NUMPY[datatype])) for name, datatype, _ in outs]
+    msg, raws = v2wire.parse_response(first)
+    arrays = v2wire.numeric_outputs(msg, raws, wanted)
+    form = v2wire.AnswerForm.learn(first, arrays, msg.model_version)
     assert form is not None and form.version == msg.model_version
     assert [a.tobytes() for a in form.read(first)] == [a.tobytes() for a in arrays]
     got = form.read(later)
     try:
-        later_msg, later_raws = codec.parse_response(later)
-        decoded = codec.decode_response(later_msg, later_raws)
+        later_msg, later_raws = v2wire.parse_response(later)
+        decoded = v2wire.decode_response(later_msg, later_raws)
     except (DecodeError, GatewayError, ValueError):
         decoded = None
     if got is None:
@@ -342,7 +343,7 @@ def test_an_answer_form_reads_what_decoding_reads_or_nothing(pair):
 def test_an_answer_form_reads_no_answer_protobuf_would_refuse():
     outs = [("y", "FP32", [2])]
     first = _answer("m", "1", "r", outs, 1)
-    form = codec.AnswerForm.learn(first, [np.zeros(2, np.float32)], "1")
+    form = v2wire.AnswerForm.learn(first, [np.zeros(2, np.float32)], "1")
     bad_id = first.replace(b"\x1a\x01r", b"\x1a\x01\xff")  # an id that is not UTF-8
     with pytest.raises(DecodeError):
         service_pb2.ModelInferResponse.FromString(bad_id)
@@ -355,6 +356,6 @@ def test_an_answer_form_is_not_learned_from_an_answer_laid_out_otherwise():
     outs = [("y", "FP32", [2])]
     arrays = [np.zeros(2, np.float32)]
     for wire in (_answer("m", "1", "r", outs, 1, raw_first=True), _answer("m", "1", "r", outs, 1, trailing=b"\x78\x07")):
-        assert codec.AnswerForm.learn(wire, arrays, "1") is None
-    assert codec.AnswerForm.learn(_answer("m", "1", "r", outs, 1), [np.zeros(3, np.float32)], "1") is None
-    assert codec.AnswerForm.learn(b"\x80", arrays, "1") is None
+        assert v2wire.AnswerForm.learn(wire, arrays, "1") is None
+    assert v2wire.AnswerForm.learn(_answer("m", "1", "r", outs, 1), [np.zeros(3, np.float32)], "1") is None
+    assert v2wire.AnswerForm.learn(b"\x80", arrays, "1") is None

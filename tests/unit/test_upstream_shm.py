@@ -12,7 +12,8 @@ from tritonclient.grpc import service_pb2
 
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.core.tensors import InferRequest, Tensor
-from gateway.upstream import codec, shm
+from gateway.upstream import shm
+from gateway.upstream import wire as v2wire
 
 MiB = 1 << 20
 
@@ -99,7 +100,7 @@ async def test_request_names_the_region_for_large_inputs_only(shm_dir):
                                           Tensor("text", np.array([b"ab" * 1000], dtype=object), "BYTES")],
                        id="r1")
     leases: list = []
-    msg = service_pb2.ModelInferRequest.FromString(codec.serialize_request(req, arena, leases))
+    msg = service_pb2.ModelInferRequest.FromString(v2wire.serialize_request(req, arena, leases))
     assert len(leases) == 2
     by_name = {t.name: t for t in msg.inputs}
     assert not by_name["small"].parameters
@@ -111,14 +112,14 @@ async def test_request_names_the_region_for_large_inputs_only(shm_dir):
         off, size = p["shared_memory_offset"].int64_param, p["shared_memory_byte_size"].int64_param
         assert size == len(raw) and data[off:off + size] == raw
     # without the arena: the same request, every tensor on the wire
-    wire = service_pb2.ModelInferRequest.FromString(codec.serialize_request(req))
-    assert wire == codec.encode_request(req)
+    wire = service_pb2.ModelInferRequest.FromString(v2wire.serialize_request(req))
+    assert wire == v2wire.encode_request(req)
     arena.free(leases)
     await arena.close()
 
 
 async def test_a_message_and_its_raws_name_the_region_for_large_inputs_and_a_body_is_not_copied(shm_dir):
-    """codec.serialize_message (V2 REST): the caller's message unchanged, each large raw placed (a view
+    """v2wire.serialize_message (V2 REST): the caller's message unchanged, each large raw placed (a view
     of a body read into the region stays where it is), the others appended in order; no arena: the
     message, then every raw, as calls.serialize writes it."""
     arena = _arena(FakeTriton(), min_bytes=1024)
@@ -132,7 +133,7 @@ async def test_a_message_and_its_raws_name_the_region_for_large_inputs_and_a_bod
     body_view[16:] = element
     text = body_view[16:]
     leases: list = []
-    wire = service_pb2.ModelInferRequest.FromString(codec.serialize_message(msg, [small, big, text], arena, leases))
+    wire = service_pb2.ModelInferRequest.FromString(v2wire.serialize_message(msg, [small, big, text], arena, leases))
     assert not msg.inputs[1].parameters and not msg.inputs[2].parameters  # the caller's message as it was
     assert list(wire.raw_input_contents) == [small] and not wire.inputs[0].parameters
     assert len(leases) == 2 and leases[1][1] == 0  # the body's slice: nothing of its own to give back
@@ -144,7 +145,7 @@ async def test_a_message_and_its_raws_name_the_region_for_large_inputs_and_a_bod
         assert size == len(raw) and data[off:off + size] == raw
     assert wire.inputs[2].parameters["shared_memory_offset"].int64_param == \
         _address_in(arena, text)  # where the body holds it: not copied
-    plain = codec.serialize_message(msg, [small, big, text])
+    plain = v2wire.serialize_message(msg, [small, big, text])
     assert service_pb2.ModelInferRequest.FromString(plain) == service_pb2.ModelInferRequest(
         model_name="m", id="r2", inputs=msg.inputs, raw_input_contents=[small, big, element])
     arena.free(leases)

@@ -19,7 +19,7 @@ from gateway.core.errors import invalid
 from gateway.edge import Edge, httpbody
 from gateway.process import offload
 
-from . import codec, monitor_page, plain
+from . import codec, gtensors, monitor_page
 from .service import GrpsService
 
 METHODS = ["GET", "POST", "PUT"]
@@ -82,8 +82,8 @@ async def _predict(request: Request):
     svc = _svc(request)
     return_ndarray = _arg(request, "return-ndarray").lower() == "true"
     doc = _plain_doc(request) if not return_ndarray else None
-    if doc is not None:  # the common JSON gtensors predict (plain.py), else the general path below
-        found = plain.tensors(doc)
+    if doc is not None:  # the common JSON gtensors predict (gtensors.py), else the general path below
+        found = gtensors.tensors(doc)
         if found is not None and not _streaming(request, svc, doc):
             model, inputs = found
             body = await svc.predict_plain(model or _arg(request, "model"), inputs)

@@ -166,7 +166,7 @@ def _gtensor_inputs(meta: ModelMetadata, generic) -> list[Tensor]:
 
 
 def gtensors_request(tensors: list[Tensor], meta: ModelMetadata, target: Target, cfg: GrpsSettings) -> InferRequest:
-    """``to_request`` of a unary gtensors request whose tensors are already decoded (plain.tensors):
+    """``to_request`` of a unary gtensors request whose tensors are already decoded (gtensors.tensors):
     the same checks, defaults and errors."""
     inputs = _gtensors_checked(meta, tensors)
     _add_defaults(inputs, meta, target.rule, cfg, False)

@@ -19,13 +19,13 @@ import yaml
 
 from gateway.call import current
 from gateway.context import GatewayContext
-from gateway.core.bounded import keep
+from gateway.core.bounded import Plans, keep
 from gateway.core.errors import ErrorKind, GatewayError, not_found
 from gateway.core.tensors import InferResponse, ModelMetadata, Tensor
 from gateway.process import offload, shared
-from gateway.upstream import codec as codec_v2
+from gateway.upstream import wire
 
-from . import codec, config, errors, mapping, plain, wireplan
+from . import answer, codec, config, errors, mapping, plans
 from .monitor import Monitor
 
 VERSION = "v1.1.0"  # the GRPS version this dialect imitates
@@ -40,7 +40,7 @@ class GrpsService:
         self._online = shared.Flag("grps_online", cfg.start_online)
         self.monitor = Monitor()
         self.errors = errors.Rendering(cfg)
-        self._plans: dict[tuple, wireplan.Plan | None] = {}  # plain predicts: per target and input layout
+        self._plans = Plans(plans.MAX_PLANS)  # plain predicts: per target and input layout (None: no plan)
         self._targets: dict[str, mapping.Target] = {}  # model names resolved (_resolve)
 
     async def start(self) -> None:
@@ -85,8 +85,8 @@ class GrpsService:
                                          bytes_map=codec.request_bytes_map(msg))
 
     async def predict_plain(self, model: str, inputs: list[Tensor]) -> bytes:
-        """``predict`` of a plain gtensors body (``plain.tensors``: the model it names, its decoded
-        inputs), answered as the JSON text the HTTP listener sends: ``plain.answer``, else the general
+        """``predict`` of a plain gtensors body (``gtensors.tensors``: the model it names, its decoded
+        inputs), answered as the JSON text the HTTP listener sends: ``answer.write``, else the general
         writer. The same lookups, checks, errors and monitoring as ``predict``."""
         target = self._resolve(model)
         _name_model(target.name)
@@ -101,23 +101,21 @@ class GrpsService:
             if plan is None:
                 resp = await self._infer(mapping.gtensors_request(inputs, meta, target, self.cfg), meta)
             else:  # the request written from the plan, the answer read by it once it has learned its form
-                call = current()
-                data = await self.ctx.upstream.infer_bytes(
-                    plan.model, plan.request(call.request_id if call is not None else "", inputs))
+                data = await self.ctx.upstream.infer_bytes(plan.model, plan.request(inputs))
                 arrays = plan.read(data)
                 if arrays is not None:
                     size = 0
                     for a in arrays:
                         size += a.nbytes
-                    body = (plain.write_laid(plan.layout, arrays) if offload.inline(size)  # a large one: in a thread
-                            else await offload.run(size, plain.write_laid, plan.layout, arrays))
+                    body = (answer.write_laid(plan.layout, arrays) if offload.inline(size)  # a large one: in a thread
+                            else await offload.run(size, answer.write_laid, plan.layout, arrays))
                     ok = True
                     return body
-                resp = codec_v2.decode_response(*codec_v2.parse_answer(data))
+                resp = wire.decode_response(*wire.parse_answer(data))
                 plan.learn(data, resp)
             size = sum(t.data.nbytes for t in resp.outputs)
-            body = (plain.answer(resp, meta, pretty) if offload.inline(size)  # a large answer: in a thread
-                    else await offload.run(size, plain.answer, resp, meta, pretty))
+            body = (answer.write(resp, meta, pretty) if offload.inline(size)  # a large answer: in a thread
+                    else await offload.run(size, answer.write, resp, meta, pretty))
             if body is None:
                 msg, _ = mapping.from_response(resp, "gtensors", meta, target.rule)
                 body = await offload.run(msg.ByteSize(), codec.message_to_json, msg, pretty)
@@ -132,13 +130,12 @@ class GrpsService:
         target = self._targets.get(name)
         return target if target is not None else keep(self._targets, name, mapping.resolve(name, self.cfg), MAX_TARGETS)
 
-    def _plan(self, inputs: list[Tensor], meta: ModelMetadata, target: mapping.Target) -> wireplan.Plan | None:
+    def _plan(self, inputs: list[Tensor], meta: ModelMetadata, target: mapping.Target) -> plans.Plan | None:
         """The plan of these inputs' layout under this metadata (made once; refusals raise every time)."""
         key = (target.name, target.model, target.version, *[(t.name, t.datatype, t.data.shape) for t in inputs])
         plan = self._plans.get(key, _NO_PLAN)
         if plan is _NO_PLAN or plan is not None and plan.meta is not meta:
-            plan = keep(self._plans, key, wireplan.make(inputs, meta, target, self.cfg, self.ctx.upstream.shared_from()),
-                        wireplan.MAX_PLANS)  # bounded: the layouts clients send
+            plan = self._plans.keep(key, plans.make(inputs, meta, target, self.cfg, self.ctx.upstream.shared_from()))
         return plan
 
     async def predict_stream(

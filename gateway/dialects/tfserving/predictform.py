@@ -31,7 +31,7 @@ from google.protobuf.message import DecodeError
 
 from gateway._proto.tensorflow.core.framework import tensor_pb2
 from gateway._proto.tensorflow_serving.apis import predict_pb2
-from gateway.core.bounded import keep
+from gateway.core.bounded import Plans
 from gateway.core.protowire import fields
 
 from .mapping import ServableRef
@@ -65,7 +65,7 @@ class Forms:
     """The learned forms of one listener."""
 
     def __init__(self):
-        self._by_size: dict[int, tuple[Form, ...]] = {}
+        self._by_size = Plans(MAX_SIZES)  # request length -> its forms, the latest first
 
     def match(self, data: bytes) -> Form | None:
         for form in self._by_size.get(len(data), ()):
@@ -93,7 +93,7 @@ class Forms:
         form = Form(data[:start], data[start + size:], arr.size, dtype, arr.shape, spec, alias, v2,
                     tuple(output_filter))
         kept = self._by_size.get(len(data), ())
-        keep(self._by_size, len(data), (form, *kept[:PER_SIZE - 1]), MAX_SIZES)
+        self._by_size.keep(len(data), (form, *kept[:PER_SIZE - 1]))
         return form
 
 

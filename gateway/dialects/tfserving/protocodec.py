@@ -21,7 +21,7 @@ from gateway._proto.tensorflow_serving.apis import (
     predict_pb2,
 )
 from gateway.core import datatypes
-from gateway.core.bounded import check_name, clip, dims_text, keep
+from gateway.core.bounded import Plans, check_name, clip, dims_text, keep
 from gateway.core.errors import invalid
 from gateway.core.protowire import delimited
 from gateway.core.tensors import TensorSpec, element_count, too_large
@@ -41,7 +41,7 @@ _DIRECT = frozenset(v2 for v2, f in _FIELD.items()
                     and not (f == "int_val" and datatypes.by_v2(v2).numpy.itemsize < 4))
 MAX_KEPT = 1024  # model specs, tensor layouts and answer parts kept, each
 _specs: dict[bytes, ServableRef] = {}
-_layouts: dict[tuple[int, bytes], tuple] = {}
+_layouts = Plans(MAX_KEPT)  # (dtype, shape bytes) -> (row, shape, size, direct)
 
 
 def spec_from_proto(ms: model_pb2.ModelSpec) -> ServableRef:
@@ -88,7 +88,7 @@ def tensor_from_proto(tp: tensor_pb2.TensorProto, name: str) -> tuple[np.ndarray
     key = (tp.dtype, tp.tensor_shape.SerializeToString())
     layout = _layouts.get(key)
     if layout is None:
-        layout = keep(_layouts, key, _layout(tp, name), MAX_KEPT)  # a refusal raises, every time (never kept)
+        layout = _layouts.keep(key, _layout(tp, name))  # a refusal raises, every time (never kept)
     row, shape, size, direct = layout
     if tp.tensor_content:
         shown = clip(name)
@@ -183,7 +183,7 @@ _TENSOR_FIELD = tensor_pb2.TensorProto.DESCRIPTOR.fields_by_name
 # predictform.py reads requests by the same table
 PACKED = {"FP32": (_TENSOR_FIELD["float_val"].number, np.dtype("<f4")),
           "FP64": (_TENSOR_FIELD["double_val"].number, np.dtype("<f8"))}
-_answer_parts: dict[tuple, tuple[bytes, bytes, bytes]] = {}  # by alias, type, shape and spec
+_answer_parts = Plans(MAX_KEPT)  # by alias, type, shape and spec
 
 
 def predict_answer(alias: str, arr: np.ndarray, v2: str, spec: tuple[str, int | str | None, str]) -> bytes | None:
@@ -205,8 +205,8 @@ def predict_answer(alias: str, arr: np.ndarray, v2: str, spec: tuple[str, int | 
         shape_proto(arr.shape, into=tp.tensor_shape)
         resp = predict_pb2.PredictResponse()
         model_spec(*spec, into=resp.model_spec)
-        parts = keep(_answer_parts, key, (delimited(1, alias.encode()), tp.SerializeToString(),
-                                          resp.SerializeToString()), MAX_KEPT)
+        parts = _answer_parts.keep(key, (delimited(1, alias.encode()), tp.SerializeToString(),
+                                         resp.SerializeToString()))
     key_field, head, spec_field = parts
     field, little = packed
     tensor = head + delimited(field, arr.astype(little, copy=False).tobytes())

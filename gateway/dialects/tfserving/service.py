@@ -11,13 +11,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gateway.call import current
 from gateway.context import GatewayContext
 from gateway.core import datatypes
-from gateway.core.bounded import DIMS, clip, keep
+from gateway.core.bounded import DIMS, Plans, clip
 from gateway.core.errors import invalid
 from gateway.core.tensors import InferRequest, InferResponse, Tensor
-from gateway.upstream import codec
+from gateway.upstream import wire
 
 from . import errors, examples, shapes
 from .config import TFServingConfig
@@ -44,7 +43,7 @@ class Service:
         self.conf = conf
         self.servables = Servables(conf, ctx.upstream)
         self.errors = errors.Rendering()
-        self._plans: dict[tuple, _Plan] = {}  # predict: per target, output filter, inputs' names, shapes, dtypes
+        self._plans = Plans(MAX_PLANS)  # predict: per target, output filter, inputs' names, shapes, dtypes
         self._wire = True  # plans may take Upstream.infer_bytes (tests turn it off to compare with the neutral path)
         # resolve(spec, *, grpc=False, method=None) -> Target: Servables.resolve itself (no coroutine of its own)
         self.resolve = self.servables.resolve
@@ -62,8 +61,8 @@ class Service:
         plan = self._plans.get(key)
         if plan is None or plan.target is not target:  # the plan holds its target: an id is not reused under it
             # refusals raise here, every time (never kept); bounded: the shapes clients send
-            plan = keep(self._plans, key, _plan(target, inputs, output_filter, self._wire,
-                                                self.ctx.upstream.shared_from()), MAX_PLANS)
+            plan = self._plans.keep(key, _plan(target, inputs, output_filter, self._wire,
+                                               self.ctx.upstream.shared_from()))
         if plan.wire is not None:  # one numeric input, numeric outputs: straight to wire bytes and back
             return await self._predict_wire(plan, next(iter(inputs.values())))
         tensors = []
@@ -77,28 +76,25 @@ class Service:
 
     async def _predict_wire(self, plan: _Plan, arr: np.ndarray) -> tuple[str, Outputs]:
         """``predict`` of a plan with ``wire``: the request written from the plan's header (what
-        ``codec.serialize_request`` writes for it), the answer's arrays taken from its raw contents
-        (``codec.decode_response``'s arrays; an answer of any other form is decoded by it)."""
-        call = current()
-        wire = plan.wire
-        want = wire.dtype
+        ``wire.serialize_request`` writes for it), the answer's arrays taken from its raw contents
+        (``wire.decode_response``'s arrays; an answer of any other form is decoded by it)."""
+        road = plan.wire
+        want = road.dtype
         data = await self.ctx.upstream.infer_bytes(
-            plan.target.signature.triton,
-            codec.wire_request(wire.header, call.request_id if call is not None else "",
-                               (arr if arr.dtype == want else arr.astype(want),)))
-        form = wire.form
+            plan.target.signature.triton, wire.Planned(road.header, (arr if arr.dtype == want else arr.astype(want),)))
+        form = road.form
         arrays = form.read(data) if form is not None else None
         if arrays is not None:  # the form of the answers before it: read without parsing the message
             version = form.version
         else:
-            msg, raws = codec.parse_answer(data)
-            arrays = codec.numeric_outputs(msg, raws, wire.outputs)
+            msg, raws = wire.parse_answer(data)
+            arrays = wire.numeric_outputs(msg, raws, road.outputs)
             if arrays is None:  # not the answer the metadata promised: as any other answer
-                return msg.model_version, _outputs(plan, codec.decode_response(msg, raws))
+                return msg.model_version, _outputs(plan, wire.decode_response(msg, raws))
             version = msg.model_version
-            wire.form = codec.AnswerForm.learn(data, arrays, version)
+            road.form = wire.AnswerForm.learn(data, arrays, version)
         return version, {alias: (_shaped(plan, a), datatype) for (alias, _), (_, datatype, _), a
-                         in zip(plan.outputs, wire.outputs, arrays, strict=True)}
+                         in zip(plan.outputs, road.outputs, arrays, strict=True)}
 
     async def run_examples(self, target: Target, method: str, exs: list[Features], context: Features):
         """regress -> (version, float32 [N]); classify -> (version, (labels, scores [N, C]))."""
@@ -163,15 +159,15 @@ class _Plan:
 @dataclass(slots=True)
 class _Wire:
     """A predict of one input and outputs of fixed-size numeric types, none converted (no
-    half_as_float): the request header (``codec.header``: an element-wise input in the shape it is
+    half_as_float): the request header (``wire.header``: an element-wise input in the shape it is
     sent in), the input's numpy type, and the outputs expected as (Triton name, V2 type, numpy
-    type), in the plan's output order; the form of the last answer read (``codec.AnswerForm``),
+    type), in the plan's output order; the form of the last answer read (``wire.AnswerForm``),
     which the next answer of that form is read by."""
 
     header: bytes
     dtype: np.dtype
     outputs: tuple[tuple[str, str, np.dtype], ...]
-    form: codec.AnswerForm | None = field(default=None, compare=False)  # learned from the last answer decoded
+    form: wire.AnswerForm | None = field(default=None, compare=False)  # learned from the last answer decoded
 
 
 def _outputs(plan: _Plan, resp: InferResponse) -> Outputs:
@@ -214,17 +210,17 @@ def _plan(target: Target, inputs: dict[str, np.ndarray], output_filter, wire_cap
         added.append(add)
     like = next(iter(inputs.values())).shape if sig.elementwise and inputs else None
     names = [s.name for _, s in outs]
-    wire = None
+    road = None
     if wire_capable and len(planned) == 1 and not sig.half_as_float \
-            and planned[0][1] in codec.RAW_NUMPY and all(s.datatype in codec.RAW_NUMPY for _, s in outs):
+            and planned[0][1] in wire.RAW_NUMPY and all(s.datatype in wire.RAW_NUMPY for _, s in outs):
         (name, datatype, _, sent), arr = planned[0], next(iter(inputs.values()))
-        dtype = np.dtype(codec.RAW_NUMPY[datatype])
+        dtype = np.dtype(wire.RAW_NUMPY[datatype])
         if shared_from is None or arr.size * dtype.itemsize < shared_from:
-            head = codec.header(sig.triton, target.triton_version, [(name, datatype, arr.shape if sent is None else sent)],
+            head = wire.header(sig.triton, target.triton_version, [(name, datatype, arr.shape if sent is None else sent)],
                                 names)
-            wire = _Wire(head, dtype, tuple((s.name, s.datatype, np.dtype(codec.RAW_NUMPY[s.datatype])) for _, s in outs))
+            road = _Wire(head, dtype, tuple((s.name, s.datatype, np.dtype(wire.RAW_NUMPY[s.datatype])) for _, s in outs))
     return _Plan(target, tuple(planned), tuple((alias, spec.name) for alias, spec in outs), names,
-                 bool(added) and all(added), like, wire)
+                 bool(added) and all(added), like, road)
 
 
 def open(ctx: GatewayContext, conf: TFServingConfig) -> Service:

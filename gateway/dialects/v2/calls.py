@@ -13,10 +13,9 @@ from tritonclient.grpc import service_pb2
 from gateway.access import unknown_model
 from gateway.call import current
 from gateway.core.errors import ErrorKind, GatewayError
-from gateway.core.protowire import varint
 from gateway.edge import httpbody
 from gateway.observe import metrics, tracing
-from gateway.upstream.codec import RAW_INPUT_TAG, parse_response
+from gateway.upstream.wire import parse_response, serialize_message
 
 from . import jsontensor
 from .errors import UpstreamStatus
@@ -37,10 +36,7 @@ class MethodNotAllowed(GatewayError):
 
 def serialize(parsed: jsontensor.Parsed) -> bytes:
     """The request with each tensor's bytes appended as its own ``raw_input_contents`` field (copied once)."""
-    pieces = [parsed.msg.SerializeToString()]
-    for raw in parsed.raws:
-        pieces += (RAW_INPUT_TAG, varint(len(raw)), raw)
-    return b"".join(pieces)
+    return serialize_message(parsed.msg, parsed.raws)
 
 
 class Rest:

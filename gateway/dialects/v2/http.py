@@ -33,7 +33,7 @@ from gateway.call import current
 from gateway.core.errors import ErrorKind, GatewayError, invalid
 from gateway.edge import Edge, httpbody
 from gateway.process import offload
-from gateway.upstream import codec
+from gateway.upstream.wire import serialize_message
 
 from . import calls, documents, jsontensor, plain, rawinput, sse
 from .calls import JSON, Rest
@@ -296,7 +296,7 @@ async def _infer(rest: Rest, request: Request, model: str, version: str):
         resp, raws = await rest.call("ModelInfer", data, model)
     else:
         resp, raws = await arena.send_placed(
-            lambda region, leases: codec.serialize_message(parsed.msg, parsed.raws, region, leases),
+            lambda region, leases: serialize_message(parsed.msg, parsed.raws, region, leases),
             lambda placed: rest.call("ModelInfer", placed, model))
     raws = list(resp.raw_output_contents) if raws is None else raws  # each read once (a read copies)
     out_size = 4 * sum(len(r) for r in raws)

@@ -19,7 +19,7 @@ import numpy as np
 from tritonclient.grpc import service_pb2
 
 from gateway.core import datatypes
-from gateway.core.bounded import keep
+from gateway.core.bounded import Plans
 from gateway.core.errors import ErrorKind, GatewayError, invalid
 from gateway.core.tensors import check_bytes
 
@@ -336,9 +336,8 @@ def data_text(name: str, dtype_name: str, raw: bytes, count: int) -> bytes:
     return rjson.ints(arr)
 
 
-_model_heads: dict[tuple, bytes] = {}  # (model_name, model_version) -> their members, as written
-_output_heads: dict[tuple, bytes] = {}  # (name, datatype, shape) -> '{"name":..,"datatype":..,"shape":[..]'
-MAX_HEADS = 4096
+_model_heads = Plans(4096)  # (model_name, model_version) -> their members, as written
+_output_heads = Plans(4096)  # (name, datatype, shape) -> '{"name":..,"datatype":..,"shape":[..]'
 
 
 def _model_head(name: str, version: str) -> bytes:
@@ -350,15 +349,15 @@ def _output_head(name: str, datatype: str, shape: tuple) -> bytes:
             + ",".join(map(str, shape)).encode() + b"]")
 
 
-def _head(cache: dict, key: tuple, write) -> bytes:
-    """A piece of the answer written once per key (bounded: the models and shapes Triton answers)."""
-    hit = cache.get(key)
-    return hit if hit is not None else keep(cache, key, write(*key), MAX_HEADS)
+def _head(plans: Plans, key: tuple, write) -> bytes:
+    """A piece of the answer written once per key (the models and shapes Triton answers)."""
+    hit = plans.get(key)
+    return hit if hit is not None else plans.keep(key, write(*key))
 
 
 def render(resp: service_pb2.ModelInferResponse, parsed: Parsed, raws=None) -> tuple[list, int | None]:
     """``FinalizeResponse``: the body's pieces, and the JSON header's length when binary follows
-    (``raws``: the raw contents, e.g. views from ``codec.parse_response``; None: the answer's)."""
+    (``raws``: the raw contents, e.g. views from ``wire.parse_response``; None: the answer's)."""
     rid = resp.id
     head = [b'{"id":' + rjson.string(rid) + b"," if rid else b"{",
             _head(_model_heads, (resp.model_name, resp.model_version), _model_head)]

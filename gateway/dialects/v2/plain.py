@@ -7,7 +7,7 @@ Most bodies are plain: ``inputs`` with ``name``, ``datatype``, ``shape`` and eit
 building a protobuf message: the fields but ``id`` and the raw contents come from a header
 serialized once per model, version, inputs' names, dtypes and shapes and outputs, the ``id``
 between its two halves (protobuf writes fields in number order), then each tensor's bytes as its
-own ``raw_input_contents``. JSON values are converted with ``array`` (a C cast per value, as the
+own ``raw_input_contents`` (``wire.around_id``, ``wire.with_id``). JSON values are converted with ``array`` (a C cast per value, as the
 general path's numpy cast and Triton's ``static_cast`` do).
 
 Anything else, or anything the general path would refuse, answers None: the general path then
@@ -20,16 +20,12 @@ from __future__ import annotations
 import math
 from array import array
 
-from tritonclient.grpc import service_pb2
-
 from gateway.core import datatypes
-from gateway.core.bounded import LIMITS, keep
-from gateway.core.protowire import varint
-from gateway.upstream.codec import RAW_INPUT_TAG
+from gateway.core.bounded import LIMITS
+from gateway.upstream import wire
 
 from .jsontensor import INT64_MAX, UINT64_MAX, Output, Parsed
 
-_ID_TAG = b"\x1a"  # ModelInferRequest.id: field 3, length-delimited
 _JSON_KINDS = {"f": frozenset((float, int)), "i": frozenset((int,)), "u": frozenset((int,)), "b": frozenset((bool,))}
 
 
@@ -61,25 +57,6 @@ _BINARY_DEFAULT = frozenset(("binary_data_output",))
 
 # how to answer a request that names no outputs (shared: render only reads them)
 _JSON_ANSWER, _BINARY_ANSWER = Parsed(None), Parsed(None, binary_default=True)
-
-_headers: dict[tuple, tuple[bytes, bytes]] = {}  # (model, version, inputs, outputs) -> (model/version, the rest)
-MAX_HEADERS = 4096
-
-
-def _header(model: str, version: str, inputs: tuple, outputs: tuple) -> tuple[bytes, bytes]:
-    key = (model, version, inputs, outputs)
-    hit = _headers.get(key)
-    if hit is None:
-        msg = service_pb2.ModelInferRequest()
-        for name, datatype, shape in inputs:
-            msg.inputs.add(name=name, datatype=datatype, shape=shape)
-        for name in outputs:
-            msg.outputs.add(name=name)
-        hit = (service_pb2.ModelInferRequest(model_name=model, model_version=version).SerializeToString(),
-               msg.SerializeToString())
-        keep(_headers, key, hit, MAX_HEADERS)  # bounded: the shapes clients send
-    return hit
-
 
 def _shape(dims) -> tuple | None:
     if type(dims) is not list:
@@ -177,13 +154,11 @@ def request(doc, model: str, version: str, binary: memoryview) -> tuple[bytes, P
             outputs[out["name"]] = Output(binary_out)
         names = tuple(listed)
     try:
-        head, tail = _header(model, version, tuple(specs), names)
+        head, tail = wire.around_id(model, version, tuple(specs), names)
         rid_bytes = rid.encode() if rid else b""
     except (ValueError, UnicodeEncodeError):  # names protobuf refuses (not UTF-8): the general path's error
         return None
-    pieces = [head, _ID_TAG, varint(len(rid_bytes)), rid_bytes, tail] if rid_bytes else [head, tail]
-    for raw in raws:
-        pieces += (RAW_INPUT_TAG, varint(len(raw)), raw)
+    data = wire.with_id(head, rid_bytes, tail, raws)
     if outputs:
-        return b"".join(pieces), Parsed(None, outputs=outputs, binary_default=binary_default)
-    return b"".join(pieces), _BINARY_ANSWER if binary_default else _JSON_ANSWER
+        return data, Parsed(None, outputs=outputs, binary_default=binary_default)
+    return data, _BINARY_ANSWER if binary_default else _JSON_ANSWER

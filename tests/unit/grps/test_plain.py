@@ -1,8 +1,8 @@
-"""The plain gtensors path (gateway/dialects/grps/plain.py) held to the general one.
+"""The plain gtensors path (gateway/dialects/grps/gtensors.py, plans.py, answer.py) held to the general one.
 
-For generated bodies, ``plain.tensors`` either declines (None) or gives the request the general path
+For generated bodies, ``gtensors.tensors`` either declines (None) or gives the request the general path
 (``codec.message_from_json`` + ``mapping.to_request``) gives: the same ModelInfer wire bytes, or the
-same error. For generated Triton answers, ``plain.answer`` either declines or writes the bytes of
+same error. For generated Triton answers, ``answer.write`` either declines or writes the bytes of
 ``codec.message_to_json(mapping.from_response(...))``, pretty and compact. And over a fake Triton,
 ``GrpsService.predict_plain`` answers what ``predict`` + the general writer answer.
 """
@@ -24,11 +24,11 @@ from gateway.core import datatypes
 from gateway.core.bounded import LIMITS
 from gateway.core.errors import GatewayError
 from gateway.core.tensors import InferResponse, ModelMetadata, Tensor, TensorSpec
-from gateway.dialects.grps import codec, config, mapping, plain, wireplan
+from gateway.dialects.grps import answer, codec, config, gtensors, mapping, plans
 from gateway.dialects.grps import service as service_module
 from gateway.dialects.grps.service import GrpsService
 from gateway.settings import Settings
-from gateway.upstream.codec import decode_response, serialize_request
+from gateway.upstream.wire import decode_response, serialize_request
 from tests.fakes import FakeUpstream
 
 # one input per GRPS type (and one the request may not name), as grps_echo has; a required one too
@@ -64,7 +64,7 @@ def _general_request(doc: dict, meta: ModelMetadata):
 
 def _plain_request(doc: dict, meta: ModelMetadata):
     before = copy.deepcopy(doc)
-    found = plain.tensors(doc)
+    found = gtensors.tensors(doc)
     assert doc == before  # the general path may still need the body as it came
     if found is None:
         return None
@@ -72,11 +72,11 @@ def _plain_request(doc: dict, meta: ModelMetadata):
 
     def run():
         target = mapping.resolve(model, CFG)
-        planned = wireplan.make(inputs, meta, target, CFG, None)  # refuses as gtensors_request does
+        planned = plans.make(inputs, meta, target, CFG, None)  # refuses as gtensors_request does
         req = mapping.gtensors_request(list(inputs), meta, target, CFG)
         req.id = "req-7"
         if planned is not None:  # the plan's bytes are the general request's, id included
-            assert planned.request("req-7", inputs) == serialize_request(req)
+            assert planned.request(inputs).write("req-7") == serialize_request(req)
         req.id = ""
         return serialize_request(req)
     return _outcome(run)
@@ -232,9 +232,9 @@ def test_plain_request_declines_what_protobuf_reads_otherwise(tensor):
 def test_plain_request_declines_past_the_tensor_limit(monkeypatch):
     doc = {"gtensors": {"tensors": [{"name": "in_fp64", "dtype": "DT_FLOAT64", "flat_float64": [1.0] * 4}]}}
     monkeypatch.setattr(LIMITS, "max_tensor_bytes", 16)
-    assert plain.tensors(doc) is None and _general_request(doc, META)[0] == "error"
+    assert gtensors.tensors(doc) is None and _general_request(doc, META)[0] == "error"
     monkeypatch.setattr(LIMITS, "max_tensor_bytes", 32)
-    assert plain.tensors(doc) is not None
+    assert gtensors.tensors(doc) is not None
 
 
 # -- answers --------------------------------------------------------------------------------------
@@ -266,8 +266,8 @@ def _general_answer(resp, meta, pretty):
 @given(st.lists(_output(), max_size=3), st.booleans())
 def test_plain_answer_is_the_general_answer_or_declines(outputs, pretty):
     resp = InferResponse("echo", "1", outputs)
-    fast = plain.answer(resp, META, pretty)
-    numeric = all(t.datatype in plain._ANSWER and t.name for t in outputs)
+    fast = answer.write(resp, META, pretty)
+    numeric = all(t.datatype in answer._ANSWER and t.name for t in outputs)
     assert (fast is not None) == (numeric and bool(outputs))
     if fast is not None:
         assert ("ok", fast) == _general_answer(resp, META, pretty)
@@ -282,8 +282,8 @@ def test_plain_answer_floats_and_order():
             Tensor("out_int32", np.zeros((0, 2), dtype=np.int32))]
     resp = InferResponse("echo", "1", outs)
     for pretty in (True, False):
-        assert ("ok", plain.answer(resp, META, pretty)) == _general_answer(resp, META, pretty)
-    text = plain.answer(resp, META, False)
+        assert ("ok", answer.write(resp, META, pretty)) == _general_answer(resp, META, pretty)
+    text = answer.write(resp, META, False)
     assert text.index(b'"zz"') > text.index(b'"out_int32"')  # an output the metadata does not list: last
 
 
@@ -321,7 +321,7 @@ async def test_predict_plain_answers_as_predict(doc, pretty, upstream):
         return codec.message_to_json(out, pretty), svc.monitor.series("*qps[grps_echo-1]") is not None
 
     async def fast(svc):
-        model, inputs = plain.tensors(doc)
+        model, inputs = gtensors.tensors(doc)
         return await svc.predict_plain(model, inputs), svc.monitor.series("*qps[grps_echo-1]") is not None
 
     async def outcome(fn, *args):
@@ -368,11 +368,11 @@ async def test_predict_plain_reads_answers_of_another_form_as_the_general_path(m
         decoded.append(1)
         return decode_response(msg, raws, views)
 
-    monkeypatch.setattr(service_module.codec_v2, "decode_response", decode)
+    monkeypatch.setattr(service_module.wire, "decode_response", decode)
     upstream = _answers(answer)
     svc = GrpsService(GatewayContext(Settings(), upstream), config.GrpsSettings())
     for _ in sequence:
-        model, inputs = plain.tensors(BENCH_BODY)
+        model, inputs = gtensors.tensors(BENCH_BODY)
         text = await svc.predict_plain(model, inputs)
         msg, nd = codec.message_from_json(orjson.loads(orjson.dumps(BENCH_BODY)))
         req = mapping.to_request(msg, nd, ECHO, mapping.resolve("", svc.cfg), svc.cfg, False)
@@ -388,11 +388,11 @@ async def test_predict_plain_reads_answers_of_another_form_as_the_general_path(m
 async def test_predict_plain_leaves_inputs_for_shared_memory_to_the_general_path():
     upstream = _answers(_echo, shared=48)  # in2's 9 doubles (72 bytes) would go through shared memory
     svc = GrpsService(GatewayContext(Settings(), upstream), config.GrpsSettings())
-    model, inputs = plain.tensors(BENCH_BODY)
+    model, inputs = gtensors.tensors(BENCH_BODY)
     text = await svc.predict_plain(model, inputs)
     assert upstream.wired == 0 and len(upstream.requests) == 1  # Upstream.infer, not the planned bytes
     assert b'"out2"' in text
     upstream.shared = 1 << 20
     svc = GrpsService(GatewayContext(Settings(), upstream), config.GrpsSettings())
-    assert await svc.predict_plain(*plain.tensors(BENCH_BODY)) == text
+    assert await svc.predict_plain(*gtensors.tensors(BENCH_BODY)) == text
     assert upstream.wired == 1

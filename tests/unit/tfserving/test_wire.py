@@ -1,5 +1,5 @@
 """A predict straight to ModelInfer bytes (Service._predict_wire) against the same predict through
-neutral tensors (InferRequest -> codec.serialize_request, codec.decode_response): over generated
+neutral tensors (InferRequest -> wire.serialize_request, wire.decode_response): over generated
 signatures, inputs and Triton answers (the one the metadata promises, and answers of other forms),
 both must send Triton the same bytes and give the same outputs, or refuse with the same error."""
 
@@ -157,7 +157,7 @@ def _same(a, b) -> None:
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases(), st.sampled_from([True, True, False]), st.sampled_from(["renamed", "reordered", "other_type"]))
 def test_wire_predict_is_the_neutral_predict(case, by_metadata, other):
-    """Request by request: the first answer's form is learned (codec.AnswerForm), the second (other
+    """Request by request: the first answer's form is learned (wire.AnswerForm), the second (other
     values) read by it, the third of another form read as any answer, the fourth as the first."""
     target, inputs, filt, form, batch, seed = case
 
