@@ -41,6 +41,15 @@ CHANNEL_OPTIONS = (
     ("grpc.max_reconnect_backoff_ms", 2000),
 )
 
+
+def keepalive() -> h2call.Keepalive:
+    """CHANNEL_OPTIONS' keepalive for the h2 channel (gateway/upstream/h2call.py), so that both
+    transports ping Triton alike: one place holds the figures."""
+    opts = dict(CHANNEL_OPTIONS)
+    return h2call.Keepalive(opts["grpc.keepalive_time_ms"] / 1000, opts["grpc.keepalive_timeout_ms"] / 1000,
+                            bool(opts["grpc.keepalive_permit_without_calls"]))
+
+
 LB_POLICIES = ("pick_first", "round_robin")
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 

@@ -6,7 +6,7 @@ from gateway.access import channel_credentials
 from gateway.settings import Settings, upstream_addresses
 
 from . import h2call, shm
-from .client import TritonUpstream
+from .client import TritonUpstream, keepalive
 
 
 def from_settings(settings: Settings, **overrides) -> TritonUpstream:
@@ -23,7 +23,7 @@ def from_settings(settings: Settings, **overrides) -> TritonUpstream:
                 shared_memory=(u.shared_memory.pool_bytes, u.shared_memory.min_bytes) if shm_on else None,
                 stream_mux=(u.stream_mux.streams, u.stream_mux.max_bytes) if u.stream_mux.enabled else None)
     if h2_off(settings) is None:
-        args["h2"] = h2call.Channel(upstream_addresses(u.grpc), u.lb_policy)
+        args["h2"] = h2call.Channel(upstream_addresses(u.grpc), u.lb_policy, keepalive=keepalive())
     args.update(overrides)
     return TritonUpstream(u.grpc, **args)
 

@@ -17,8 +17,12 @@ connection for the next call; a call Triton never started, past a GOAWAY's last 
 refused, sent once more on a new connection, as grpc's transparent retry). A cancelled caller resets its
 stream (RST_STREAM CANCEL), so Triton stops. Flow control both ways (windows opened with
 WINDOW_UPDATE as answers are read; requests wait for Triton's windows), SETTINGS and PING
-acknowledged, Triton's MAX_CONCURRENT_STREAMS kept. Plain TCP only: TLS and traced requests keep
-grpc.aio (gateway/upstream/client.py decides).
+acknowledged, Triton's MAX_CONCURRENT_STREAMS kept. Keepalive as grpc's client keeps it
+(``Keepalive``, the grpc.aio channel's own figures): a PING once nothing has been read for the
+keepalive time, the connection broken (UNAVAILABLE for the calls in flight) if its ack does not
+come within the timeout; a GOAWAY ENHANCE_YOUR_CALM "too_many_pings" doubles the time for the
+address's next connection. Plain TCP only: TLS and traced requests keep grpc.aio
+(gateway/upstream/client.py decides).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import math
 import socket
 import struct
 import time
+from typing import NamedTuple
 from urllib.parse import unquote
 
 import grpc
@@ -46,7 +51,7 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
 END_STREAM = ACK = 0x1
 END_HEADERS, PADDED, PRIORITY_FLAG = 0x4, 0x8, 0x20
-CANCEL = 0x8
+CANCEL, ENHANCE_YOUR_CALM = 0x8, 0xB
 _FRAME = struct.Struct(">HBBBI")  # length (24 bits: H then B), type, flags, stream id
 _U32 = struct.Struct(">I")
 _SETTING = struct.Struct(">HI")
@@ -62,6 +67,19 @@ _STATUS_BY_HTTP = {400: grpc.StatusCode.INTERNAL, 401: grpc.StatusCode.UNAUTHENT
                    429: grpc.StatusCode.UNAVAILABLE, 502: grpc.StatusCode.UNAVAILABLE,
                    503: grpc.StatusCode.UNAVAILABLE, 504: grpc.StatusCode.UNAVAILABLE}
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
+_KEEPALIVE_PING = b"gw-keep\x00"  # the payload of our PINGs (their acks echo it)
+_MAX_KEEPALIVE = (2**31 - 1) / 2 / 1000  # grpc core: a keepalive time past this is not doubled but off
+
+
+class Keepalive(NamedTuple):
+    """grpc's client keepalive, in seconds: a PING after ``time`` without a frame read, the connection
+    broken if its ack has not come within ``timeout``; ``without_calls``: also with no call in
+    flight (grpc.keepalive_permit_without_calls). gateway/upstream/client.py ``keepalive()`` reads
+    them from the grpc.aio channel's options."""
+
+    time: float
+    timeout: float
+    without_calls: bool = True
 
 
 def frame(kind: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
@@ -154,10 +172,19 @@ class _Stream:
 
 
 class Connection(asyncio.Protocol):
-    """One HTTP/2 connection to one Triton address: its streams, windows and HPACK decoder."""
+    """One HTTP/2 connection to one Triton address: its streams, windows and HPACK decoder, and
+    with ``keepalive`` its keepalive timer (one per connection, ticking at a quarter of the time:
+    a read only sets ``heard``, so a PING goes between one and one and a quarter keepalive times
+    after the last frame read)."""
 
-    def __init__(self):
+    def __init__(self, keepalive: Keepalive | None = None):
         self.transport: asyncio.Transport | None = None
+        self.keepalive = keepalive
+        self.keepalive_time = keepalive.time if keepalive is not None else math.inf  # doubled by too_many_pings
+        self.heard = False  # a frame read since the keepalive timer's last tick
+        self._idle = 0.0  # seconds of ticks with nothing read
+        self._ticker: asyncio.TimerHandle | None = None
+        self._watchdog: asyncio.TimerHandle | None = None  # a keepalive PING waiting for its ack
         self.streams: dict[int, _Stream] = {}
         self.next_sid = 1
         self.closed = False  # no new streams (GOAWAY read, the socket gone, ids spent)
@@ -188,12 +215,16 @@ class Connection(asyncio.Protocol):
             (2, 0), (4, STREAM_WINDOW), (5, MAX_FRAME)))  # no push, our window, our frame size
         transport.write(PREFACE + frame(SETTINGS, 0, 0, settings)
                         + frame(WINDOW_UPDATE, 0, 0, _U32.pack(CONN_WINDOW - 65535)))
+        if self.keepalive_time < math.inf:
+            self._ticker = asyncio.get_running_loop().call_later(self.keepalive.time / 4, self._tick)
 
     def connection_lost(self, exc) -> None:
         self.closed = self.lost = True
+        self._stop_keepalive()
         self._fail_all(grpc.StatusCode.UNAVAILABLE, "Socket closed" if exc is None else f"Connection lost: {exc}")
 
     def data_received(self, data: bytes) -> None:
+        self.heard = True
         if self._buf:
             data = self._buf + data
         n, off, unpack = len(data), 0, _FRAME.unpack_from
@@ -258,6 +289,9 @@ class Connection(asyncio.Protocol):
         elif kind == PING:
             if not flags & ACK:
                 self.transport.write(frame(PING, ACK, 0, payload))
+            elif payload == _KEEPALIVE_PING and self._watchdog is not None:
+                self._watchdog.cancel()
+                self._watchdog = None
         elif kind == RST_STREAM:
             st = self.streams.get(sid)
             if st is not None:
@@ -269,6 +303,11 @@ class Connection(asyncio.Protocol):
         elif kind == GOAWAY:
             last = _U32.unpack_from(payload)[0] & LAST_STREAM_ID
             self.closed = True
+            if payload[8:] == b"too_many_pings" and _U32.unpack_from(payload, 4)[0] == ENHANCE_YOUR_CALM:
+                # as grpc core: the keepalive time doubled (off past INT_MAX/2 ms), kept by the
+                # channel for the address's next connection (Channel._connect)
+                t = self.keepalive_time
+                self.keepalive_time = t * 2 if t <= _MAX_KEEPALIVE else math.inf
             for sid in [s for s in self.streams if s > last]:
                 self._finish(sid, self.streams[sid], Unprocessed(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
                                                                  grpc.aio.Metadata(), "GOAWAY received"))
@@ -464,8 +503,50 @@ class Connection(asyncio.Protocol):
             self.transport.write(frame(RST_STREAM, 0, sid, _U32.pack(CANCEL)))
         self._drop(sid, st)
 
+    # -- keepalive ------------------------------------------------------------------------------
+    def _tick(self) -> None:
+        """The keepalive timer: a PING once nothing has been read for the keepalive time (and a
+        call is in flight, unless pings without calls are allowed), unless one is out already."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
+        if self.lost or self.keepalive_time == math.inf:
+            return
+        step = self.keepalive.time / 4
+        if self.heard:
+            self.heard = False
+            self._idle = 0.0
+        else:
+            self._idle += step
+        loop = asyncio.get_running_loop()
+        if (self._watchdog is None and self._idle >= self.keepalive_time
+                and (self.streams or self.keepalive.without_calls)):
+            self._idle = 0.0
+            self.transport.write(frame(PING, 0, 0, _KEEPALIVE_PING))
+            self._watchdog = loop.call_later(self.keepalive.timeout, self._ping_lost)
+        self._ticker = loop.call_later(step, self._tick)
+
+    def _ping_lost(self) -> None:
+        """No ack within the keepalive timeout: the connection is broken (grpc core's keepalive
+        watchdog); the calls in flight fail UNAVAILABLE, never sent again; the next call opens
+        a new connection."""
+        self._watchdog = None
+        if self.lost:
+            return
+        self.closed = self.lost = True
+        self._stop_keepalive()
+        self._fail_all(grpc.StatusCode.UNAVAILABLE, "keepalive watchdog timeout")
+        self.transport.abort()
+
+    def _stop_keepalive(self) -> None:
+        for timer in (self._ticker, self._watchdog):
+            if timer is not None:
+                timer.cancel()
+        self._ticker = self._watchdog = None
+
     def close(self) -> None:
         self.closed = True
+        self._stop_keepalive()
         if self.transport is not None and not self.lost:
             self.transport.write(frame(GOAWAY, 0, 0, _U32.pack(0) + _U32.pack(0)))
             self.transport.close()
@@ -475,12 +556,14 @@ class Channel:
     """ModelInfer calls to Triton's addresses (``settings.upstream_addresses``): one connection per
     address, opened at the first call that needs it and again after it breaks; ``round_robin``
     spreads calls over the addresses, ``pick_first`` keeps to the first that answers. An address
-    that refused a connection is passed over for a moment (the backoff grpc's channel keeps)."""
+    that refused a connection is passed over for a moment (the backoff grpc's channel keeps).
+    ``keepalive``: each connection's (``Keepalive``; None: no pings), its time kept per address
+    as a GOAWAY "too_many_pings" doubled it (grpc's subchannel does the same)."""
 
     BACKOFF = 0.25
 
     def __init__(self, addresses: list[tuple[str, int]], lb_policy: str = "pick_first",
-                 path: str = "/inference.GRPCInferenceService/ModelInfer"):
+                 path: str = "/inference.GRPCInferenceService/ModelInfer", keepalive: Keepalive | None = None):
         if not addresses:
             raise ValueError("an h2 channel needs host:port addresses")
         self.addresses = [(h.strip("[]"), p) for h, p in addresses]
@@ -489,6 +572,8 @@ class Channel:
         self._conns: list[Connection | None] = [None] * len(addresses)
         self._opening: list[asyncio.Future | None] = [None] * len(addresses)
         self._down = [0.0] * len(addresses)  # monotonic time until which an address is passed over
+        self.keepalive = keepalive
+        self._keepalive_time = [keepalive.time if keepalive is not None else math.inf] * len(addresses)
         self._next = 0
 
     def _order(self) -> list[int]:
@@ -551,8 +636,16 @@ class Channel:
     async def _connect(self, i: int) -> Connection:
         host, port = self.addresses[i]
         loop = asyncio.get_running_loop()
+        keepalive = self.keepalive
+        if keepalive is not None:
+            old = self._conns[i]
+            if old is not None and old.keepalive_time > self._keepalive_time[i]:
+                self._keepalive_time[i] = old.keepalive_time  # too_many_pings on the last one
+            if self._keepalive_time[i] != keepalive.time:
+                keepalive = keepalive._replace(time=self._keepalive_time[i])
         try:
-            _, conn = await asyncio.wait_for(loop.create_connection(Connection, host, port), 20.0)
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(lambda: Connection(keepalive), host, port), 20.0)
         except (OSError, asyncio.TimeoutError) as exc:
             self._down[i] = time.monotonic() + self.BACKOFF
             raise error(grpc.StatusCode.UNAVAILABLE,

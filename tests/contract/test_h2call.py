@@ -208,3 +208,26 @@ async def test_the_translating_dialects_call_through_it(triton):
             http_call, f"{base}:{ports['grps_http']}", "POST", "/grps/v1/infer/predict", json.dumps(GRPS_GTENSORS),
             {"Content-Type": "application/json"})
         assert status == 200 and chan._conns[0].next_sid == sent + 4, body
+
+
+async def test_triton_calms_a_keepalive_too_eager_and_the_time_doubles(triton):
+    """Triton's own keepalive enforcement (its defaults, grpc core's: pings on a connection with
+    nothing in flight allowed once in 2 h, two strikes) answers a 0.2 s keepalive with GOAWAY
+    ENHANCE_YOUR_CALM "too_many_pings": the time doubles for the next connection, as grpc's does."""
+    host, port = upstream_addresses(triton.grpc_target)[0]
+    chan = h2call.Channel([(host, port)], keepalive=h2call.Keepalive(0.2, 5.0))
+    up = TritonUpstream(triton.grpc_target, h2=chan)
+    await up.connect()
+    try:
+        small = CASES["small"]
+        assert (await _answer(lambda: up.infer_bytes("m", small)))[0] == "ok"
+        conn = chan._conns[0]
+        for _ in range(1000):  # pinged, idle, until Triton has had enough
+            if conn.closed:
+                break
+            await asyncio.sleep(0.02)
+        assert conn.closed and conn.keepalive_time == 0.4
+        assert (await _answer(lambda: up.infer_bytes("m", small)))[0] == "ok"
+        assert chan._conns[0] is not conn and chan._conns[0].keepalive.time == 0.4
+    finally:
+        await up.close()

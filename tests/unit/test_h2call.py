@@ -5,7 +5,8 @@ A real grpc.aio server in this process (tests/unit/test_direct_call.py's) answer
 deadlines, a cancelled caller (the server hears it), large messages both ways (flow-control
 windows). A server written with the ``h2`` library plays what grpc's server does rarely or
 loosely: GOAWAY with calls in flight, PING, a non-200 HTTP status, a dropped socket,
-MAX_CONCURRENT_STREAMS counted strictly, several addresses.
+MAX_CONCURRENT_STREAMS counted strictly, several addresses, a host that stops answering (keepalive
+PINGs unacknowledged) and GOAWAY ENHANCE_YOUR_CALM "too_many_pings".
 """
 
 from __future__ import annotations
@@ -109,6 +110,7 @@ class FakeServer(asyncio.Protocol):
         self.max_streams = max_streams
         self.script = script
         self.events: list = []
+        self.deaf = False  # read nothing, answer nothing: a host gone without closing the socket
 
     def connection_made(self, transport):
         self.transport = transport
@@ -118,6 +120,8 @@ class FakeServer(asyncio.Protocol):
         transport.write(self.conn.data_to_send())
 
     def data_received(self, data):
+        if self.deaf:
+            return
         for ev in self.conn.receive_data(data):
             self.events.append(ev)
             if isinstance(ev, h2.events.StreamEnded):
@@ -135,7 +139,7 @@ class FakeServer(asyncio.Protocol):
         self.conn.send_headers(sid, [("grpc-status", str(status))], end_stream=True)
 
 
-async def _fake(script, max_streams: int | None = None):
+async def _fake(script, max_streams: int | None = None, keepalive: h2call.Keepalive | None = None):
     servers: list[FakeServer] = []
 
     def make():
@@ -144,7 +148,7 @@ async def _fake(script, max_streams: int | None = None):
 
     port = free_port()
     server = await asyncio.get_running_loop().create_server(make, "127.0.0.1", port)
-    return server, servers, h2call.Channel([("127.0.0.1", port)])
+    return server, servers, h2call.Channel([("127.0.0.1", port)], keepalive=keepalive)
 
 
 async def test_goaway_ping_http_status_and_a_dropped_socket():
@@ -230,6 +234,106 @@ async def test_max_concurrent_streams_kept():
         answers = await asyncio.gather(*(chan.call(b"", 5) for _ in range(20)))
         assert sorted(answers) == sorted(b"%d" % sid for sid in range(3, 43, 2))
         assert max(most) <= 2 and len(servers) == 1
+    finally:
+        await chan.close()
+        server.close()
+
+
+async def _until(check, what: str):
+    for _ in range(500):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never: {what}")
+
+
+async def test_keepalive_pings_and_a_host_that_stops_answering():
+    seen = []
+
+    def script(srv: FakeServer, sid: int):
+        seen.append(sid)
+        if len(seen) == 2:  # the host goes quiet under the second call: no answer, no PING ack
+            srv.deaf = True
+        else:
+            srv.answer(sid, b"%d" % len(seen))
+
+    pings = h2call.Keepalive(0.1, 0.2)
+    server, servers, chan = await _fake(script, keepalive=pings)
+    try:
+        assert await chan.call(b"", 5) == b"1"
+        first = chan._conns[0]
+        # idle: PINGed (without calls, as the grpc.aio channel allows), acked, the connection kept
+        await _until(lambda: any(isinstance(e, h2.events.PingReceived) for e in servers[0].events), "a PING")
+        await _until(lambda: first._watchdog is None, "the ack read")
+        assert not first.closed
+        # a call in flight when the host stops answering: UNAVAILABLE from the keepalive, long
+        # before its deadline, and never sent again
+        assert await _outcome(chan.call(b"", 30)) == (grpc.StatusCode.UNAVAILABLE, "keepalive watchdog timeout")
+        assert first.closed and first.lost and first._ticker is None and len(seen) == 2
+        # the next call opens a new connection
+        assert await chan.call(b"", 5) == b"3"
+        assert len(servers) == 2 and chan._conns[0] is not first
+    finally:
+        await chan.close()
+        server.close()
+
+
+class Transport:
+    """What a Connection writes, kept."""
+
+    def __init__(self):
+        self.out = []
+
+    def write(self, data):
+        self.out.append(data)
+
+    def close(self):
+        pass
+
+
+def test_keepalive_only_with_calls_unless_permitted():
+    async def run(without_calls: bool, streams: int, read_at: int = -1) -> int:
+        conn = h2call.Connection(h2call.Keepalive(1000.0, 1000.0, without_calls))
+        conn.transport = Transport()
+        conn.streams = dict.fromkeys(range(1, 2 * streams, 2))
+        for i in range(4):  # four quarters of the keepalive time, quiet but for a read at ``read_at``
+            conn.heard = i == read_at
+            conn._tick()
+        conn._tick()  # an outstanding PING: no second one
+        pings = sum(d[3] == h2call.PING for d in conn.transport.out)
+        conn.lost = True
+        conn._stop_keepalive()
+        return pings
+
+    assert asyncio.run(run(True, 0)) == 1
+    assert asyncio.run(run(False, 0)) == 0
+    assert asyncio.run(run(False, 1)) == 1
+    assert asyncio.run(run(True, 1, read_at=1)) == 0  # a frame read: the keepalive time starts again
+
+
+async def test_too_many_pings_doubles_the_keepalive_time():
+    def script(srv: FakeServer, sid: int):
+        srv.answer(sid, b"ok")
+        srv.flush()  # GOAWAY by hand, after the answer (the h2 library sends nothing after its own)
+        srv.transport.write(h2call.frame(h2call.GOAWAY, 0, 0, sid.to_bytes(4, "big")
+                                         + h2call.ENHANCE_YOUR_CALM.to_bytes(4, "big") + b"too_many_pings"))
+
+    server, servers, chan = await _fake(script, keepalive=h2call.Keepalive(30.0, 10.0))
+    try:
+        times = []
+        for _ in range(3):
+            assert await chan.call(b"", 5) == b"ok"
+            conn = chan._conns[0]
+            times.append(conn.keepalive.time)
+            await _until(lambda c=conn: c.closed, "the GOAWAY read")
+        # each connection starts with the time the last one's GOAWAY doubled, as grpc core's
+        # subchannel keeps it
+        assert times == [30.0, 60.0, 120.0] and chan._conns[0].keepalive_time == 240.0
+        assert len(servers) == 3
+        conn = h2call.Connection(h2call.Keepalive(2**30 / 1000, 1.0))
+        conn.transport = Transport()
+        conn._frame(h2call.GOAWAY, 0, 0, bytes(4) + h2call.ENHANCE_YOUR_CALM.to_bytes(4, "big") + b"too_many_pings", 22)
+        assert conn.keepalive_time == float("inf")  # past INT_MAX/2 ms: off, as grpc core has it
     finally:
         await chan.close()
         server.close()

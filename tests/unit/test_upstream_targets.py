@@ -55,3 +55,12 @@ def test_the_channel_carries_the_policy_as_a_service_config():
     assert dict(TritonUpstream("x:1").options)["grpc.service_config"] == '{"loadBalancingConfig": [{"pick_first": {}}]}'
     with pytest.raises(ValueError):
         channel_options("random")
+
+
+def test_the_h2_channel_pings_as_the_grpc_channel_does():
+    from gateway.upstream import factory
+
+    upstream = factory.from_settings(config.load(None, env={"GATEWAY__UPSTREAM__GRPC": "127.0.0.1:1"}))
+    opts = dict(CHANNEL_OPTIONS)
+    assert upstream._h2.keepalive == (opts["grpc.keepalive_time_ms"] / 1000, opts["grpc.keepalive_timeout_ms"] / 1000,
+                                      opts["grpc.keepalive_permit_without_calls"] == 1)
