@@ -168,3 +168,17 @@ def test_concurrent_callers_each_send_one_request_at_a_time():
     assert r.requests == 8 and r.tokens == 24 and r.errors == 0  # 4 callers x 2 requests x 3 tokens
     assert len(r.ttft_s) == 8 and len(r.itl_s) == 16
     assert most == 4
+
+
+def test_the_open_files_limit_is_raised_within_the_hard_limit():
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        assert llmscale.raise_fd_limit(min(soft, 64)) == soft  # enough already: left as it is
+        if hard != resource.RLIM_INFINITY and hard > 256:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+            assert llmscale.raise_fd_limit(hard + 1) == hard
+            assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
