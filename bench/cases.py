@@ -43,7 +43,9 @@ SMALL = [1.0, 2.0, 5.0, 7.0]
 SMALL_Y = [3.5, 4.0, 5.5, 6.5]
 IMAGE_FLOATS = 3 * 224 * 224  # 150,528
 BIN_BYTES = 16 * 1024 * 1024
-LLM_PROMPT = "benchmark prompt for latency"
+# tiny_llm's natural length is above LLM_TOKENS for this prompt as it is and as the chat template
+# renders it: every side of an LLM row streams exactly LLM_TOKENS tokens (the answer check asks it)
+LLM_PROMPT = "benchmark prompt"
 LLM_TOKENS = 16
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 MODEL_STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
@@ -218,7 +220,8 @@ def _check_grps_gtensors(raw: bytes) -> None:
 
 
 def _mindie_token(line: bytes) -> bool:
-    return line.startswith(b"data:") and b'"token":{"id":[' in line and b'"generated_text"' not in line
+    """Every event with a token's ids: MindIE's final event is the last token's (with generated_text)."""
+    return line.startswith(b"data:") and b'"token":{"id":[' in line and b'"token":{"id":[]' not in line
 
 
 def _triton_token(line: bytes) -> bool:
@@ -229,11 +232,17 @@ def _openai_token(line: bytes) -> bool:
     return line.startswith(b"data:") and b'"content":"' in line and b'"content":""' not in line
 
 
-def _check_sse(is_token: Callable[[bytes], bool]) -> Callable[[bytes], None]:
+def _check_sse(is_token: Callable[[bytes], bool], tokens: int | None = None) -> Callable[[bytes], None]:
+    """At least one token event; exactly ``tokens`` when given (the sides of a row compare per request)."""
     def check(raw: bytes) -> None:
         n = sum(1 for line in raw.splitlines() if is_token(line))
         expect(n > 0, f"no token event in {raw[:160]!r}")
+        expect(tokens is None or n == tokens, f"{n} token events, not {tokens}")
     return check
+
+
+# for the LLM rows at scale (bench/llmscale.py)
+check_sse, triton_token, openai_token = _check_sse, _triton_token, _openai_token
 
 
 GRPS_GTENSORS = {"gtensors": {"tensors": [
@@ -262,7 +271,7 @@ def build(triton_http: str, triton_grpc: str, gw_url: Callable[[str], str], gw_t
     def llm_direct() -> Side:
         return Side("Triton HTTP generate_stream", "llm", f"{triton_http}/v2/models/tiny_llm/generate_stream",
                     orjson.dumps({"text_input": LLM_PROMPT, "max_tokens": LLM_TOKENS, "stream": True}),
-                    _check_sse(_triton_token), is_token=_triton_token)
+                    _check_sse(_triton_token, LLM_TOKENS), is_token=_triton_token)
 
     small_direct = _v2_json([{"name": "x", "shape": [4], "datatype": "FP32", "data": SMALL}])
 
@@ -342,13 +351,13 @@ def build(triton_http: str, triton_grpc: str, gw_url: Callable[[str], str], gw_t
         Case("llm_mindie", "LLM stream: MindIE native /infer", llm_payload, 1, llm_direct(),
              Side("gateway :mindie_http POST /infer stream", "llm", gw_url("mindie_http") + "/infer",
                   orjson.dumps({"inputs": LLM_PROMPT, "stream": True, "parameters": {"max_new_tokens": LLM_TOKENS}}),
-                  _check_sse(_mindie_token), is_token=_mindie_token)),
+                  _check_sse(_mindie_token, LLM_TOKENS), is_token=_mindie_token)),
         Case("llm_openai", "LLM stream: OpenAI chat completions", llm_payload, 1, llm_direct(),
              Side("gateway :mindie_http POST /v1/chat/completions stream", "llm",
                   gw_url("mindie_http") + "/v1/chat/completions",
                   orjson.dumps({"model": "tiny_llm", "stream": True, "max_tokens": LLM_TOKENS,
                                 "messages": [{"role": "user", "content": LLM_PROMPT}]}),
-                  _check_sse(_openai_token), is_token=_openai_token)),
+                  _check_sse(_openai_token, LLM_TOKENS), is_token=_openai_token)),
     ]
     return cases
 

@@ -19,8 +19,11 @@ grpc.aio cost by themselves, not a product. Each handler does only what its answ
                                             application/octet-stream → BYTES input "text" → the bytes
           POST /infer                       MindIE native stream: {"inputs", "parameters": {"max_new_tokens"}}
                                             → one ModelStreamInfer of tiny_llm → each text_output as
-                                            an SSE event {"token": {"id": [n], "text": ...}}
-          POST /v1/chat/completions         OpenAI stream: the last message's content → the same stream →
+                                            an SSE event {"token": {"id": [n], "text": ...}}, written
+                                            when the next arrives: the last is the final event
+                                            {"generated_text", "token": {"id": [n], "text": null}}
+          POST /v1/chat/completions         OpenAI stream: the messages as the gateway's default chat
+                                            template renders them → the same stream →
                                             each text_output as a chat.completion.chunk delta, then [DONE]
           GET  /ready                       200 once both servers listen
 
@@ -201,16 +204,25 @@ class Floor:
     async def mindie_infer(self, request):
         doc = orjson.loads(request.body)
         resp = await request.respond(content_type=SSE)
-        n = 0
+        # MindIE's final event is the last token's, with generated_text: each event is written once the
+        # next piece (or the end) arrives, as the gateway must (Triton says "final" in a response of its own)
+        n, held, texts = 0, None, []
         async for text in self.llm_texts(doc["inputs"], doc["parameters"]["max_new_tokens"]):
+            if held is not None:
+                await resp.send(held)
             n += 1
-            await resp.send(b"data: " + orjson.dumps({"token": {"id": [n], "text": text}}) + b"\n\n")
+            texts.append(text)
+            held = b"data: " + orjson.dumps({"token": {"id": [n], "text": text}}) + b"\n\n"
+        await resp.send(b"data: " + orjson.dumps({"generated_text": "".join(texts),
+                                                  "token": {"id": [n], "text": None}}) + b"\n\n")
         await resp.eof()
 
     async def openai_chat(self, request):
         doc = orjson.loads(request.body)
         resp = await request.respond(content_type=SSE)
-        async for text in self.llm_texts(doc["messages"][-1]["content"], doc["max_tokens"]):
+        # the prompt the gateway's default chat template renders for these messages: the same tokens
+        prompt = "".join(f"{m['role']}: {m['content']}\n" for m in doc["messages"]) + "assistant:"
+        async for text in self.llm_texts(prompt, doc["max_tokens"]):
             chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": text}}]}
             await resp.send(b"data: " + orjson.dumps(chunk) + b"\n\n")
         await resp.send(b"data: [DONE]\n\n")

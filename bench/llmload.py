@@ -1,4 +1,5 @@
-"""Streamed generation, one request at a time: time to first token and the gaps between tokens.
+"""Streamed generation, one request at a time (or ``concurrency`` callers, each one at a time): time
+to first token and the gaps between tokens.
 
 Each request is sent, then its server-sent events are read as they arrive; an event that carries a
 token (``is_token``) is stamped with the time since the request was sent. TTFT = first stamp,
@@ -7,6 +8,7 @@ inter-token latency (ITL) = difference of consecutive stamps.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -57,22 +59,28 @@ async def one(session: aiohttp.ClientSession, url: str, body: bytes,
 
 
 async def run(url: str, body: bytes, is_token: Callable[[bytes], bool], duration_s: float,
-              max_requests: int = 1000, min_requests: int = 3) -> LlmResult:
-    """Sequential requests until ``duration_s`` has passed (at least ``min_requests``)."""
+              max_requests: int = 1000, min_requests: int = 3, concurrency: int = 1) -> LlmResult:
+    """Sequential requests until ``duration_s`` has passed (at least ``min_requests``), from each of
+    ``concurrency`` callers at once (``max_requests`` and ``min_requests`` count each caller's)."""
     if not url.startswith("http://127.0.0.1:"):
         raise ValueError(f"refusing to send anything but to 127.0.0.1: {url}")
     res = LlmResult()
     timeout = aiohttp.ClientTimeout(total=60)
-    async with aiohttp.ClientSession(timeout=timeout) as session:  # trust_env=False: no proxies
+    connector = aiohttp.TCPConnector(limit=0)  # one connection per caller
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:  # trust_env=False: no proxies
         start = time.perf_counter()
-        for i in range(max_requests):
-            if i >= min_requests and time.perf_counter() - start >= duration_s:
-                break
-            status, stamps = await one(session, url, body, is_token)
-            if status != 200:
-                res.errors += 1
-                res.first_error = res.first_error or f"HTTP {status}"
-                continue
-            add_stamps(res, stamps)
+
+        async def caller() -> None:
+            for i in range(max_requests):
+                if i >= min_requests and time.perf_counter() - start >= duration_s:
+                    break
+                status, stamps = await one(session, url, body, is_token)
+                if status != 200:
+                    res.errors += 1
+                    res.first_error = res.first_error or f"HTTP {status}"
+                    continue
+                add_stamps(res, stamps)
+
+        await asyncio.gather(*(caller() for _ in range(concurrency)))
         res.duration_s = time.perf_counter() - start
     return res

@@ -234,6 +234,11 @@ def markdown(res: dict) -> str:
         if res.get(key):
             lines += _scaling_section(res[key])
 
+    if res.get("llm_scale"):
+        from bench import llmscale
+
+        lines += llmscale.markdown(res["llm_scale"])
+
     if res.get("memory"):
         lines += ["", "## Memory of gateway processes (RSS from /proc/<pid>/status)", "",
                   "idle = after start-up, before any request; loaded = after the load (VmRSS), peak = VmHWM; idle CPU "

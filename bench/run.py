@@ -37,7 +37,8 @@ Environment (defaults: full / BENCH_QUICK=1):
   BENCH_ONLY               comma-separated case keys (v2_unary, v2_stream, v2_rest_json, v2_rest_binary,
                            tf_rest_small, tf_rest_image,
                            tf_grpc, grps_gtensors, grps_bin, v2_rest_big, v2_grpc_big, llm_mindie,
-                           llm_openai, scaling, scaling_grpc, scaling_stream)
+                           llm_openai, scaling, scaling_grpc, scaling_stream, llm_added, llm_streams,
+                           llm_tokenize: the last three on a stack of their own, bench/llmscale.py)
   BENCH_RESULTS            output folder (bench/results)
   BENCH_STREAM_MUX=1|0     the gateway with upstream.stream_mux on or off (unset: the default, off)
   BENCH_UPSTREAM_TRANSPORT=grpc|h2  the gateway's upstream.transport (unset: the default, grpc)
@@ -60,7 +61,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import cases as cases_mod
-from bench import grpcload, llmload, procstat, report, stats, wrk
+from bench import grpcload, llmload, llmscale, procstat, report, stats, wrk
 from bench.stack import Stack, StackDied, cpu_list, http
 from tests.support import ROOT
 
@@ -279,7 +280,16 @@ def plan_seconds(s: Settings, cases: list[cases_mod.Case]) -> float:
     total = sum(case_need(c, s) for c in cases if s.wants(c.key))
     first, each = scaling_need(s)
     rows = sum(s.wants(k) for k in ("scaling", "scaling_grpc", "scaling_stream"))
-    return total + rows * (first + each * len(s.scaling_workers))
+    return total + rows * (first + each * len(s.scaling_workers)) + llm_scale_need(s)
+
+
+def llm_scale_rows(s: Settings) -> tuple[str, ...]:
+    return tuple(k for k in llmscale.ROWS if s.wants(k))
+
+
+def llm_scale_need(s: Settings) -> float:
+    rows = llm_scale_rows(s)
+    return llmscale.need_s(s.llm_duration_s, s.repeats, rows) if rows else 0.0
 
 
 def skipped_rows(res: dict) -> list[str]:
@@ -287,6 +297,8 @@ def skipped_rows(res: dict) -> list[str]:
     out = [f"{c['title']} (conc {c['concurrency']}): {c['skipped']}" for c in res["cases"] if c.get("skipped")]
     for key in ("scaling", "scaling_grpc", "scaling_stream"):
         out += [f"{key}: {why}" for why in (res.get(key) or {}).get("skipped", [])]
+    if (res.get("llm_scale") or {}).get("skipped"):
+        out.append(f"{', '.join(res['llm_scale'].get('rows', []))}: {res['llm_scale']['skipped']}")
     return out
 
 
@@ -448,6 +460,23 @@ def scaling(runner: Runner, stack: Stack, s: Settings, budget: Budget, memory: l
     return out
 
 
+def llm_scale(s: Settings, budget: Budget, tmp: Path, log_dir: Path) -> dict:
+    """bench/llmscale.py's rows on their own Triton and gateway; skipped (and said) when they do not fit."""
+    rows, need = llm_scale_rows(s), llm_scale_need(s)
+    if budget.left() < need:
+        out = {"rows": list(rows), "skipped": f"needed about {need:.0f} s, {budget.left():.0f} s of the budget left"}
+        print(f"  skipped: {out['skipped']}", flush=True)
+        return out
+    t0 = time.monotonic()
+    try:
+        out = llmscale.run(ROOT, tmp, rows, s.llm_duration_s, s.repeats, log_dir)
+    except Exception as e:  # noqa: BLE001 - reported as skipped, with why; the results are still written
+        out = {"rows": list(rows), "skipped": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+        print(f"  skipped: {out['skipped']}", flush=True)
+    out["rows"], out["wall_s"] = list(rows), time.monotonic() - t0
+    return out
+
+
 def _skip(out: dict, why: str) -> None:
     out["skipped"].append(why)
     print(f"  failed: {why}", flush=True)
@@ -466,7 +495,8 @@ def main() -> int:
     started = datetime.now(UTC)
     t_start = time.monotonic()
     load_before = report.loadavg()
-    res: dict = {"cases": [], "scaling": None, "scaling_grpc": None, "scaling_stream": None, "memory": []}
+    res: dict = {"cases": [], "scaling": None, "scaling_grpc": None, "scaling_stream": None, "memory": [],
+                 "llm_scale": None}
     print(f"bench: {'quick' if s.quick else 'full'} mode, {s.repeats} × {s.duration_s:g} s per side"
           f"{'' if s.floor else ' (no floor)'}, "
           f"results in {results_dir}", flush=True)
@@ -516,6 +546,9 @@ def main() -> int:
             res["scaling_stream"] = scaling(runner, stack, s, budget, None, streamed,
                                             lambda st: st.gateway.target("v2_grpc"),
                                             channels=s.scaling_channels, clients=s.scaling_clients)
+        if llm_scale_rows(s):
+            print("LLM at scale (model_repository_trtllm/, one worker):", flush=True)
+            res["llm_scale"] = llm_scale(s, budget, stack.tmp, results_dir / "logs")
     res["meta"] = {
         "started": started.strftime("%Y-%m-%d %H:%M UTC"),
         "wall_s": time.monotonic() - t_start,

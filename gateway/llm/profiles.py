@@ -78,9 +78,13 @@ class Profile(Protocol):
 def _first(resp: InferResponse, name: str):
     for t in resp.outputs:
         if t.name == name:
-            flat = t.data.reshape(-1)
-            return flat[0] if flat.size else None
+            return _first_of(t)
     return None
+
+
+def _first_of(t):
+    flat = t.data.reshape(-1)
+    return flat[0] if flat.size else None
 
 
 def _text(v) -> str:
@@ -90,21 +94,28 @@ def _text(v) -> str:
 
 
 def decode_outputs(resp: InferResponse) -> Chunk:
-    """text_output (+ num_input_tokens, num_output_tokens, finish_reason when present)."""
-    n_in, n_out, reason = (_first(resp, k) for k in ("num_input_tokens", "num_output_tokens", "finish_reason"))
+    """text_output (+ num_input_tokens, num_output_tokens, finish_reason when present). Once per
+    streamed token: the outputs are looked at once each, and a text-only response (the common
+    one) makes a Chunk of its text alone."""
+    by_name = {t.name: t for t in resp.outputs}
+    text_t = by_name.get("text_output")
+    if text_t is not None and len(by_name) == 1:
+        return Chunk(text=_text(_first_of(text_t)))
+    n_in, n_out, reason = (_first_of(t) if (t := by_name.get(k)) is not None else None
+                           for k in ("num_input_tokens", "num_output_tokens", "finish_reason"))
     reason_text = _text(reason) if reason is not None else None
-    ctx = next((t for t in resp.outputs if t.name == CONTEXT_PHASE_PARAMS), None)
-    ids = next((t for t in resp.outputs if t.name == OUTPUT_IDS), None)
-    lps = next((t for t in resp.outputs if t.name == OUTPUT_LOG_PROBS), None)
+    ctx = by_name.get(CONTEXT_PHASE_PARAMS)
+    ids = by_name.get(OUTPUT_IDS)
+    lps = by_name.get(OUTPUT_LOG_PROBS)
     return Chunk(
-        text=_text(_first(resp, "text_output")),
+        text=_text(_first_of(text_t)) if text_t is not None else "",
         num_input_tokens=int(n_in) if n_in is not None else None,
         num_output_tokens=int(n_out) if n_out is not None else None,
         finish_reason=None if reason_text in (None, "", "None") else reason_text,
         context_phase_params=ctx.data.astype(np.uint8).tobytes() if ctx is not None else None,
         token_ids=tuple(int(i) for i in ids.data.reshape(-1)) if ids is not None else None,
         logprobs=tuple(float(x) for x in lps.data.reshape(-1)) if lps is not None else None,
-        has_text=any(t.name == "text_output" for t in resp.outputs),
+        has_text=text_t is not None,
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -130,6 +131,11 @@ class ServedModelsSettings(Strict):
         return self
 
 
+# An index like the last one keeps the list; it is worked out again at least this often all the same
+# (a model reloaded in place, with another signature, keeps its row in the index)
+RELIST_AT_LEAST_S = 60.0
+
+
 class ServedModels:
     def __init__(self, upstream: Upstream, settings: ServedModelsSettings):
         self.upstream = upstream
@@ -138,12 +144,14 @@ class ServedModels:
         self._templates: dict[tuple[str, str], ChatTemplate] = {}
         self._listed: tuple[object, list[str]] | None = None  # (the repository index it was worked out from, served)
         self._relisting: asyncio.Future | None = None  # the background relist of a newer index
+        self._listed_at = 0.0  # time.monotonic() when the list was last worked out
 
     async def served(self) -> list[str]:
         """Triton names of the exposed LLMs, sorted. Worked out once per repository index the
         upstream hands out (it keeps one for ``upstream.cache_ttl_s``), so a request on a route
-        without a model name does not look up every model's metadata. When the index is fetched
-        anew, the models' metadata are fetched together in the background and the request is
+        without a model name does not look up every model's metadata. When the index fetched anew
+        differs (a model loaded, unloaded, changing state; or the list is ``RELIST_AT_LEAST_S``
+        old), the models' metadata are fetched together in the background and the request is
         answered from the list worked out from the previous index (the first list is waited for):
         no request waits for a round trip per model."""
         if self.settings.expose == "listed":
@@ -153,7 +161,12 @@ class ServedModels:
         if listed is None:
             return await self._relist(index)
         if listed[0] is not index and (self._relisting is None or self._relisting.done()):
-            self._relisting = asyncio.ensure_future(self._relist_behind(index, listed[1]))
+            if index == listed[0] and time.monotonic() - self._listed_at < RELIST_AT_LEAST_S:
+                # the same models in the same states: the list stands (working it out again asked
+                # Triton for every model's metadata and config, each time the index was fetched)
+                self._listed = (index, listed[1])
+            else:
+                self._relisting = asyncio.ensure_future(self._relist_behind(index, listed[1]))
         return listed[1]
 
     async def _relist_behind(self, index, last: list[str]) -> None:
@@ -169,7 +182,7 @@ class ServedModels:
         names = list(dict.fromkeys(e.name for e in index if e.state == "READY"))
         metas = await asyncio.gather(*(self._metadata_or_none(n) for n in names))
         out = sorted(n for n, meta in zip(names, metas, strict=True) if meta is not None and profiles.is_text_llm(meta))
-        self._listed = (index, out)
+        self._listed, self._listed_at = (index, out), time.monotonic()
         return out
 
     async def _metadata_or_none(self, name: str) -> ModelMetadata | None:

@@ -3,7 +3,7 @@
 One ``TritonUpstream`` per worker process, connected inside the running loop (never at import
 time). Every grpc error is turned into a ``GatewayError`` here (``_translate``), so nothing above
 this package sees grpc. Idempotent calls (metadata, readiness, config, index) retry on UNAVAILABLE
-with tenacity; inference is never retried behind the caller's back.
+(``_idempotent``); inference is never retried behind the caller's back.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from types import SimpleNamespace
 from typing import Any, Protocol
 
 import grpc
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 from tritonclient.grpc import service_pb2
 
 from gateway.call import current
@@ -201,6 +200,10 @@ def _stream_error(message: str) -> GatewayError:
     return GatewayError(ErrorKind.UPSTREAM_FAILED, message)
 
 
+RETRY_WAIT_S, RETRY_WAIT_MAX_S = 0.05, 0.5  # an idempotent call's waits before its retries: doubling, capped
+REFRESH_AHEAD = 0.75  # of cache_ttl: a cached entry this old is fetched again behind the request that reads it
+
+
 class _TTLCache:
     def __init__(self, ttl: float):
         self.ttl = ttl
@@ -211,6 +214,11 @@ class _TTLCache:
         if hit is not None and time.monotonic() - hit[0] < self.ttl:
             return hit[1]
         return None
+
+    def ageing(self, key: tuple) -> bool:
+        """The entry is in the last quarter of its life (still fresh): time to fetch it again behind it."""
+        hit = self._data.get(key)
+        return hit is not None and time.monotonic() - hit[0] >= REFRESH_AHEAD * self.ttl
 
     def forget(self, key: tuple) -> None:
         self._data.pop(key, None)
@@ -358,22 +366,21 @@ class TritonUpstream:
         Triton (a Triton that just died was otherwise "ready" for up to ``cache_ttl``, and a model's
         metadata it failed to give looked like an unknown model: found by make soak)."""
         rpc = getattr(self.stub, method)
-        try:
-            async for attempt in AsyncRetrying(
-                retry=retry_if_exception(_is_unavailable),
-                stop=stop_after_attempt(self.retries),
-                wait=wait_exponential(multiplier=0.05, max=0.5),
-                reraise=True,
-            ):
-                with attempt:
-                    model = getattr(request, "name", "")
-                    with _translate(method, model), tracing.upstream(method, model) as md:
-                        return await rpc(request, timeout=timeout or min(self.default_timeout, 10.0), metadata=md)
-        except GatewayError as err:
-            if err.kind is ErrorKind.UNAVAILABLE:
-                self._cache.forget(_READY_KEY)
-            raise
-        raise AssertionError("unreachable")
+        model = getattr(request, "name", "")
+        timeout = timeout or min(self.default_timeout, 10.0)
+        attempt = 1
+        while True:  # a plain loop: a retrying library's set-up per call was a measurable part of each call
+            try:
+                with _translate(method, model), tracing.upstream(method, model) as md:
+                    return await rpc(request, timeout=timeout, metadata=md)
+            except GatewayError as err:
+                if err.kind is not ErrorKind.UNAVAILABLE:
+                    raise
+                if attempt >= self.retries:
+                    self._cache.forget(_READY_KEY)
+                    raise
+            await asyncio.sleep(min(RETRY_WAIT_S * 2 ** (attempt - 1), RETRY_WAIT_MAX_S))
+            attempt += 1
 
     # -- inference -------------------------------------------------------------------------
     async def infer(self, req: InferRequest, views: bool = False) -> InferResponse:
@@ -436,6 +443,8 @@ class TritonUpstream:
         """A fresh cached value, else one fetch shared by every concurrent caller (single flight)."""
         hit = self._cache.get(key)
         if hit is not None:
+            if key not in self._pending and self._cache.ageing(key):
+                self._refresh_behind(key, produce)
             return hit
         pending = self._pending.get(key)
         if pending is None:
@@ -452,6 +461,20 @@ class TritonUpstream:
             except TimeoutError:
                 raise GatewayError(ErrorKind.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
         return self._cache.put(key, value)
+
+    def _refresh_behind(self, key: tuple, produce: Callable[[], Awaitable[Any]]) -> None:
+        """A fresh entry near its end fetched again in the background (single flight with ``_cached``):
+        under steady traffic no request waits for Triton's metadata round trips (two for a model's
+        metadata) once every ``cache_ttl``, and no value older than ``cache_ttl`` is ever served. A
+        failed refresh leaves the entry to expire; the request after it fetches in-line and sees why."""
+        pending = self._pending[key] = asyncio.ensure_future(produce())
+
+        def done(f: asyncio.Future) -> None:
+            self._pending.pop(key, None)
+            if not f.cancelled() and f.exception() is None:
+                self._cache.put(key, f.result())
+
+        pending.add_done_callback(done)
 
     async def model_metadata(self, model: str, version: str = "") -> ModelMetadata:
         async def fetch() -> ModelMetadata:

@@ -227,6 +227,21 @@ async def test_concurrent_cache_misses_share_one_fetch(upstream):
     assert scripted.calls["ModelMetadata"] == 1 and scripted.calls["ModelConfig"] == 1
 
 
+async def test_an_entry_near_its_end_is_fetched_again_behind_the_request_that_reads_it(upstream):
+    up, scripted = upstream
+    first = await up.model_metadata("ageing")
+    (key,) = [k for k in up._cache._data if "ageing" in k]
+    stamp, value = up._cache._data[key]
+    up._cache._data[key] = (stamp - 0.8 * up._cache.ttl, value)  # in the last quarter of its life
+    assert await up.model_metadata("ageing") is first  # answered at once from the cache
+    assert scripted.calls["ModelMetadata"] == 1
+    await asyncio.gather(*up._pending.values())  # the fetch behind it
+    await asyncio.sleep(0)
+    again = await up.model_metadata("ageing")
+    assert again is not first and again.name == "ageing"  # the new value, without waiting for it
+    assert scripted.calls["ModelMetadata"] == 2 and scripted.calls["ModelConfig"] == 2
+
+
 async def test_a_failed_fetch_is_not_cached(upstream):
     up, scripted = upstream
     scripted.unavailable_left = 10  # more than the retries

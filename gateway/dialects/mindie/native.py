@@ -69,7 +69,7 @@ class NativeEncoder(Encoder):
 
     def token(self, tok: Token) -> bytes:
         # MindIE Server puts the engine's per-event timings (milliseconds) before the token
-        out = b"" if self.held is None else self.event(orjson.loads(self.held))
+        out = b"" if self.held is None else self.prefix + self.held.encode() + b"\n\n"  # event(loads(held))
         self.held = orjson.dumps({"prefill_time": tok.prefill_ms, "decode_time": tok.decode_ms,
                                   "token": {"id": list(tok.ids), "text": tok.text}}).decode()
         return out

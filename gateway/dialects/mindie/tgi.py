@@ -88,8 +88,9 @@ class TgiEncoder(Encoder):
 
     def token(self, tok: Token) -> bytes:
         first = tok.ids[0] if tok.ids else 0
-        out = b"" if self.held is None else self.event(
-            {"token": orjson.loads(self.held), "generated_text": None, "details": None})
+        # event({"token": loads(held), "generated_text": None, "details": None}), without parsing held again
+        out = b"" if self.held is None else (
+            self.prefix + b'{"token":' + self.held.encode() + b',"generated_text":null,"details":null}\n\n')
         self.held = orjson.dumps(_token(first, tok.text)).decode()
         return out
 

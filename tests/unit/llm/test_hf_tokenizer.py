@@ -156,3 +156,14 @@ def test_pieces_are_each_token_decoded_alone(tok):
     assert len(pieces) == len(ids) == tok.count(TEXT)
     assert pieces == [tok.decode([i], skip_special_tokens=False) for i in ids]
     assert "".join(tok.pieces("Paris au lait, far away.")) == "Paris au lait, far away."  # ASCII: no token splits a character
+
+
+def test_a_long_text_is_encoded_as_a_short_one_is():
+    from gateway.llm import hf
+
+    tok = hf.load(TOKENIZER_DIR)
+    text = "café au lait, 東京 🙂 and plain words. " * (hf.RELEASE_GIL_CHARS // 20)
+    assert len(text) > hf.RELEASE_GIL_CHARS  # encode_batch, which lets go of the GIL
+    assert tok.prompt_ids(text) == tuple(tok._tok.encode(text, add_special_tokens=True).ids)
+    assert tok.ids(text) == tuple(tok._tok.encode(text, add_special_tokens=False).ids)
+    assert tok.count(text) == len(tok.ids(text)) and tok.prompt_count(text) == len(tok.prompt_ids(text))

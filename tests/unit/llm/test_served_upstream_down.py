@@ -13,6 +13,7 @@ import pytest
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.core.tensors import ModelIndexEntry, ModelMetadata
 from gateway.dialects.mindie import errors, openai
+from gateway.llm import served as served_mod
 from gateway.llm.served import ServedModels, ServedModelsSettings
 from tests.fakes import FakeUpstream, trtllm_meta
 
@@ -119,6 +120,21 @@ async def test_the_served_list_is_worked_out_once_per_index_and_its_lookups_over
     assert await catalog.served() == ["a_llm"] and up.lookups == 5  # one relist per index
 
 
+async def test_an_index_like_the_last_keeps_the_list_without_a_lookup():
+    up = CachedIndexUpstream([trtllm_meta("a_llm")])
+    catalog = ServedModels(up, ServedModelsSettings())
+    assert await catalog.served() == ["a_llm"] and up.lookups == 1
+    up.index_object = list(up.index_object)  # fetched again (the upstream's cache expired), the same rows
+    assert await catalog.served() == ["a_llm"]
+    await asyncio.sleep(0.01)
+    assert await catalog.served() == ["a_llm"] and up.lookups == 1
+    catalog._listed_at -= served_mod.RELIST_AT_LEAST_S  # the list is old: worked out again all the same
+    up.index_object = list(up.index_object)
+    assert await catalog.served() == ["a_llm"]
+    await asyncio.sleep(0.01)
+    assert up.lookups == 2
+
+
 async def test_a_relist_that_fails_keeps_the_last_list_and_is_logged(caplog):
     up = CachedIndexUpstream([trtllm_meta("a_llm")])
     catalog = ServedModels(up, ServedModelsSettings())
@@ -128,7 +144,7 @@ async def test_a_relist_that_fails_keeps_the_last_list_and_is_logged(caplog):
         raise RuntimeError("a bug")
 
     up.model_metadata = broken
-    up.index_object = list(up.index_object)
+    up.index_object = [*up.index_object, ModelIndexEntry("b_llm", "1", "READY")]  # a new model: worked out again
     assert await catalog.served() == ["a_llm"]
     await asyncio.sleep(0.01)
     for _ in range(3):
