@@ -3,7 +3,7 @@
 One ``TritonUpstream`` per worker process, connected inside the running loop (never at import
 time). Every grpc error is turned into a ``GatewayError`` here (``_translate``), so nothing above
 this package sees grpc. Idempotent calls (metadata, readiness, config, index) retry on UNAVAILABLE
-(``_idempotent``); inference is never retried behind the caller's back.
+with tenacity (``_idempotent``); inference is never retried behind the caller's back.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any, Protocol
 
 import grpc
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 from tritonclient.grpc import service_pb2
 
 from gateway.call import current
@@ -368,19 +369,20 @@ class TritonUpstream:
         rpc = getattr(self.stub, method)
         model = getattr(request, "name", "")
         timeout = timeout or min(self.default_timeout, 10.0)
-        attempt = 1
-        while True:  # a plain loop: a retrying library's set-up per call was a measurable part of each call
-            try:
-                with _translate(method, model), tracing.upstream(method, model) as md:
+        try:
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception(_is_unavailable),
+                stop=stop_after_attempt(self.retries),
+                wait=wait_exponential(multiplier=RETRY_WAIT_S, max=RETRY_WAIT_MAX_S),
+                reraise=True,
+            ):
+                with attempt, _translate(method, model), tracing.upstream(method, model) as md:
                     return await rpc(request, timeout=timeout, metadata=md)
-            except GatewayError as err:
-                if err.kind is not ErrorKind.UNAVAILABLE:
-                    raise
-                if attempt >= self.retries:
-                    self._cache.forget(_READY_KEY)
-                    raise
-            await asyncio.sleep(min(RETRY_WAIT_S * 2 ** (attempt - 1), RETRY_WAIT_MAX_S))
-            attempt += 1
+        except GatewayError as err:
+            if err.kind is ErrorKind.UNAVAILABLE:
+                self._cache.forget(_READY_KEY)
+            raise
+        raise AssertionError("unreachable")
 
     # -- inference -------------------------------------------------------------------------
     async def infer(self, req: InferRequest, views: bool = False) -> InferResponse:
