@@ -44,8 +44,8 @@ def test_version_labels_over_grpc_are_tf_servings_answers(gateway, tensorflow_pr
     counts; answers carry name and version, never the label (util.cc MakeModelSpec,
     get_model_metadata_impl.cc); GetModelStatus reads only model_spec.version (get_model_status_impl.cc)."""
     env = dict(os.environ, PYTHONPATH=f"{tensorflow_protos}:{LEGACY}")
-    run = subprocess.run([sys.executable, str(ROOT / "tests" / "legacy" / "tfserving_labels.py"),
-                          gateway.target("tfserving_grpc")], env=env, capture_output=True, text=True,
+    run = subprocess.run([sys.executable, str(ROOT / "tests" / "legacy" / "tfserving_client.py"),
+                          gateway.target("tfserving_grpc"), "labels"], env=env, capture_output=True, text=True,
                          timeout=60, cwd=tensorflow_protos)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout) == {

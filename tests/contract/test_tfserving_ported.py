@@ -48,6 +48,14 @@ _STATUS_123 = {"model_version_status": [{"version": "123", "state": "AVAILABLE",
                                          "status": {"error_code": "OK", "error_message": ""}}]}
 H = "http_rest_api_handler_test.cc"
 S = "tensorflow_model_server_test.py"
+
+
+def _malformed(n: int, method: str, path: str) -> tuple:
+    """An UnsupportedApiCalls row: a path TF Serving's REST handler does not route, answered 400
+    "Malformed request"."""
+    return (H, f"UnsupportedApiCalls/{n}", method, path, "", 400, ("error", "Malformed request"))
+
+
 REST = [
     (H, "kPathRegex/1", "GET", "/v1/models", None, 400, ("error=", "Missing model name in request.")),
     (H, "kPathRegex/2", "GET", "/statuspage", None, 404, ("status",)),
@@ -55,25 +63,20 @@ REST = [
     (H, "UnsupportedApiCalls/1", "GET", "/v1/foo", "", 400, ("error=", "Malformed request: GET /v1/foo")),
     (H, "UnsupportedApiCalls/2", "POST", "/v1/foo", "", 400, ("error=", "Malformed request: POST /v1/foo")),
     (H, "UnsupportedApiCalls/3", "GET", "/v1/models", "", 400, ("error", "Missing model name")),
-    (H, "UnsupportedApiCalls/4", "GET", "/v1/models/debug/model_name", "", 400, ("error", "Malformed request")),
-    (H, "UnsupportedApiCalls/5", "POST", "/v1/models", "", 400, ("error", "Malformed request")),
-    (H, "UnsupportedApiCalls/6", "GET", "/v1/models/foo:predict", "", 400, ("error", "Malformed request")),
-    (H, "UnsupportedApiCalls/7", "GET", "/v1/models/foo/version/50:predict", "", 400, ("error", "Malformed request")),
-    (H, "UnsupportedApiCalls/8", "POST", "/v1/models/foo/version/50:regress", "", 400,
-     ("error", "Malformed request")),
-    (H, "UnsupportedApiCalls/9", "POST", "/v1/models/foo/versions/HELLO:regress", "", 400,
-     ("error", "Malformed request")),
+    _malformed(4, "GET", "/v1/models/debug/model_name"),
+    _malformed(5, "POST", "/v1/models"),
+    _malformed(6, "GET", "/v1/models/foo:predict"),
+    _malformed(7, "GET", "/v1/models/foo/version/50:predict"),
+    _malformed(8, "POST", "/v1/models/foo/version/50:regress"),
+    _malformed(9, "POST", "/v1/models/foo/versions/HELLO:regress"),
     # the "Failed to convert version" status is returned before TF Serving writes its JSON: the
     # client sees the 400 and an empty body
     (H, "UnsupportedApiCalls/10", "POST", "/v1/models/foo/versions/18446744073709551615:regress", "", 400,
      ("empty",)),
-    (H, "UnsupportedApiCalls/11", "POST", "/v1/models/foo/metadata", "", 400, ("error", "Malformed request")),
-    (H, "UnsupportedApiCalls/12", "POST", "/v1/models/foo/label/some_label:regress", "", 400,
-     ("error", "Malformed request")),
-    (H, "UnsupportedApiCalls/13", "POST", "/v1/models/foo/versions/50/labels/some_label:regress", "", 400,
-     ("error", "Malformed request")),
-    (H, "UnsupportedApiCalls/14", "POST", "/v1/models/foo/versions/some_label:regress", "", 400,
-     ("error", "Malformed request")),
+    _malformed(11, "POST", "/v1/models/foo/metadata"),
+    _malformed(12, "POST", "/v1/models/foo/label/some_label:regress"),
+    _malformed(13, "POST", "/v1/models/foo/versions/50/labels/some_label:regress"),
+    _malformed(14, "POST", "/v1/models/foo/versions/some_label:regress"),
     (H, "PredictModelNameVersionErrors/1", "POST", "/v1/models/foo:predict", '{ "instances": [1] }', 404,
      ("error=", "Servable not found for request: Latest(foo)")),
     (H, "PredictModelNameVersionErrors/2", "POST", "/v1/models/foo/versions/50:predict", '{ "instances": [1] }', 404,

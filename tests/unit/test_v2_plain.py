@@ -1,5 +1,5 @@
 """The V2 REST fast paths give the general path's bytes: plain.request against jsontensor.parse +
-calls.serialize over generated bodies (plain ones, and near misses the general path refuses or
+jsontensor.serialize over generated bodies (plain ones, and near misses the general path refuses or
 must decide), the small-float writer against numpy's, and the answer's cached pieces against a
 writer that writes every piece each time."""
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2
 
 from gateway.core.errors import GatewayError
-from gateway.dialects.v2 import calls, jsontensor, plain, rjson
+from gateway.dialects.v2 import jsontensor, plain, rjson
 from gateway.dialects.v2.jsonbody import loads
 from tests.unit.core import rapidjson_reference
 
@@ -115,7 +115,7 @@ def _general(doc, binary: bytes):
     try:
         with np.errstate(all="ignore"):  # a double past FP32's range: inf, as in the gateway (warnings are errors here)
             parsed = jsontensor.parse(doc, "model", "7", memoryview(binary))
-        return calls.serialize(parsed), parsed
+        return jsontensor.serialize(parsed), parsed
     except (GatewayError, ValueError, TypeError, OverflowError) as e:
         return type(e), None
 
@@ -158,7 +158,7 @@ def test_the_fast_path_takes_the_common_bodies():
     ]:
         fast = plain.request(doc, "m", "", memoryview(binary))
         assert fast is not None
-        assert fast[0] == calls.serialize(jsontensor.parse(doc, "m", "", memoryview(binary)))
+        assert fast[0] == jsontensor.serialize(jsontensor.parse(doc, "m", "", memoryview(binary)))
         assert service_pb2.ModelInferRequest.FromString(fast[0]).model_name == "m"
 
 

@@ -1,7 +1,8 @@
 """TF Serving's rendering of errors: ONE table ErrorKind -> (TF status code, HTTP status, gRPC code).
 
 TF Serving passes its absl status code straight through as the gRPC code and maps it to HTTP with
-``ToHTTPStatusCode`` (http_server.cc). The canonical message texts TF Serving uses are built by the
+``ToHTTPStatusCode`` (http_server.cc): the table is built from those two, the status of each kind
+and that mapping. The canonical message texts TF Serving uses are built by the
 helpers below, so every caller writes them the same way. Overloaded: TF Serving's batch scheduler
 refuses a task with UNAVAILABLE "The batch scheduling queue to which this task was submitted is
 full" (shared_batch_scheduler.h), so REST answers 503 and gRPC UNAVAILABLE.
@@ -18,23 +19,29 @@ from gateway.edge import httpbody
 
 from . import jsonwrite
 
-# ErrorKind -> (TF status name, HTTP status, gRPC status code)
-TABLE: dict[ErrorKind, tuple[str, int, grpc.StatusCode]] = {
-    ErrorKind.INVALID_ARGUMENT: ("INVALID_ARGUMENT", 400, grpc.StatusCode.INVALID_ARGUMENT),
-    ErrorKind.NOT_FOUND: ("NOT_FOUND", 404, grpc.StatusCode.NOT_FOUND),
-    ErrorKind.FAILED_PRECONDITION: ("FAILED_PRECONDITION", 400, grpc.StatusCode.FAILED_PRECONDITION),
-    ErrorKind.NOT_READY: ("UNAVAILABLE", 503, grpc.StatusCode.UNAVAILABLE),
-    ErrorKind.UNAVAILABLE: ("UNAVAILABLE", 503, grpc.StatusCode.UNAVAILABLE),
-    ErrorKind.DEADLINE_EXCEEDED: ("DEADLINE_EXCEEDED", 504, grpc.StatusCode.DEADLINE_EXCEEDED),
-    ErrorKind.RESOURCE_EXHAUSTED: ("RESOURCE_EXHAUSTED", 429, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    ErrorKind.OVERLOADED: ("UNAVAILABLE", 503, grpc.StatusCode.UNAVAILABLE),
-    ErrorKind.CANCELLED: ("CANCELLED", 499, grpc.StatusCode.CANCELLED),
-    ErrorKind.UNIMPLEMENTED: ("UNIMPLEMENTED", 501, grpc.StatusCode.UNIMPLEMENTED),
-    ErrorKind.UPSTREAM_FAILED: ("INTERNAL", 500, grpc.StatusCode.INTERNAL),
-    ErrorKind.INTERNAL: ("INTERNAL", 500, grpc.StatusCode.INTERNAL),
-    # TF Serving has no API keys; an absl UNAUTHENTICATED status is 401 in ToHTTPStatusCode
-    ErrorKind.UNAUTHENTICATED: ("UNAUTHENTICATED", 401, grpc.StatusCode.UNAUTHENTICATED),
+# ErrorKind -> the absl status TF Serving answers with
+_STATUS: dict[ErrorKind, str] = {
+    ErrorKind.INVALID_ARGUMENT: "INVALID_ARGUMENT",
+    ErrorKind.NOT_FOUND: "NOT_FOUND",
+    ErrorKind.FAILED_PRECONDITION: "FAILED_PRECONDITION",
+    ErrorKind.NOT_READY: "UNAVAILABLE",
+    ErrorKind.UNAVAILABLE: "UNAVAILABLE",
+    ErrorKind.DEADLINE_EXCEEDED: "DEADLINE_EXCEEDED",
+    ErrorKind.RESOURCE_EXHAUSTED: "RESOURCE_EXHAUSTED",
+    ErrorKind.OVERLOADED: "UNAVAILABLE",
+    ErrorKind.CANCELLED: "CANCELLED",
+    ErrorKind.UNIMPLEMENTED: "UNIMPLEMENTED",
+    ErrorKind.UPSTREAM_FAILED: "INTERNAL",
+    ErrorKind.INTERNAL: "INTERNAL",
+    ErrorKind.UNAUTHENTICATED: "UNAUTHENTICATED",  # TF Serving has no API keys; absl's status all the same
 }
+# absl status -> HTTP status: http_server.cc ToHTTPStatusCode, for the statuses above
+_HTTP = {"INVALID_ARGUMENT": 400, "NOT_FOUND": 404, "FAILED_PRECONDITION": 400, "UNAVAILABLE": 503,
+         "DEADLINE_EXCEEDED": 504, "RESOURCE_EXHAUSTED": 429, "CANCELLED": 499, "UNIMPLEMENTED": 501,
+         "INTERNAL": 500, "UNAUTHENTICATED": 401}
+# ErrorKind -> (TF status name, HTTP status, gRPC status code): the gRPC code is the absl status itself
+TABLE: dict[ErrorKind, tuple[str, int, grpc.StatusCode]] = {
+    kind: (name, _HTTP[name], grpc.StatusCode[name]) for kind, name in _STATUS.items()}
 
 GRPC_MESSAGE_LIMIT = 1024  # grpc_status_util.cc truncates longer messages
 OVERLOADED = "The batch scheduling queue to which this task was submitted is full"

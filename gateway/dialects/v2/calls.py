@@ -15,9 +15,8 @@ from gateway.call import current
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.edge import httpbody
 from gateway.observe import metrics, tracing
-from gateway.upstream.wire import parse_response, serialize_message
+from gateway.upstream.wire import parse_response
 
-from . import jsontensor
 from .errors import UpstreamStatus
 from .passthrough import PREFIX
 from .state import State
@@ -32,11 +31,6 @@ class MethodNotAllowed(GatewayError):
 
     def __init__(self):
         super().__init__(ErrorKind.INVALID_ARGUMENT, "Method Not Allowed")
-
-
-def serialize(parsed: jsontensor.Parsed) -> bytes:
-    """The request with each tensor's bytes appended as its own ``raw_input_contents`` field (copied once)."""
-    return serialize_message(parsed.msg, parsed.raws)
 
 
 class Rest:

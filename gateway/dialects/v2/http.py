@@ -247,7 +247,7 @@ def _header_length(request: Request, size: int) -> int:
 def _parse(body: bytes, header: int, model: str, version: str,
            wire: bool = True) -> tuple[bytes | None, jsontensor.Parsed]:
     """The ModelInfer request's wire bytes and how to answer: a plain body written straight
-    (plain.request), any other through the protobuf message (jsontensor.parse, calls.serialize).
+    (plain.request), any other through the protobuf message (jsontensor.parse, jsontensor.serialize).
     ``wire`` False: the message and its raw inputs (views of the body) only, no bytes (None), for
     a request whose large inputs go through the shared-memory region (``Arena.send_placed`` in ``_infer``)."""
     doc = loads(body if header == len(body) else bytes(body[:header]))
@@ -257,13 +257,13 @@ def _parse(body: bytes, header: int, model: str, version: str,
         if fast is not None:
             return fast
     parsed = jsontensor.parse(doc, model, version, binary)
-    return (calls.serialize(parsed) if wire else None), parsed
+    return (jsontensor.serialize(parsed) if wire else None), parsed
 
 
 def _parse_raw(meta, body, model: str, version: str, wire: bool) -> tuple[bytes | None, jsontensor.Parsed]:
     """``_parse`` of a raw-input body (rawinput.parse): the wire bytes (None: through the region) and how to answer."""
     parsed = rawinput.parse(meta, model, version, body)
-    return (calls.serialize(parsed) if wire else None), parsed
+    return (jsontensor.serialize(parsed) if wire else None), parsed
 
 
 async def _infer(rest: Rest, request: Request, model: str, version: str):

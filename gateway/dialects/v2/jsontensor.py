@@ -22,6 +22,7 @@ from gateway.core import datatypes
 from gateway.core.bounded import Plans
 from gateway.core.errors import ErrorKind, GatewayError, invalid
 from gateway.core.tensors import check_bytes
+from gateway.upstream.wire import serialize_message
 
 from . import rjson
 from .jsonbody import utf8
@@ -83,6 +84,11 @@ class Parsed:
     raws: list = field(default_factory=list)
     outputs: dict[str, Output] = field(default_factory=dict)
     binary_default: bool = False
+
+
+def serialize(parsed: Parsed) -> bytes:
+    """The request with each tensor's bytes appended as its own ``raw_input_contents`` field (copied once)."""
+    return serialize_message(parsed.msg, parsed.raws)
 
 
 def param(msg_params, key: str, value) -> None:

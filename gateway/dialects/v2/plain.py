@@ -3,7 +3,7 @@
 Most bodies are plain: ``inputs`` with ``name``, ``datatype``, ``shape`` and either flat JSON
 ``data`` of a numeric or BOOL tensor or ``parameters: {binary_data_size}``, maybe an ``id``, maybe
 ``outputs`` asking only ``binary_data``, maybe ``parameters: {binary_data_output}``. For those,
-``request`` writes the bytes ``calls.serialize(jsontensor.parse(...))`` would write without
+``request`` writes the bytes ``jsontensor.serialize(jsontensor.parse(...))`` would write without
 building a protobuf message: the fields but ``id`` and the raw contents come from a header
 serialized once per model, version, inputs' names, dtypes and shapes and outputs, the ``id``
 between its two halves (protobuf writes fields in number order), then each tensor's bytes as its
@@ -97,7 +97,7 @@ def _flag(obj: dict, allowed: frozenset, key: str) -> bool | None:
 
 
 def request(doc, model: str, version: str, binary: memoryview) -> tuple[bytes, Parsed] | None:
-    """``(calls.serialize(parsed), parsed)`` for a plain request, else None."""
+    """``(jsontensor.serialize(parsed), parsed)`` for a plain request, else None."""
     if type(doc) is not dict or not _DOC_KEYS.issuperset(doc):
         return None
     binary_default = _flag(doc, _BINARY_DEFAULT, "binary_data_output")

@@ -16,8 +16,8 @@ from gateway.call import current, stream_headers
 from gateway.core.errors import ErrorKind, GatewayError, invalid
 from gateway.observe import metrics, tracing
 
-from . import generate, rjson
-from .calls import Rest, answer, require, serialize
+from . import generate, jsontensor, rjson
+from .calls import Rest, answer, require
 from .errors import UpstreamStatus
 from .jsonbody import loads
 
@@ -59,7 +59,7 @@ async def handle(rest: Rest, request: Request, model: str, version: str, streami
     done = asyncio.Event()
     start, code = time.perf_counter(), "OK"
     span = tracing.upstream("ModelStreamInfer", model)  # tracing on: a client span, its traceparent to Triton
-    call = rest.stream(serialize(parsed), done, span.__enter__())
+    call = rest.stream(jsontensor.serialize(parsed), done, span.__enter__())
     edge_call = current()
     try:
         answers = aiter(call)
