@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.core.tensors import ModelMetadata
@@ -77,30 +77,12 @@ class ModelOptions(Strict):
     max_seq_len: Annotated[int, Field(ge=0)] = 0  # prompt + output tokens (the engine's max_seq_len); 0 = not checked
     tool_parser: str = ""  # hermes | llama3_json | mistral: tools go into the template, calls are read back
 
-    @field_validator("tool_parser")
+    @field_validator("tool_parser", "profile", "tokenizer", "chat_template")
     @classmethod
-    def _known_parser(cls, value: str) -> str:
-        _settings_check(tools.check, value)
-        return value
-
-    @field_validator("profile")
-    @classmethod
-    def _known_profile(cls, value: str) -> str:
-        if value:
-            _settings_check(profiles.profile, value)
-        return value
-
-    @field_validator("tokenizer")
-    @classmethod
-    def _known_tokenizer(cls, value: str) -> str:
-        _settings_check(tokenizers.tokenizer, value)
-        return value
-
-    @field_validator("chat_template")
-    @classmethod
-    def _template_compiles(cls, value: str) -> str:
-        if value:
-            _settings_check(ChatTemplate, value)
+    def _known(cls, value: str, info: ValidationInfo) -> str:
+        build, checked_when_empty = _OPTION_CHECKS[info.field_name]
+        if value or checked_when_empty:
+            _settings_check(build, value)
         return value
 
     def spec(self, name: str) -> ServedModel:
@@ -108,6 +90,15 @@ class ModelOptions(Strict):
         if self.tokenizer_dir:
             values["tokenizer"] = tokenizers.HF_PREFIX + self.tokenizer_dir
         return ServedModel(name=name, **values)
+
+
+# ModelOptions' names checked at load: the builder that must take the value, and whether "" is checked too
+_OPTION_CHECKS = {
+    "tool_parser": (tools.check, True),
+    "profile": (profiles.profile, False),  # "" = guessed from the model's inputs
+    "tokenizer": (tokenizers.tokenizer, True),
+    "chat_template": (ChatTemplate, False),  # "" = the tokenizer directory's, else the default transcript
+}
 
 
 def _settings_check(build, value: str) -> None:
