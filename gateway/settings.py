@@ -121,7 +121,7 @@ class UpstreamSettings(Strict):
     tls: UpstreamTls | None = None  # None: plaintext gRPC to Triton
     shared_memory: SharedMemorySettings = SharedMemorySettings()
     stream_mux: StreamMuxSettings = StreamMuxSettings()
-    # h2: the translating dialects' ModelInfer calls written as HTTP/2 frames on the event loop
+    # h2: the translating dialects' ModelInfer calls and the LLM/GRPS streams written as HTTP/2 frames on the event loop
     #   (gateway/upstream/h2call.py), not through grpc.aio; plaintext host:port / ipv4: / ipv6: targets
     #   only (TLS, unix: and round_robin over a dns: name keep grpc). docs/operations.md, "The upstream transport"
     transport: Literal["grpc", "h2"] = "h2"

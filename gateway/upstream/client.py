@@ -259,7 +259,7 @@ class TritonUpstream:
         self._mux_sizes = stream_mux  # (streams, max_bytes): small ModelInfers as stream messages
         self._mux: streammux.Mux | None = None
         self._plain: dict[str, bool] = {}  # model -> not decoupled, as its last metadata said
-        self._h2 = h2  # upstream.transport h2: infer_bytes's calls as HTTP/2 frames on the loop (h2call.py)
+        self._h2 = h2  # upstream.transport h2: infer_bytes's and stream's calls as HTTP/2 frames on the loop (h2call.py)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def connect(self) -> None:
@@ -418,7 +418,10 @@ class TritonUpstream:
             req.id = f"gw-{next(self._ids)}"
         msg = wire.encode_request(req, stream=True)
         with tracing.upstream("ModelStreamInfer", req.model) as md:
-            call = self.stub.ModelStreamInfer(timeout=self._timeout(stream=True), metadata=md)
+            if self._h2 is not None and not md:  # as HTTP/2 frames on the loop (h2call.StreamCall); traced: grpc.aio
+                call = self._h2.stream_call(service_pb2.ModelStreamInferResponse.FromString, self._timeout(stream=True))
+            else:
+                call = self.stub.ModelStreamInfer(timeout=self._timeout(stream=True), metadata=md)
             try:
                 with _translate("ModelStreamInfer", req.model):
                     await call.write(msg)

@@ -1,4 +1,5 @@
-"""Unary gRPC calls to Triton written as HTTP/2 frames on the event loop itself (``upstream.transport: h2``).
+"""gRPC calls to Triton written as HTTP/2 frames on the event loop itself (``upstream.transport: h2``):
+unary ModelInfer (``Channel.call``) and ModelStreamInfer with one request (``StreamCall``).
 
 A grpc.aio call crosses threads: grpc core's completion-queue poller picks the answer up and wakes
 the asyncio loop, and each call is a batch of core operations. Here an ``asyncio.Protocol`` owns
@@ -21,7 +22,9 @@ acknowledged, Triton's MAX_CONCURRENT_STREAMS kept. Keepalive as grpc's client k
 (``Keepalive``, the grpc.aio channel's own figures): a PING once nothing has been read for the
 keepalive time, the connection broken (UNAVAILABLE for the calls in flight) if its ack does not
 come within the timeout; a GOAWAY ENHANCE_YOUR_CALM "too_many_pings" doubles the time for the
-address's next connection. Plain TCP only: TLS and traced requests keep grpc.aio
+address's next connection. A stream (``StreamCall``) is what a unary call is, its request sent
+the same way (END_STREAM: the half-close), its answer messages read one by one as they come.
+Plain TCP only: TLS and traced requests keep grpc.aio
 (gateway/upstream/client.py decides).
 """
 
@@ -33,6 +36,7 @@ import math
 import socket
 import struct
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 from urllib.parse import unquote
 
@@ -60,6 +64,7 @@ STREAM_WINDOW = 8 << 20  # what Triton may send on one stream before we read it
 CONN_WINDOW = 64 << 20  # and on the connection
 MAX_FRAME = 1 << 18  # the largest frame we accept (Triton's DATA frames up to this)
 LAST_STREAM_ID = (1 << 31) - 1
+STREAM_PATH = "/inference.GRPCInferenceService/ModelStreamInfer"
 _STATUS_BY_RST = {7: grpc.StatusCode.UNAVAILABLE, 8: grpc.StatusCode.CANCELLED,
                   11: grpc.StatusCode.RESOURCE_EXHAUSTED, 12: grpc.StatusCode.PERMISSION_DENIED}
 _STATUS_BY_HTTP = {400: grpc.StatusCode.INTERNAL, 401: grpc.StatusCode.UNAUTHENTICATED,
@@ -160,10 +165,12 @@ def _indexed_only(block: bytes) -> bool:
 
 
 class _Stream:
-    __slots__ = ("future", "chunks", "headers", "unacked", "window", "out")
+    __slots__ = ("future", "chunks", "headers", "unacked", "window", "out", "streaming", "end")
 
-    def __init__(self, future: asyncio.Future, window: int):
-        self.future = future
+    def __init__(self, future: asyncio.Future, window: int, streaming: bool = False):
+        self.future = future  # a streaming call's: set when DATA or the end comes, made anew by its reader
+        self.streaming = streaming  # a ModelStreamInfer (StreamCall): many messages, read as they come
+        self.end = None  # a streaming call's end once it came: True (OK), or the AioRpcError
         self.chunks: list[bytes] = []
         self.headers: dict[str, str] | None = None  # the answer's first header block, once read
         self.unacked = 0  # DATA bytes read and not yet given back with WINDOW_UPDATE
@@ -253,6 +260,11 @@ class Connection(asyncio.Protocol):
             st.chunks.append(payload)
             if flags & END_STREAM:  # an answer without trailers
                 self._end(sid, st, None)
+                return
+            if st.streaming:  # its window given back as its messages are read (StreamCall.read)
+                st.unacked += length - len(payload)
+                if not st.future.done():
+                    st.future.set_result(None)
                 return
             st.unacked += length
             if st.unacked >= STREAM_WINDOW // 2:
@@ -370,6 +382,8 @@ class Connection(asyncio.Protocol):
         if code:
             return self._finish(sid, st, error(_CODES.get(code, grpc.StatusCode.UNKNOWN),
                                                unquote(trailers.get("grpc-message", ""))))
+        if st.streaming:
+            return self._finish(sid, st, True)
         body = st.chunks[0] if len(st.chunks) == 1 else b"".join(st.chunks)
         if len(body) < 5 or body[0] != 0 or _U32.unpack_from(body, 1)[0] != len(body) - 5:
             return self._finish(sid, st, error(grpc.StatusCode.INTERNAL, "Failed to parse server response"))
@@ -377,7 +391,11 @@ class Connection(asyncio.Protocol):
 
     def _finish(self, sid: int, st: _Stream, result) -> None:
         self._drop(sid, st)
-        if not st.future.done():
+        if st.streaming:
+            st.end = result
+            if not st.future.done():
+                st.future.set_result(None)
+        elif not st.future.done():
             if isinstance(result, BaseException):
                 st.future.set_exception(result)
             else:
@@ -445,11 +463,10 @@ class Connection(asyncio.Protocol):
                 st.out = None
                 self.pending.popleft()
 
-    async def call(self, block: bytes, data: bytes, timeout: float) -> bytes:
-        """One unary call: ``block`` the request's header block (``request_block``), ``data`` the
-        message; the answer message's bytes, or AioRpcError."""
+    async def open(self, block: bytes, data: bytes, deadline: float, streaming: bool = False) -> tuple[int, _Stream]:
+        """A stream for one request: ``block`` its header block (``request_block``), ``data`` the
+        message, sent with END_STREAM (a streaming call's half-close too) once a stream slot is free."""
         loop = asyncio.get_running_loop()
-        deadline = time.monotonic() + timeout
         while len(self.streams) >= self.peer_streams and not self.closed:
             w = loop.create_future()
             self.waiting.append(w)
@@ -466,8 +483,7 @@ class Connection(asyncio.Protocol):
         self.next_sid += 2
         if self.next_sid > LAST_STREAM_ID:
             self.closed = True  # ids spent: the next call opens another connection
-        future = loop.create_future()
-        st = self.streams[sid] = _Stream(future, self.peer_window)
+        st = self.streams[sid] = _Stream(loop.create_future(), self.peer_window, streaming)
         block += timeout_field(left)
         n, size = len(block), len(data) + 5
         head = _FRAME.pack(n >> 8, n & 0xFF, HEADERS, END_HEADERS, sid) + block
@@ -482,9 +498,17 @@ class Connection(asyncio.Protocol):
             st.out = collections.deque((memoryview(prefix), memoryview(data)))
             self.pending.append(sid)
             self._pump()
-        timer = loop.call_at(loop.time() + left, self._expire, sid, st)
+        return sid, st
+
+    async def call(self, block: bytes, data: bytes, timeout: float) -> bytes:
+        """One unary call: ``block`` the request's header block (``request_block``), ``data`` the
+        message; the answer message's bytes, or AioRpcError."""
+        deadline = time.monotonic() + timeout
+        sid, st = await self.open(block, data, deadline)
+        loop = asyncio.get_running_loop()
+        timer = loop.call_at(loop.time() + (deadline - time.monotonic()), self._expire, sid, st)
         try:
-            return await future
+            return await st.future
         except asyncio.CancelledError:
             if self.streams.get(sid) is st:
                 self._reset(sid, st)
@@ -495,7 +519,13 @@ class Connection(asyncio.Protocol):
     def _expire(self, sid: int, st: _Stream) -> None:
         if self.streams.get(sid) is st:
             self._reset(sid, st)
-            st.future.set_exception(error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
+            err = error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+            if st.streaming:
+                st.end = err
+                if not st.future.done():
+                    st.future.set_result(None)
+            else:
+                st.future.set_exception(err)
 
     def _reset(self, sid: int, st: _Stream) -> None:
         """RST_STREAM(CANCEL): Triton stops the call; the stream is forgotten here."""
@@ -569,6 +599,7 @@ class Channel:
         self.addresses = [(h.strip("[]"), p) for h, p in addresses]
         self.round_robin = lb_policy == "round_robin"
         self._blocks = [request_block(path, f"{h}:{p}") for h, p in addresses]
+        self._stream_blocks = [request_block(STREAM_PATH, f"{h}:{p}") for h, p in addresses]
         self._conns: list[Connection | None] = [None] * len(addresses)
         self._opening: list[asyncio.Future | None] = [None] * len(addresses)
         self._down = [0.0] * len(addresses)  # monotonic time until which an address is passed over
@@ -607,6 +638,11 @@ class Channel:
                     raise error(err.code(), err.details()) from None
 
     async def _call(self, data: bytes, deadline: float) -> bytes:
+        i, conn = await self._pick(deadline)
+        return await conn.call(self._blocks[i], data, max(0.0, deadline - time.monotonic()))
+
+    async def _pick(self, deadline: float) -> tuple[int, Connection]:
+        """The address a call goes to and its connection, opened if it must be."""
         conns = self._conns
         failure = None
         for i in self._order():
@@ -619,8 +655,12 @@ class Channel:
                         raise
                     failure = err
                     continue
-            return await conn.call(self._blocks[i], data, max(0.0, deadline - time.monotonic()))
+            return i, conn
         raise failure
+
+    def stream_call(self, deserialize: Callable[[bytes], object], timeout: float) -> StreamCall:
+        """ModelStreamInfer for one request, used as a grpc.aio stream call is (``StreamCall``)."""
+        return StreamCall(self, deserialize, timeout)
 
     async def _open(self, i: int, deadline: float) -> Connection:
         opening = self._opening[i]
@@ -662,3 +702,100 @@ class Channel:
             if conn is not None:
                 conn.close()
         self._conns = [None] * len(self._conns)
+
+
+class StreamCall:
+    """ModelStreamInfer with one request message, for TritonUpstream.stream, with the grpc.aio
+    stream call's methods it uses: ``write`` the request (sent with END_STREAM: the half-close
+    grpc clients send after their last write; Triton answers on, a decoupled model's responses
+    all), ``read`` each response message (``deserialize``d; several may share a DATA frame, one
+    may span frames) and ``grpc.aio.EOF`` at trailers with grpc-status OK, else the AioRpcError
+    the unary call raises (deadline: DEADLINE_EXCEEDED, ``grpc-timeout`` and a local timer; the
+    connection broken: UNAVAILABLE mid-stream). The stream's window is given back as its messages
+    are read. ``cancel`` (the caller gone) resets the stream (RST_STREAM CANCEL): Triton cancels
+    the model's request."""
+
+    __slots__ = ("channel", "deserialize", "deadline", "conn", "sid", "st", "buf", "timer", "data", "tries")
+
+    def __init__(self, channel: Channel, deserialize: Callable[[bytes], object], timeout: float):
+        self.channel, self.deserialize = channel, deserialize
+        self.deadline = time.monotonic() + timeout
+        self.conn: Connection | None = None
+        self.st: _Stream | None = None
+        self.sid = 0
+        self.buf = b""
+        self.timer: asyncio.TimerHandle | None = None
+        self.data = b""
+        self.tries = 0
+
+    async def write(self, message) -> None:
+        self.data = message if isinstance(message, bytes) else message.SerializeToString()
+        await self._start()
+
+    async def _start(self) -> None:
+        i, conn = await self.channel._pick(self.deadline)
+        self.sid, self.st = await conn.open(self.channel._stream_blocks[i], self.data, self.deadline, True)
+        self.conn = conn
+        loop = asyncio.get_running_loop()
+        self.timer = loop.call_at(loop.time() + (self.deadline - time.monotonic()), conn._expire, self.sid, self.st)
+
+    async def done_writing(self) -> None:
+        """Nothing to do: the request went with END_STREAM."""
+
+    async def read(self):
+        st = self.st
+        buf = self.buf
+        while True:
+            if len(buf) >= 5:
+                if buf[0]:
+                    self.cancel()
+                    raise error(grpc.StatusCode.INTERNAL, "Failed to parse server response")
+                end = 5 + _U32.unpack_from(buf, 1)[0]
+                if len(buf) >= end:
+                    self.buf = buf[end:]
+                    st.unacked += end
+                    if st.unacked >= STREAM_WINDOW // 2 and self.conn.streams.get(self.sid) is st:
+                        self.conn.transport.write(frame(WINDOW_UPDATE, 0, self.sid, _U32.pack(st.unacked)))
+                        st.unacked = 0
+                    return self.deserialize(buf[5:end])
+            if st.chunks:
+                buf = buf + b"".join(st.chunks) if buf else b"".join(st.chunks)
+                st.chunks.clear()
+                continue
+            self.buf = buf
+            if st.end is not None:
+                return await self._ended(st.end)
+            st.future = asyncio.get_running_loop().create_future()
+            try:
+                await st.future
+            except asyncio.CancelledError:
+                self.cancel()
+                raise
+
+    async def _ended(self, end):
+        self.timer.cancel()
+        if end is True:
+            if self.buf:  # a message cut short
+                raise error(grpc.StatusCode.INTERNAL, "Failed to parse server response")
+            return grpc.aio.EOF
+        if isinstance(end, Unprocessed):  # Triton never started it: once more, on a new connection
+            self.tries += 1
+            if self.tries < 2:
+                await self._start()
+                return await self.read()
+            raise error(end.code(), end.details())
+        raise end
+
+    def done(self) -> bool:
+        return self.st is None or self.st.end is not None
+
+    def cancel(self) -> None:
+        """The caller gone: RST_STREAM(CANCEL), Triton cancels the request."""
+        st = self.st
+        if st is None or st.end is not None:
+            return
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.conn.streams.get(self.sid) is st:
+            self.conn._reset(self.sid, st)
+        st.end = error(grpc.StatusCode.CANCELLED, "Locally cancelled by application!")

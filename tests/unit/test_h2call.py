@@ -12,6 +12,7 @@ PINGs unacknowledged) and GOAWAY ENHANCE_YOUR_CALM "too_many_pings".
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import grpc
 import h2.config
@@ -334,6 +335,104 @@ async def test_too_many_pings_doubles_the_keepalive_time():
         conn.transport = Transport()
         conn._frame(h2call.GOAWAY, 0, 0, bytes(4) + h2call.ENHANCE_YOUR_CALM.to_bytes(4, "big") + b"too_many_pings", 22)
         assert conn.keepalive_time == float("inf")  # past INT_MAX/2 ms: off, as grpc core has it
+    finally:
+        await chan.close()
+        server.close()
+
+
+def _msg(body: bytes) -> bytes:
+    return b"\x00" + len(body).to_bytes(4, "big") + body
+
+
+async def _read_all(call: h2call.StreamCall) -> list:
+    got = []
+    try:
+        while (item := await call.read()) is not grpc.aio.EOF:
+            got.append(item)
+    except grpc.aio.AioRpcError as err:
+        got.append((err.code(), err.details()))
+    return got
+
+
+async def test_stream_messages_as_they_come_and_its_end():
+    """A ModelStreamInfer answer's messages however the DATA frames cut them (two in one frame,
+    one across frames, the prefix itself cut), its window given back as they are read, and its end:
+    trailers OK (EOF) or an error status after some messages."""
+    seen = []
+    big = bytes(range(256)) * 4096  # 1 MiB
+
+    def script(srv: FakeServer, sid: int):
+        seen.append(sid)
+        srv.conn.send_headers(sid, [(":status", "200"), ("content-type", "application/grpc")])
+        if len(seen) == 1:
+            wire = _msg(b"one") + _msg(b"two") + _msg(b"three" * 10_000) + _msg(b"")
+            cuts = [0, 10, 12, 17, 50_000, len(wire)]  # frames cut there (and at 16 KiB)
+            for a, b in itertools.pairwise(cuts):
+                for i in range(a, b, 16384):
+                    srv.conn.send_data(sid, wire[i:min(b, i + 16384)])
+                srv.flush()
+            srv.conn.send_headers(sid, [("grpc-status", "0")], end_stream=True)
+        elif len(seen) == 2:
+            srv.conn.send_data(sid, _msg(b"tok"))
+            srv.conn.send_headers(sid, [("grpc-status", "3"), ("grpc-message", "bad%20token")], end_stream=True)
+        else:  # 5 MiB in 1 MiB messages: past half the stream window, given back as read
+            wire = _msg(big) * 5
+            for i in range(0, len(wire), 16384):
+                srv.conn.send_data(sid, wire[i:i + 16384])
+
+    server, servers, chan = await _fake(script)
+    try:
+        call = chan.stream_call(bytes, 5)
+        await call.write(b"request")
+        assert await _read_all(call) == [b"one", b"two", b"three" * 10_000, b""]
+        assert call.done()
+        ev = [e for e in servers[0].events if isinstance(e, h2.events.DataReceived)]
+        assert ev[0].data == _msg(b"request") and ev[0].stream_ended is not None  # the half-close
+        call = chan.stream_call(bytes, 5)
+        await call.write(b"again")
+        assert await _read_all(call) == [b"tok", (grpc.StatusCode.INVALID_ARGUMENT, "bad token")]
+        call = chan.stream_call(bytes, 5)
+        await call.write(b"large")
+        assert [await call.read() for _ in range(5)] == [big] * 5
+        sid, srv = seen[-1], servers[0]
+        await _until(lambda: any(isinstance(e, h2.events.WindowUpdated) and e.stream_id == sid for e in srv.events),
+                     "the stream's window given back")
+        srv.conn.send_headers(sid, [("grpc-status", "0")], end_stream=True)
+        srv.flush()
+        assert await call.read() is grpc.aio.EOF
+        assert not chan._conns[0].streams and len(servers) == 1
+    finally:
+        await chan.close()
+        server.close()
+
+
+async def test_stream_deadline_cancel_and_a_dropped_socket():
+    seen = []
+
+    def script(srv: FakeServer, sid: int):
+        seen.append(sid)
+        srv.conn.send_headers(sid, [(":status", "200"), ("content-type", "application/grpc")])
+        srv.conn.send_data(sid, _msg(b"first"))
+        if len(seen) == 3:
+            srv.flush()
+            srv.transport.close()
+
+    server, servers, chan = await _fake(script)
+    try:
+        call = chan.stream_call(bytes, 0.2)  # a deadline: the messages read, then DEADLINE_EXCEEDED
+        await call.write(b"a")
+        assert await _read_all(call) == [b"first", (grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")]
+        call = chan.stream_call(bytes, 5)  # the caller gone: RST_STREAM CANCEL
+        await call.write(b"b")
+        assert await call.read() == b"first"
+        call.cancel()
+        assert call.done()
+        await _until(lambda: sum(isinstance(e, h2.events.StreamReset) for e in servers[0].events) == 2,
+                     "both streams reset")
+        assert not chan._conns[0].streams
+        call = chan.stream_call(bytes, 5)  # the socket drops mid-stream: UNAVAILABLE after what came
+        await call.write(b"c")
+        assert await _read_all(call) == [b"first", (grpc.StatusCode.UNAVAILABLE, "Socket closed")]
     finally:
         await chan.close()
         server.close()
