@@ -216,10 +216,15 @@ class _TTLCache:
             return hit[1]
         return None
 
-    def ageing(self, key: tuple) -> bool:
-        """The entry is in the last quarter of its life (still fresh): time to fetch it again behind it."""
+    def lookup(self, key: tuple) -> tuple[Any | None, bool]:
+        """``get`` and whether the fresh entry is in the last quarter of its life (time to fetch it
+        again behind it), from one look at the entry and the clock."""
         hit = self._data.get(key)
-        return hit is not None and time.monotonic() - hit[0] >= REFRESH_AHEAD * self.ttl
+        if hit is not None:
+            age = time.monotonic() - hit[0]
+            if age < self.ttl:
+                return hit[1], age >= REFRESH_AHEAD * self.ttl
+        return None, False
 
     def forget(self, key: tuple) -> None:
         self._data.pop(key, None)
@@ -446,9 +451,9 @@ class TritonUpstream:
     # -- metadata and health (idempotent, cached briefly) ------------------------------------
     async def _cached(self, key: tuple, produce: Callable[[], Awaitable[Any]]) -> Any:
         """A fresh cached value, else one fetch shared by every concurrent caller (single flight)."""
-        hit = self._cache.get(key)
+        hit, ageing = self._cache.lookup(key)
         if hit is not None:
-            if key not in self._pending and self._cache.ageing(key):
+            if ageing and key not in self._pending:
                 self._refresh_behind(key, produce)
             return hit
         pending = self._pending.get(key)
