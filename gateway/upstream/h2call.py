@@ -46,8 +46,9 @@ from gateway.observe import fastpaths
 
 try:
     from hpack import Decoder
+    from hpack.hpack import encode_integer
 except ImportError:  # pragma: no cover - hpack is a pinned dependency
-    Decoder = None
+    Decoder = encode_integer = None
 
 ON = fastpaths.declare("upstream_h2", [] if Decoder is not None else ["hpack"])
 
@@ -92,28 +93,16 @@ def frame(kind: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
     return _FRAME.pack(n >> 8, n & 0xFF, kind, flags, sid) + payload
 
 
-def _int(value: int, prefix_bits: int, first: int) -> bytes:
-    """An HPACK integer (RFC 7541 5.1) whose first byte carries ``first`` above the prefix."""
-    top = (1 << prefix_bits) - 1
-    if value < top:
-        return bytes((first | value,))
-    out, value = [first | top], value - top
-    while value >= 128:
-        out.append((value & 127) | 128)
-        value >>= 7
-    return bytes((*out, value))
-
-
 def _string(text: str) -> bytes:
     raw = text.encode()
-    return _int(len(raw), 7, 0) + raw
+    return bytes(encode_integer(len(raw), 7)) + raw  # an HPACK string, not Huffman-coded (RFC 7541 5.2)
 
 
 def literal(name: str | int, value: str) -> bytes:
     """A field as an HPACK literal without indexing (no table state on either side): ``name`` by
     its static-table index or spelled out."""
     if isinstance(name, int):
-        return _int(name, 4, 0) + _string(value)
+        return bytes(encode_integer(name, 4)) + _string(value)
     return b"\x00" + _string(name) + _string(value)
 
 
