@@ -26,7 +26,7 @@ from pathlib import Path
 
 from bench import procstat
 from gateway.dialects import LISTENERS
-from gateway.local import localtriton
+from gateway.local import localtriton, parent
 from gateway.process import grpcruntime
 from gateway.settings import LocalTriton
 from tests.support import (
@@ -237,7 +237,7 @@ class Stack:
         with open(log_path, "wb") as log:
             self.floor = subprocess.Popen(
                 [sys.executable, "-m", "bench.floor", self.triton.grpc_target, str(http_port), str(grpc_port)],
-                cwd=ROOT, env=floor_env(), stdout=log, stderr=subprocess.STDOUT)
+                cwd=ROOT, env=floor_env(), stdout=log, stderr=subprocess.STDOUT, preexec_fn=parent.ends_with_us())
         self.floor_http, self.floor_grpc = f"http://127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}"
         try:
             wait_http(f"{self.floor_http}/ready", timeout=60, proc=self.floor)

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import yaml
 
-from gateway.local import launch
+from gateway.local import launch, parent
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -137,7 +137,7 @@ def start_gateway(config: dict, tmp: Path) -> GatewayProcess:
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "gateway", "serve", "--config", str(path)],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=parent.ends_with_us(),
         )
     ports = {name: lst["port"] for name, lst in config["listeners"].items() if "port" in lst}
     listening = {lst["port"] for lst in config["listeners"].values() if "port" in lst and lst.get("enabled", True)}

@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 from gateway.dialects import LISTENERS
-from gateway.local import localtriton
+from gateway.local import localtriton, parent
 from gateway.settings import Settings
 
 PD_PORTS = (1025, 2025, 2026, 3025, 3026)  # coordinator, P1, P2, D1, D2
@@ -50,13 +50,8 @@ def exit_with_parent() -> int:
     import os
 
     ppid = os.getppid()
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: nothing to do
-        return ppid
-    if os.getppid() == 1:  # the parent died before prctl took effect (or it was never there: setsid -f)
+    gone = parent.die_with(ppid)
+    if gone or (gone is not None and ppid == 1):  # it died before prctl took effect (or was never there: setsid -f)
         print(f"stopping: {PARENT_GONE}", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGTERM)
     return ppid

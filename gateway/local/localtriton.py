@@ -7,7 +7,9 @@ The wheel needs hand-holding (docs/local-triton.md):
     interpreter's ``lib`` directory (so the stub loads the right libpython);
   * the stub venv's ``bin`` goes first on PATH so the embedded interpreter finds its site-packages
     (numpy<2 there: the 2.51 stub returns empty outputs with numpy 2).
-Triton is started in its own process group so that stopping it also ends every stub process; the
+Triton is started in its own process group so that stopping it also ends every stub process, and it
+gets SIGTERM when the process that started it dies, even SIGKILLed (gateway/local/parent.py: a killed
+bench, test run or `make run` leaves no Triton behind); the
 python backend's shared-memory regions it leaves behind when stopped before it unloads its models
 are given back once the group is gone (gateway/local/stubregions.py).
 
@@ -34,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway.local import stubregions
+from gateway.local import parent, stubregions
 from gateway.process import grpcruntime
 from gateway.settings import LocalTriton
 from gateway.startup import port_in_use, port_in_use_message
@@ -311,7 +313,8 @@ def start(cfg: LocalTriton, root: Path | None = None, log_path: Path | None = No
     stubregions.forget(workdir, ())  # a run that could not clean up (SIGKILLed) left its list here
     before = frozenset(stubregions.present())
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=parent.ends_with_us())
     tp = TritonProcess(cfg, proc, log_path, workdir, before)
     try:
         _wait_ready(tp, progress, on_progress or (lambda _line: None))
