@@ -4,7 +4,7 @@ QUERY [1, 1] -> INPUT_ID [1, N] (``add_special_tokens`` as configured), REQUEST_
 REQUEST_OUTPUT_LEN, STOP_WORDS_IDS / BAD_WORDS_IDS ([1, 2, N] word lists), OUT_END_ID and
 OUT_PAD_ID (the request's END_ID / PAD_ID, else the tokenizer's eos and pad tokens),
 DECODER_INPUT_ID / REQUEST_DECODER_INPUT_LEN (the pad id, length 1, for decoder-only models),
-EMBEDDING_BIAS (empty unless bias words are given).
+EMBEDDING_BIAS (empty unless bias words and their weights are given).
 """
 
 import json
@@ -38,12 +38,16 @@ class TritonPythonModel:
             pad_id = scalar(request, "PAD_ID", self.tokenizer.pad_id)
             out_len = array(request, "REQUEST_OUTPUT_LEN").reshape(1, -1).astype(np.int32)
             bias_words = array(request, "EMBEDDING_BIAS_WORDS")
+            bias_weights = array(request, "EMBEDDING_BIAS_WEIGHTS")
             bias = np.zeros((1, 0), dtype=np.float32)
-            if bias_words is not None and bias_words.size:
-                weights = array(request, "EMBEDDING_BIAS_WEIGHTS").reshape(-1)
+            if bias_words is not None and bias_weights is not None:  # as the original: both, or no bias
+                words, weights = bias_words.reshape(-1), bias_weights.reshape(-1)
+                if len(words) != len(weights):
+                    raise ValueError("Embedding bias words must have same dimension as embedding bias weights")
                 bias = np.zeros((1, self.tokenizer.tok.get_vocab_size()), dtype=np.float32)
-                for w, weight in zip(bias_words.reshape(-1), weights):
-                    bias[0, self.tokenizer.encode(w.decode("utf-8"))[0]] = weight
+                for w, weight in zip(words, weights, strict=True):
+                    for token in self.tokenizer.encode(w.decode("utf-8") if isinstance(w, bytes) else str(w)):
+                        bias[0, token] += weight  # every token of the word, as the original adds it
             tensors = [
                 pb_utils.Tensor("INPUT_ID", np.array([ids], dtype=np.int32)),
                 pb_utils.Tensor("REQUEST_INPUT_LEN", np.array([[len(ids)]], dtype=np.int32)),
