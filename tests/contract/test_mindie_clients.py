@@ -12,7 +12,8 @@ PROMPT = [{"role": "system", "content": "You are a helpful assistant."}]
 
 @pytest.fixture(scope="module")
 def oai(gateway):
-    return openai.OpenAI(base_url=gateway.url("mindie_http") + "/v1", api_key="unused", max_retries=0)
+    with openai.OpenAI(base_url=gateway.url("mindie_http") + "/v1", api_key="unused", max_retries=0) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")

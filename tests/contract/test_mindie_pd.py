@@ -269,20 +269,20 @@ def test_coordinator_forwards_p_validation_errors_unchanged(instances, gateway):
 
 
 def test_coordinator_with_the_openai_sdk(instances, gateway):
-    via = openai.OpenAI(base_url=instances["coord"].url("mindie_http") + "/v1", api_key="x", max_retries=0)
-    ref = openai.OpenAI(base_url=gateway.url("mindie_http") + "/v1", api_key="x", max_retries=0)
-    msgs = [{"role": "user", "content": "Tell me a story"}]
-    a = via.chat.completions.create(model="llama2_7b", messages=msgs, max_tokens=12, seed=5)
-    b = ref.chat.completions.create(model="llama2_7b", messages=msgs, max_tokens=12, seed=5)
-    assert a.choices[0].message.content == b.choices[0].message.content and a.usage == b.usage
-    sa = list(via.chat.completions.create(model="llama2_7b", messages=msgs, max_tokens=12, stream=True))
-    sb = list(ref.chat.completions.create(model="llama2_7b", messages=msgs, max_tokens=12, stream=True))
-    assert [c.choices[0].delta.content for c in sa] == [c.choices[0].delta.content for c in sb]
-    assert sa[-1].usage == sb[-1].usage and sa[-1].usage.completion_tokens > 1
-    assert sa[-1].choices[0].finish_reason == sb[-1].choices[0].finish_reason
-    ca = list(via.completions.create(model="tiny_llm", prompt="Once upon a time", max_tokens=50, stream=True))
-    cb = ref.completions.create(model="tiny_llm", prompt="Once upon a time", max_tokens=50)
-    assert "".join(c.choices[0].text for c in ca) == cb.choices[0].text
+    with openai.OpenAI(base_url=instances["coord"].url("mindie_http") + "/v1", api_key="x", max_retries=0) as via, \
+            openai.OpenAI(base_url=gateway.url("mindie_http") + "/v1", api_key="x", max_retries=0) as ref:
+        msgs = [{"role": "user", "content": "Tell me a story"}]
+        a = via.chat.completions.create(model="llama2_7b", messages=msgs, max_tokens=12, seed=5)
+        b = ref.chat.completions.create(model="llama2_7b", messages=msgs, max_tokens=12, seed=5)
+        assert a.choices[0].message.content == b.choices[0].message.content and a.usage == b.usage
+        sa = list(via.chat.completions.create(model="llama2_7b", messages=msgs, max_tokens=12, stream=True))
+        sb = list(ref.chat.completions.create(model="llama2_7b", messages=msgs, max_tokens=12, stream=True))
+        assert [c.choices[0].delta.content for c in sa] == [c.choices[0].delta.content for c in sb]
+        assert sa[-1].usage == sb[-1].usage and sa[-1].usage.completion_tokens > 1
+        assert sa[-1].choices[0].finish_reason == sb[-1].choices[0].finish_reason
+        ca = list(via.completions.create(model="tiny_llm", prompt="Once upon a time", max_tokens=50, stream=True))
+        cb = ref.completions.create(model="tiny_llm", prompt="Once upon a time", max_tokens=50)
+        assert "".join(c.choices[0].text for c in ca) == cb.choices[0].text
 
 
 def test_coordinator_with_the_tgi_client(instances, gateway):

@@ -236,7 +236,8 @@ def test_openai_stream_is_one_trace_with_tritons_spans(traced_stack, receiver):
             extra_headers={"traceparent": traceparent}))
         assert chunks
 
-    server, _ = _check(receiver, send, "ModelStreamInfer", "POST /v1/chat/completions")
+    with client:
+        server, _ = _check(receiver, send, "ModelStreamInfer", "POST /v1/chat/completions")
     attrs = {a.key: a.value for a in server.attributes}
     assert attrs["gen_ai.operation.name"].string_value == "chat"
     assert attrs["gen_ai.request.model"].string_value == "tiny_llm"

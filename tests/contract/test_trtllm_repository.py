@@ -57,6 +57,12 @@ def gw(trtllm, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def oai(url):
+    with openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
 def tok():
     return load(str(TOKENIZER))
 
@@ -151,16 +157,15 @@ def test_every_text_family(url, path, body, text_of):
     assert text_of(r.json()) == WEATHER
 
 
-def test_openai_sdk_chat_with_the_models_template_and_exact_usage(url, tok):
-    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+def test_openai_sdk_chat_with_the_models_template_and_exact_usage(oai, tok):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is machine learning?"}]
-    r = client.chat.completions.create(model="ensemble", messages=messages, max_tokens=64)
+    r = oai.chat.completions.create(model="ensemble", messages=messages, max_tokens=64)
     text = r.choices[0].message.content
     assert text == "Machine learning is the study of programs that improve with experience."
     rendered = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages) + "<|im_start|>assistant\n"
     assert r.usage.prompt_tokens == len(tok.prompt_ids(rendered))
     assert r.usage.completion_tokens == len(tok.ids(text)) and r.choices[0].finish_reason == "stop"
-    chunks = list(client.chat.completions.create(model="tensorrt_llm_bls", messages=messages, max_tokens=5,
+    chunks = list(oai.chat.completions.create(model="tensorrt_llm_bls", messages=messages, max_tokens=5,
                                                  stream=True))
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks)
     assert streamed == tok.decode(tok.ids(text)[:5])
@@ -172,10 +177,9 @@ TOOLS = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
 
 
-def test_openai_sdk_function_calling_round_trip(url):
-    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+def test_openai_sdk_function_calling_round_trip(oai):
     messages = [{"role": "user", "content": "What is the weather in Paris?"}]
-    first = client.chat.completions.create(model="ensemble", messages=messages, tools=TOOLS, max_tokens=64)
+    first = oai.chat.completions.create(model="ensemble", messages=messages, tools=TOOLS, max_tokens=64)
     choice = first.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content is None
     [call] = choice.message.tool_calls
@@ -183,11 +187,11 @@ def test_openai_sdk_function_calling_round_trip(url):
     assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
     messages += [choice.message.model_dump(exclude_none=True),
                  {"role": "tool", "tool_call_id": call.id, "content": "18 degrees and sunny"}]
-    final = client.chat.completions.create(model="ensemble", messages=messages, tools=TOOLS, max_tokens=64)
+    final = oai.chat.completions.create(model="ensemble", messages=messages, tools=TOOLS, max_tokens=64)
     assert final.choices[0].message.content == "The tool says: 18 degrees and sunny"
     assert final.choices[0].finish_reason == "stop" and not final.choices[0].message.tool_calls
 
-    chunks = list(client.chat.completions.create(model="ensemble", messages=messages[:1], tools=TOOLS, max_tokens=64,
+    chunks = list(oai.chat.completions.create(model="ensemble", messages=messages[:1], tools=TOOLS, max_tokens=64,
                                                  stream=True))
     deltas = [d for c in chunks for d in (c.choices[0].delta.tool_calls or [])]
     assert [(d.index, d.function.name, json.loads(d.function.arguments)) for d in deltas] == [
@@ -197,22 +201,21 @@ def test_openai_sdk_function_calling_round_trip(url):
 
 
 
-def test_n_choices_are_the_sequences_of_consecutive_seeds(url, tok):
-    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+def test_n_choices_are_the_sequences_of_consecutive_seeds(oai, url, tok):
     prompt = "Say something."  # no key word: the stand-in's reply depends on the seed
-    singles = [client.completions.create(model="ensemble", prompt=prompt, max_tokens=64, temperature=0.7, seed=s)
+    singles = [oai.completions.create(model="ensemble", prompt=prompt, max_tokens=64, temperature=0.7, seed=s)
                .choices[0].text for s in (40, 41)]
-    r = client.completions.create(model="ensemble", prompt=prompt, max_tokens=64, temperature=0.7, seed=40, n=2)
+    r = oai.completions.create(model="ensemble", prompt=prompt, max_tokens=64, temperature=0.7, seed=40, n=2)
     assert [(c.index, c.text) for c in r.choices] == [(0, singles[0]), (1, singles[1])]
     assert r.usage.completion_tokens == sum(len(tok.ids(t)) for t in singles)
-    chunks = list(client.chat.completions.create(model="ensemble", messages=[{"role": "user", "content": prompt}],
-                                                 max_tokens=64, temperature=0.7, seed=40, n=2, stream=True))
+    chunks = list(oai.chat.completions.create(model="ensemble", messages=[{"role": "user", "content": prompt}],
+                                              max_tokens=64, temperature=0.7, seed=40, n=2, stream=True))
     by_index = {0: "", 1: ""}
     for c in chunks:
         for ch in c.choices:
             by_index[ch.index] += ch.delta.content or ""
-    whole = client.chat.completions.create(model="ensemble", messages=[{"role": "user", "content": prompt}],
-                                           max_tokens=64, temperature=0.7, seed=40, n=2)
+    whole = oai.chat.completions.create(model="ensemble", messages=[{"role": "user", "content": prompt}],
+                                        max_tokens=64, temperature=0.7, seed=40, n=2)
     assert [by_index[0], by_index[1]] == [c.message.content for c in whole.choices]
     assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
     vllm = requests.post(url + "/generate", json={"prompt": prompt, "max_tokens": 64, "temperature": 0.7, "seed": 40,
