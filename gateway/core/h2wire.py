@@ -93,6 +93,14 @@ def indexed_only(block: bytes) -> bool:
     return True
 
 
+_SINGLE_INDEXED = bytes(range(0x81, 0xFF))  # an indexed field in one byte: index 1 to 126
+
+
+def _single_indexed(block: bytes) -> bool:
+    """Whether every byte of a header block is an indexed field of its own."""
+    return not block.translate(None, _SINGLE_INDEXED)
+
+
 class Headers:
     """One connection's HPACK decoder: ``decode(block)`` gives ``shape`` of the block's (name, value)
     pairs (a dict, a tuple...); a block of indexed fields only is remembered (at most 64 of them)
@@ -110,7 +118,11 @@ class Headers:
         hit = self._seen.get(block)
         if hit is not None:
             return hit
-        fields = self._shape(self._decoder.decode(block, raw=False))
+        if _single_indexed(block):  # every field one table index under 127: read from the table itself
+            get = self._decoder.header_table.get_by_index
+            fields = self._shape([(n.decode(), v.decode()) for n, v in [get(b & 0x7F) for b in block]])
+        else:
+            fields = self._shape(self._decoder.decode(block, raw=False))
         if indexed_only(block):
             if len(self._seen) > 64:
                 self._seen.clear()
