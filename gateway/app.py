@@ -94,6 +94,10 @@ class Worker:
         turned_off = {} if self.settings.http_fast_path else {"http_fast_lane": "http_fast_path: false"}
         if (why := h2_off(self.settings)) is not None:
             turned_off["upstream_h2"] = why
+        if self.settings.grpc_server != "h2":
+            turned_off["grpc_server_h2"] = f"grpc_server: {self.settings.grpc_server}"
+        elif tracing.interceptors():
+            turned_off["grpc_server_h2"] = "tracing.enabled"
         fastpaths.announce(log, metrics.FAST_PATH, turned_off)
         ctx.started.set()
         return ctx
@@ -119,7 +123,7 @@ class Worker:
 
     async def _start_grpc(self, lst: Listener, attach: Callable, edge: Edge, state) -> None:
         interceptors = tracing.interceptors()
-        if self.settings.grpc_server == "h2" and lst.tls is None and not interceptors:
+        if self.settings.grpc_server == "h2" and h2serve.ON and lst.tls is None and not interceptors:
             return await self._start_h2(lst, attach, edge, state)
         server = grpc.aio.server(options=grpc_server_options(self.settings, self.reuse_port),
                                  interceptors=interceptors or None)

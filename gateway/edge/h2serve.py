@@ -61,6 +61,7 @@ from gateway.core.h2wire import (
     RST_STREAM,
     U32,
     WINDOW_UPDATE,
+    Decoder,
     Framing,
     Headers,
     frame,
@@ -69,7 +70,9 @@ from gateway.core.h2wire import (
 )
 from gateway.edge import h2rpc
 from gateway.edge.h2rpc import RESPONSE_HEADERS, TRAILERS_ONLY, Rpc, trailers
+from gateway.observe import fastpaths
 
+ON = fastpaths.declare("grpc_server_h2", [] if Decoder is not None else ["hpack"])
 STREAM_WINDOW = 8 << 20  # what a client may send on one stream before we read it (Framing: the connection's)
 COMPRESSION_ERROR = 0x9
 MAX_PING_STRIKES = 2  # grpc core's default (grpc.http2.max_ping_strikes)

@@ -496,3 +496,16 @@ async def test_stop_cancels_calls_past_the_grace(served):
     assert handlers.cancelled.is_set()
     got = await _frames(raw, lambda g: any(f[0] == 1 and f[1] & 1 for f in g))
     assert dict(Decoder().decode([f for f in got if f[0] == 1][-1][3]))["grpc-status"] == "1"
+
+
+@pytest.mark.parametrize("setting", ["h2", "grpc"])
+async def test_the_worker_serves_its_grpc_listeners_as_grpc_server_says(setting):
+    from gateway.observe import metrics
+    from tests.fakes import FakeUpstream
+    from tests.support import running_worker
+
+    kind = h2serve.Server if setting == "h2" else grpc.aio.Server
+    async with running_worker({"tfserving_grpc": free_port(), "v2_grpc": free_port()}, "127.0.0.1:1",
+                              upstream_factory=lambda _s: FakeUpstream(), GRPC_SERVER=setting) as (worker, _):
+        assert len(worker._grpc) == 2 and all(isinstance(s, kind) for s in worker._grpc)
+        assert metrics.FAST_PATH.labels("grpc_server_h2")._value.get() == (1 if setting == "h2" else 0)
