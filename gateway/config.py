@@ -90,7 +90,7 @@ def schema() -> type[BaseModel]:
         log_format=(LogFormat, "auto"),
         access_log=(bool, True),
         http_fast_path=(bool, True),
-        grpc_server=(Literal["h2", "grpc"], "grpc"),
+        grpc_server=(Literal["h2", "grpc"], "h2"),
         dialects=(dialects, dialects()),
     )
 
