@@ -14,7 +14,10 @@ What the client gets is what grpc.aio's server gives it:
                   MAX_CONCURRENT_STREAMS, windows, frame size) and their acks, PINGs acked, flow
                   control both ways (windows given back with WINDOW_UPDATE as requests are read;
                   answers wait for the client's windows), HPACK with ``hpack``
-    a call        ``:path`` looked up (unknown: UNIMPLEMENTED "Method not found!"); ``grpc-timeout``
+    a call        ``:path`` looked up (unknown: UNIMPLEMENTED "Method not found!"); its handler's
+                  task started once the request is whole (a streaming request: at its first
+                  message, as grpc.aio's handler starts in effect, so a client still writing is
+                  not answered before its first write went); ``grpc-timeout``
                   is the handler's deadline (``time_remaining``; past it the handler is cancelled and
                   the client hears DEADLINE_EXCEEDED); a message over ``max_message`` is
                   RESOURCE_EXHAUSTED in grpc core's words; gzip and deflate requests decompressed,
