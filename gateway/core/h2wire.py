@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import socket
 import struct
 from collections.abc import Callable
@@ -261,6 +262,13 @@ class Framing(asyncio.Protocol):
     def _pump(self) -> None:
         """Sends what waits in ``pending`` as far as the windows allow."""
         raise NotImplementedError
+
+    def _unqueue(self, st, key) -> None:
+        """A stream's bytes waiting for a window (``st.out``) dropped, ``key`` its entry in ``pending``."""
+        if st.out is not None:
+            st.out = None
+            with contextlib.suppress(ValueError):
+                self.pending.remove(key)
 
     def on_ping(self, payload: bytes, ack: bool) -> None:
         if not ack:

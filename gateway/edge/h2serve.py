@@ -391,12 +391,7 @@ class Connection(Framing):
             del self.calls[rpc.sid]
         if rpc.timer is not None:
             rpc.timer.cancel()
-        if rpc.out is not None:
-            rpc.out = None
-            try:
-                self.pending.remove(rpc)
-            except ValueError:
-                pass
+        self._unqueue(rpc, rpc)
         for fut in (rpc.reader, rpc.drained):
             if fut is not None and not fut.done():
                 fut.set_result(None)

@@ -293,12 +293,7 @@ class Connection(Framing):
         """The stream forgotten: its place given to a call waiting for one; a closing connection
         with nothing left in flight closed."""
         del self.streams[sid]
-        if st.out is not None:
-            st.out = None
-            try:
-                self.pending.remove(sid)
-            except ValueError:
-                pass
+        self._unqueue(st, sid)
         if self.waiting:
             self._wake_one()
         if self.closed and not self.streams and not self.lost:
