@@ -21,7 +21,7 @@ from CONC callers in this process (not counted): CONC callers of one grpc.aio cl
 HTTP/1.1 keep-alive connections, each sending its next request once the last answer is read.
 
     .venv/bin/python -m bench.instructions v2|v2s|tf|rest gateway|floor   (needs valgrind: apt install valgrind)
-    env: N1=500 N2=2500 CONC=8 RUNS=1
+    env: N1=500 N2=2500 CONC=8 RUNS=1 BENCH_GRPC_SERVER=h2|grpc (the gateway's grpc_server)
 
 ``v2``: the V2 ModelInfer passthrough (floor: bench/floor.py forwarding the bytes); ``v2s``: the
 V2 ModelStreamInfer passthrough, CONC streams each writing one message and reading its answer in
@@ -173,7 +173,10 @@ def measure(kind: str, server: str, triton: str | None = None, n: tuple[int, int
     with triton_target(triton) as target, tempfile.TemporaryDirectory(prefix="gateway-instructions-") as tmp:
         port, out = free_port(), Path(tmp) / "callgrind.out"
         if server == "gateway":
-            cfg = gateway_config(target, {listener: port, "admin_http": free_port()}, {"log_level": "WARNING"})
+            extra = {"log_level": "WARNING"}
+            if os.environ.get("BENCH_GRPC_SERVER"):  # h2|grpc: the gateway's grpc_server (unset: its default)
+                extra["grpc_server"] = os.environ["BENCH_GRPC_SERVER"]
+            cfg = gateway_config(target, {listener: port, "admin_http": free_port()}, extra)
             (out.parent / "gateway.yaml").write_text(yaml.safe_dump(cfg))
             cmd = [sys.executable, "-c", HELD_FLUSHES, "serve", "--config", str(out.parent / "gateway.yaml")]
             env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}

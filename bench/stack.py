@@ -169,6 +169,9 @@ class Stack:
         transport = os.environ.get("BENCH_UPSTREAM_TRANSPORT", "")  # grpc|h2; unset: the default
         if transport:
             conf["upstream"]["transport"] = transport
+        server = os.environ.get("BENCH_GRPC_SERVER", "")  # h2|grpc; unset: the default (grpc_server)
+        if server:
+            conf["grpc_server"] = server
         self.gateway = start_gateway(conf, folder)
         self.gateway_pids = self._wait_workers(workers)
         pin(self.gateway_pids, "BENCH_CPUS_GATEWAY")

@@ -20,7 +20,7 @@ from gateway.context import GatewayContext
 from gateway.core import bounded
 from gateway.dialect import Dialect, load
 from gateway.dialects import CATALOGUE
-from gateway.edge import Edge, sanicx
+from gateway.edge import Edge, h2serve, sanicx
 from gateway.edge.fastlane import FastLane
 from gateway.edge.http import make_app
 from gateway.observe import fastpaths, metrics, tracing
@@ -94,6 +94,10 @@ class Worker:
         turned_off = {} if self.settings.http_fast_path else {"http_fast_lane": "http_fast_path: false"}
         if (why := h2_off(self.settings)) is not None:
             turned_off["upstream_h2"] = why
+        if self.settings.grpc_server != "h2":
+            turned_off["grpc_server_h2"] = f"grpc_server: {self.settings.grpc_server}"
+        elif tracing.interceptors():
+            turned_off["grpc_server_h2"] = "tracing.enabled"
         fastpaths.announce(log, metrics.FAST_PATH, turned_off)
         ctx.started.set()
         return ctx
@@ -118,8 +122,11 @@ class Worker:
                 await self._start_http(lst, attach, edge, state)
 
     async def _start_grpc(self, lst: Listener, attach: Callable, edge: Edge, state) -> None:
+        interceptors = tracing.interceptors()
+        if self.settings.grpc_server == "h2" and h2serve.ON and lst.tls is None and not interceptors:
+            return await self._start_h2(lst, attach, edge, state)
         server = grpc.aio.server(options=grpc_server_options(self.settings, self.reuse_port),
-                                 interceptors=tracing.interceptors() or None)
+                                 interceptors=interceptors or None)
         services = grpchealth.ServiceNames(server)
         attach(services, edge, state)
         self.health.attach(services, list(services.names))
@@ -134,6 +141,25 @@ class Worker:
         if not bound:
             raise OSError(f"{lst.name}: cannot listen on {lst.host}:{lst.port} (address in use?)")
         await server.start()
+        self._grpc.append(server)
+
+    async def _start_h2(self, lst: Listener, attach: Callable, edge: Edge, state) -> None:
+        """A plain-TCP gRPC listener served on this loop (gateway/edge/h2serve.py), with what
+        ``grpc_server_options`` asks of grpc.aio's server: the message limit, the streams per
+        connection, the keepalive policy; SO_REUSEPORT with the socket."""
+        options = dict(grpc_server_options(self.settings, self.reuse_port))
+        size = options["grpc.max_receive_message_length"]
+        server = h2serve.Server(size if size >= 0 else None, options["grpc.max_concurrent_streams"],
+                                options["grpc.http2.min_ping_interval_without_data_ms"] / 1000,
+                                bool(options["grpc.keepalive_permit_without_calls"]))
+        services = grpchealth.ServiceNames(server)
+        attach(services, edge, state)
+        self.health.attach(services, list(services.names))
+        try:
+            sock = bind_socket(lst, self.reuse_port)
+        except OSError as exc:
+            raise OSError(f"{lst.name}: cannot listen on {lst.host}:{lst.port} (address in use?)") from exc
+        await server.start(sock)
         self._grpc.append(server)
 
     async def _start_http(self, lst: Listener, attach: Callable, edge: Edge, state) -> None:

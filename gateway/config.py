@@ -90,6 +90,7 @@ def schema() -> type[BaseModel]:
         log_format=(LogFormat, "auto"),
         access_log=(bool, True),
         http_fast_path=(bool, True),
+        grpc_server=(Literal["h2", "grpc"], "h2"),
         dialects=(dialects, dialects()),
     )
 
@@ -214,7 +215,7 @@ def _resolve(doc: BaseModel, source: str) -> Settings:
     return Settings(
         upstream=doc.upstream, listeners=MappingProxyType(listeners), limits=doc.limits,
         local_triton=doc.local_triton, tracing=doc.tracing, log_level=doc.log_level, log_format=doc.log_format,
-        access_log=doc.access_log, http_fast_path=doc.http_fast_path,
+        access_log=doc.access_log, http_fast_path=doc.http_fast_path, grpc_server=doc.grpc_server,
         workers=1 if doc.workers == "auto" else doc.workers,  # auto: counted by load (_auto_workers)
         dialects=MappingProxyType({d.name: getattr(doc.dialects, d.name) for d in CATALOGUE}), source=source,
     )

@@ -213,6 +213,9 @@ class Settings:
     log_format: str = "auto"
     access_log: bool = True
     http_fast_path: bool = True  # gateway/edge/fastlane.py
+    # h2: plain-TCP gRPC listeners served as HTTP/2 frames on the worker's loop (gateway/edge/h2serve.py);
+    #   grpc: grpc.aio's server. TLS listeners and tracing keep grpc.aio either way
+    grpc_server: str = "h2"
     dialects: Mapping[str, BaseModel] = field(default_factory=dict)
     source: str = ""  # the file it came from
 

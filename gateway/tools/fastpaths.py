@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from importlib.metadata import version
 
-from gateway.edge import sanicx  # noqa: F401  (each fence declares its paths on import)
+from gateway.edge import h2serve, sanicx  # noqa: F401  (each fence declares its paths on import)
 from gateway.observe import fastpaths, metrics  # noqa: F401
 from gateway.upstream import direct, h2call  # noqa: F401
 

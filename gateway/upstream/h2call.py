@@ -33,8 +33,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import math
-import socket
-import struct
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -42,29 +40,38 @@ from urllib.parse import unquote
 
 import grpc
 
+from gateway.core.h2wire import (
+    ACK,
+    CANCEL,
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    ENHANCE_YOUR_CALM,
+    GOAWAY,
+    HEADERS,
+    LAST_STREAM_ID,
+    PING,
+    PREFACE,
+    RST_STREAM,
+    SETTINGS,
+    WINDOW_UPDATE,
+    Decoder,
+    Framing,
+    Headers,
+    frame,
+    literal,
+    string,
+)
+from gateway.core.h2wire import FRAME as _FRAME
+from gateway.core.h2wire import SETTING as _SETTING
+from gateway.core.h2wire import U32 as _U32
 from gateway.observe import fastpaths
 
-try:
-    from hpack import Decoder
-    from hpack.hpack import encode_integer
-except ImportError:  # pragma: no cover - hpack is a pinned dependency
-    Decoder = encode_integer = None
-
 ON = fastpaths.declare("upstream_h2", [] if Decoder is not None else ["hpack"])
-
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
-END_STREAM = ACK = 0x1
-END_HEADERS, PADDED, PRIORITY_FLAG = 0x4, 0x8, 0x20
-CANCEL, ENHANCE_YOUR_CALM = 0x8, 0xB
-_FRAME = struct.Struct(">HBBBI")  # length (24 bits: H then B), type, flags, stream id
-_U32 = struct.Struct(">I")
-_SETTING = struct.Struct(">HI")
 
 STREAM_WINDOW = 8 << 20  # what Triton may send on one stream before we read it
 CONN_WINDOW = 64 << 20  # and on the connection
 MAX_FRAME = 1 << 18  # the largest frame we accept (Triton's DATA frames up to this)
-LAST_STREAM_ID = (1 << 31) - 1
 STREAM_PATH = "/inference.GRPCInferenceService/ModelStreamInfer"
 _STATUS_BY_RST = {7: grpc.StatusCode.UNAVAILABLE, 8: grpc.StatusCode.CANCELLED,
                   11: grpc.StatusCode.RESOURCE_EXHAUSTED, 12: grpc.StatusCode.PERMISSION_DENIED}
@@ -88,24 +95,6 @@ class Keepalive(NamedTuple):
     without_calls: bool = True
 
 
-def frame(kind: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
-    n = len(payload)
-    return _FRAME.pack(n >> 8, n & 0xFF, kind, flags, sid) + payload
-
-
-def _string(text: str) -> bytes:
-    raw = text.encode()
-    return bytes(encode_integer(len(raw), 7)) + raw  # an HPACK string, not Huffman-coded (RFC 7541 5.2)
-
-
-def literal(name: str | int, value: str) -> bytes:
-    """A field as an HPACK literal without indexing (no table state on either side): ``name`` by
-    its static-table index or spelled out."""
-    if isinstance(name, int):
-        return bytes(encode_integer(name, 4)) + _string(value)
-    return b"\x00" + _string(name) + _string(value)
-
-
 def request_block(path: str, authority: str) -> bytes:
     """A unary call's header block without ``grpc-timeout`` (``timeout_field`` is appended)."""
     return (b"\x83\x86"  # :method POST, :scheme http (static table, indexed)
@@ -113,7 +102,7 @@ def request_block(path: str, authority: str) -> bytes:
             + literal("te", "trailers") + literal("user-agent", "gateway-h2"))
 
 
-_TIMEOUT_NAME = b"\x00" + _string("grpc-timeout")
+_TIMEOUT_NAME = b"\x00" + string("grpc-timeout")
 
 
 def timeout_field(seconds: float) -> bytes:
@@ -125,7 +114,7 @@ def timeout_field(seconds: float) -> bytes:
         text = f"{ms}m"
     else:
         text = f"{min(99_999_999, math.ceil(us / 1e6))}S"
-    return _TIMEOUT_NAME + _string(text)
+    return _TIMEOUT_NAME + string(text)
 
 
 def error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
@@ -136,21 +125,6 @@ def error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
 class Unprocessed(grpc.aio.AioRpcError):
     """A call Triton says it never started (a GOAWAY's last stream id below it, REFUSED_STREAM):
     ``Channel.call`` sends it once more on a new connection, as grpc's transparent retry does."""
-
-
-def _indexed_only(block: bytes) -> bool:
-    """Whether a header block is only indexed fields (decoding it leaves the HPACK table as it is)."""
-    i, n = 0, len(block)
-    while i < n:
-        b = block[i]
-        if not b & 0x80:
-            return False
-        i += 1
-        if b & 0x7F == 0x7F:  # a multi-byte index
-            while i < n and block[i] & 0x80:
-                i += 1
-            i += 1
-    return True
 
 
 class _Stream:
@@ -167,7 +141,7 @@ class _Stream:
         self.out: collections.deque[memoryview] | None = None  # request bytes waiting for a window
 
 
-class Connection(asyncio.Protocol):
+class Connection(Framing):
     """One HTTP/2 connection to one Triton address: its streams, windows and HPACK decoder, and
     with ``keepalive`` its keepalive timer (one per connection, ticking at a quarter of the time:
     a read only sets ``heard``, so a PING goes between one and one and a quarter keepalive times
@@ -182,31 +156,17 @@ class Connection(asyncio.Protocol):
         self._ticker: asyncio.TimerHandle | None = None
         self._watchdog: asyncio.TimerHandle | None = None  # a keepalive PING waiting for its ack
         self.streams: dict[int, _Stream] = {}
+        self.by_id = self.streams
         self.next_sid = 1
         self.closed = False  # no new streams (GOAWAY read, the socket gone, ids spent)
         self.lost = False  # the socket is gone
-        self.peer_window = 65535  # the peer's initial stream window (its SETTINGS)
-        self.peer_frame = 16384  # the largest frame the peer takes
-        self.peer_streams = 1 << 31  # the peer's MAX_CONCURRENT_STREAMS
-        self.send_window = 65535  # the connection's send window
-        self.conn_unacked = 0
         self.waiting: collections.deque[asyncio.Future] = collections.deque()  # calls waiting for a stream slot
         self.pending: collections.deque[int] = collections.deque()  # streams with request bytes to send
-        self._buf = b""
-        self._block: list = []  # a header block continued by CONTINUATION frames: [sid, flags, parts]
-        self._decoder = Decoder()
-        self._decoder.max_allowed_table_size = 4096
-        self._decoded: dict[bytes, dict[str, str]] = {}
+        self._headers_in = Headers(dict)
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport) -> None:
-        self.transport = transport
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:  # pragma: no cover - not TCP
-                pass
+        super().connection_made(transport)  # TCP_NODELAY
         settings = b"".join(_SETTING.pack(k, v) for k, v in (
             (2, 0), (4, STREAM_WINDOW), (5, MAX_FRAME)))  # no push, our window, our frame size
         transport.write(PREFACE + frame(SETTINGS, 0, 0, settings)
@@ -221,133 +181,72 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.heard = True
-        if self._buf:
-            data = self._buf + data
-        n, off, unpack = len(data), 0, _FRAME.unpack_from
-        while n - off >= 9:
-            hi, lo, kind, flags, sid = unpack(data, off)
-            length = hi << 8 | lo
-            end = off + 9 + length
-            if end > n:
-                break
-            self._frame(kind, flags, sid & LAST_STREAM_ID, data[off + 9:end], length)
-            off = end
-        self._buf = data[off:] if off < n else b""
+        self.frames(data)
 
-    # -- frames read --------------------------------------------------------------------------
-    def _frame(self, kind: int, flags: int, sid: int, payload: bytes, length: int) -> None:
-        if kind == DATA:
-            self.conn_unacked += length
-            if self.conn_unacked >= CONN_WINDOW // 2:
-                self.transport.write(frame(WINDOW_UPDATE, 0, 0, _U32.pack(self.conn_unacked)))
-                self.conn_unacked = 0
-            st = self.streams.get(sid)
-            if st is None:
-                return
-            if flags & PADDED:
-                payload = payload[1:len(payload) - payload[0]]
-            st.chunks.append(payload)
-            if flags & END_STREAM:  # an answer without trailers
-                self._end(sid, st, None)
-                return
-            if st.streaming:  # its window given back as its messages are read (StreamCall.read)
-                st.unacked += length - len(payload)
-                if not st.future.done():
-                    st.future.set_result(None)
-                return
-            st.unacked += length
-            if st.unacked >= STREAM_WINDOW // 2:
-                self.transport.write(frame(WINDOW_UPDATE, 0, sid, _U32.pack(st.unacked)))
-                st.unacked = 0
-        elif kind == HEADERS:
-            if flags & PADDED:
-                payload = payload[1:len(payload) - payload[0]]
-            if flags & PRIORITY_FLAG:
-                payload = payload[5:]
-            if flags & END_HEADERS:
-                self._headers(sid, flags, payload)
-            else:
-                self._block = [sid, flags, [payload]]
-        elif kind == CONTINUATION:
-            if self._block:
-                self._block[2].append(payload)
-                if flags & END_HEADERS:
-                    sid, flags, parts = self._block
-                    self._block = []
-                    self._headers(sid, flags, b"".join(parts))
-        elif kind == SETTINGS:
-            if not flags & ACK:
-                self._settings(payload)
-                self.transport.write(frame(SETTINGS, ACK, 0))
-        elif kind == WINDOW_UPDATE:
-            inc = _U32.unpack(payload)[0] & LAST_STREAM_ID
-            if sid == 0:
-                self.send_window += inc
-            elif (st := self.streams.get(sid)) is not None:
-                st.window += inc
-            if self.pending:
-                self._pump()
-        elif kind == PING:
-            if not flags & ACK:
-                self.transport.write(frame(PING, ACK, 0, payload))
-            elif payload == _KEEPALIVE_PING and self._watchdog is not None:
-                self._watchdog.cancel()
-                self._watchdog = None
-        elif kind == RST_STREAM:
-            st = self.streams.get(sid)
-            if st is not None:
-                code = _U32.unpack(payload)[0]
-                details = f"Received RST_STREAM with error code {code}"
-                self._finish(sid, st, Unprocessed(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
-                                                  grpc.aio.Metadata(), details) if code == 7 else
-                             error(_STATUS_BY_RST.get(code, grpc.StatusCode.INTERNAL), details))
-        elif kind == GOAWAY:
-            last = _U32.unpack_from(payload)[0] & LAST_STREAM_ID
-            self.closed = True
-            if payload[8:] == b"too_many_pings" and _U32.unpack_from(payload, 4)[0] == ENHANCE_YOUR_CALM:
-                # as grpc core: the keepalive time doubled (off past INT_MAX/2 ms), kept by the
-                # channel for the address's next connection (Channel._connect)
-                t = self.keepalive_time
-                self.keepalive_time = t * 2 if t <= _MAX_KEEPALIVE else math.inf
-            for sid in [s for s in self.streams if s > last]:
-                self._finish(sid, self.streams[sid], Unprocessed(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
-                                                                 grpc.aio.Metadata(), "GOAWAY received"))
-            self._wake_all()
-            if not self.streams:
-                self.transport.close()
-        # PRIORITY, PUSH_PROMISE (push is off), unknown kinds: nothing to do
+    # -- frames read (h2wire.Framing) -----------------------------------------------------------
+    def on_data(self, sid: int, flags: int, payload: bytes, length: int) -> None:
+        st = self.streams.get(sid)
+        if st is None:
+            return
+        st.chunks.append(payload)
+        if flags & END_STREAM:  # an answer without trailers
+            self._end(sid, st, None)
+            return
+        if st.streaming:  # its window given back as its messages are read (StreamCall.read)
+            st.unacked += length - len(payload)
+            if not st.future.done():
+                st.future.set_result(None)
+            return
+        st.unacked += length
+        if st.unacked >= STREAM_WINDOW // 2:
+            self.transport.write(frame(WINDOW_UPDATE, 0, sid, _U32.pack(st.unacked)))
+            st.unacked = 0
 
-    def _settings(self, payload: bytes) -> None:
-        for i in range(0, len(payload) - 5, 6):
-            key, value = _SETTING.unpack_from(payload, i)
-            if key == 4:
-                delta, self.peer_window = value - self.peer_window, value
-                for st in self.streams.values():
-                    st.window += delta
-            elif key == 5:
-                self.peer_frame = value
-            elif key == 3:
-                self.peer_streams = value
-        if self.pending:
-            self._pump()
+    def on_ping(self, payload: bytes, ack: bool) -> None:
+        if not ack:
+            self.transport.write(frame(PING, ACK, 0, payload))
+        elif payload == _KEEPALIVE_PING and self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+
+    def on_reset(self, sid: int, code: int) -> None:
+        st = self.streams.get(sid)
+        if st is not None:
+            details = f"Received RST_STREAM with error code {code}"
+            self._finish(sid, st, Unprocessed(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
+                                              grpc.aio.Metadata(), details) if code == 7 else
+                         error(_STATUS_BY_RST.get(code, grpc.StatusCode.INTERNAL), details))
+
+    def on_goaway(self, payload: bytes) -> None:
+        last = _U32.unpack_from(payload)[0] & LAST_STREAM_ID
+        self.closed = True
+        if payload[8:] == b"too_many_pings" and _U32.unpack_from(payload, 4)[0] == ENHANCE_YOUR_CALM:
+            # as grpc core: the keepalive time doubled (off past INT_MAX/2 ms), kept by the
+            # channel for the address's next connection (Channel._connect)
+            t = self.keepalive_time
+            self.keepalive_time = t * 2 if t <= _MAX_KEEPALIVE else math.inf
+        for sid in [s for s in self.streams if s > last]:
+            self._finish(sid, self.streams[sid], Unprocessed(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
+                                                             grpc.aio.Metadata(), "GOAWAY received"))
+        self._wake_all()
+        if not self.streams:
+            self.transport.close()
+
+    def on_error(self, code: int) -> None:
+        """A frame Triton should not have sent: the connection given up (UNAVAILABLE for its calls)."""
+        self.transport.write(frame(GOAWAY, 0, 0, _U32.pack(0) + _U32.pack(code)))
+        self.closed = self.lost = True
+        self._stop_keepalive()
+        self._fail_all(grpc.StatusCode.UNAVAILABLE, f"HTTP/2 error {code} from the server")
+        self.transport.abort()
+
+    def on_settings(self, pairs: list[tuple[int, int]]) -> None:
+        super().on_settings(pairs)
         while self.waiting and len(self.streams) < self.peer_streams:
             self._wake_one()
 
-    def _decode(self, block: bytes) -> dict[str, str]:
-        hit = self._decoded.get(block)
-        if hit is not None:
-            return hit
-        fields = {k: v for k, v in self._decoder.decode(block, raw=False)}
-        if _indexed_only(block):
-            if len(self._decoded) > 64:
-                self._decoded.clear()
-            self._decoded[block] = fields
-        else:  # the table changed: what was remembered may read otherwise now
-            self._decoded.clear()
-        return fields
-
-    def _headers(self, sid: int, flags: int, block: bytes) -> None:
-        fields = self._decode(block)  # every block, the HPACK table follows Triton's
+    def on_headers(self, sid: int, flags: int, block: bytes) -> None:
+        fields = self._headers_in.decode(block)  # every block, the HPACK table follows Triton's
         st = self.streams.get(sid)
         if st is None:
             return
@@ -394,12 +293,7 @@ class Connection(asyncio.Protocol):
         """The stream forgotten: its place given to a call waiting for one; a closing connection
         with nothing left in flight closed."""
         del self.streams[sid]
-        if st.out is not None:
-            st.out = None
-            try:
-                self.pending.remove(sid)
-            except ValueError:
-                pass
+        self._unqueue(st, sid)
         if self.waiting:
             self._wake_one()
         if self.closed and not self.streams and not self.lost:

@@ -1,0 +1,525 @@
+"""A plain-TCP gRPC listener written as HTTP/2 frames on the worker's event loop (``grpc_server: h2``).
+
+grpc.aio's server crosses threads: grpc core's poller thread reads the socket, then wakes the loop
+for each batch of a call's operations. Here an ``asyncio.Protocol`` per connection parses the
+frames in ``data_received`` and each call is one task running the handler the listener registered,
+found through the same generic handlers grpc's server asks (``GenericRpcHandler.service`` ->
+``RpcMethodHandler``, its (de)serializers and behaviour kind), so every service a listener's
+``attach`` adds (TF Serving, GRPS, the V2 passthrough, grpc.health.v1) is served unchanged. Its
+context (gateway/edge/h2rpc.py) is what the handlers use of ``grpc.aio.ServicerContext``.
+
+What the client gets is what grpc.aio's server gives it:
+
+    connection    the preface checked (else GOAWAY PROTOCOL_ERROR), SETTINGS (our
+                  MAX_CONCURRENT_STREAMS, windows, frame size) and their acks, PINGs acked, flow
+                  control both ways (windows given back with WINDOW_UPDATE as requests are read;
+                  answers wait for the client's windows), HPACK with ``hpack``
+    a call        ``:path`` looked up (unknown: UNIMPLEMENTED "Method not found!"); its handler's
+                  task started once the request is whole (a streaming request: at its first
+                  message, as grpc.aio's handler starts in effect, so a client still writing is
+                  not answered before its first write went); ``grpc-timeout``
+                  is the handler's deadline (``time_remaining``; past it the handler is cancelled and
+                  the client hears DEADLINE_EXCEEDED); a message over ``max_message`` is
+                  RESOURCE_EXHAUSTED in grpc core's words; gzip and deflate requests decompressed,
+                  another ``grpc-encoding`` refused as grpc core refuses it; the client's RST_STREAM
+                  cancels the handler's task
+    keepalive     grpc core's ping policy: a client pinging more often than ``min_ping_interval``
+                  (with no answer sent between) gets a strike, the third: GOAWAY ENHANCE_YOUR_CALM
+                  "too_many_pings"
+    stopping      ``stop(grace)``: the listening socket closed, GOAWAY on every connection (later
+                  streams refused: grpc clients send them again elsewhere), calls in flight finish
+                  within ``grace``, then are cancelled (CANCELLED), the connections closed
+
+Plain TCP only, without tracing's interceptors: TLS listeners and traced workers keep grpc.aio
+(gateway/app.py decides). SO_REUSEPORT comes with the socket the worker binds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import socket
+import time
+import zlib
+from typing import NamedTuple
+
+import grpc
+
+from gateway.core.h2wire import (
+    ACK,
+    DATA,
+    DEFAULT_WINDOW,
+    END_STREAM,
+    ENHANCE_YOUR_CALM,
+    FRAME,
+    GOAWAY,
+    INITIAL_WINDOW_SIZE,
+    MAX_CONCURRENT_STREAMS,
+    MAX_FRAME_SIZE,
+    NO_ERROR,
+    PING,
+    PREFACE,
+    PROTOCOL_ERROR,
+    REFUSED_STREAM,
+    RST_STREAM,
+    U32,
+    WINDOW_UPDATE,
+    Decoder,
+    Framing,
+    Headers,
+    frame,
+    header_frames,
+    settings,
+)
+from gateway.edge import h2rpc
+from gateway.edge.h2rpc import RESPONSE_HEADERS, TRAILERS_ONLY, Rpc, trailers
+from gateway.observe import fastpaths
+
+ON = fastpaths.declare("grpc_server_h2", [] if Decoder is not None else ["hpack"])
+STREAM_WINDOW = 8 << 20  # what a client may send on one stream before we read it (Framing: the connection's)
+COMPRESSION_ERROR = 0x9
+MAX_PING_STRIKES = 2  # grpc core's default (grpc.http2.max_ping_strikes)
+
+
+class _CallDetails(NamedTuple):  # grpc.HandlerCallDetails
+    method: str
+    invocation_metadata: tuple
+
+
+class Server:
+    """The gRPC services of one listener, served on sockets the worker binds (``start``).
+    ``max_message``: the largest request message (grpc.max_receive_message_length; None: any);
+    ``max_streams``: calls in flight per connection; ``min_ping_interval`` (s) and
+    ``permit_without_calls``: the keepalive policy asked of clients."""
+
+    def __init__(self, max_message: int | None, max_streams: int, min_ping_interval: float = 10.0,
+                 permit_without_calls: bool = True):
+        self.max_message = max_message if max_message is not None else (1 << 32)
+        self.max_streams = max_streams
+        self.min_ping_interval = min_ping_interval
+        self.permit_without_calls = permit_without_calls
+        self.connections: set[Connection] = set()
+        self.stopping = False
+        self._generic: list = []
+        self._methods: dict[str, grpc.RpcMethodHandler | None] = {}
+        self._server: asyncio.AbstractServer | None = None
+        self.port = 0  # the port it listens on, once started
+
+    # -- what a listener's attach calls (through grpchealth.ServiceNames) -------------------
+    def add_generic_rpc_handlers(self, handlers) -> None:
+        self._generic.extend(handlers)
+        self._methods.clear()
+
+    def add_registered_method_handlers(self, _service: str, _handlers) -> None:
+        """Nothing: generated code adds the same methods as a generic handler too."""
+
+    def lookup(self, method: str, metadata: tuple = ()) -> grpc.RpcMethodHandler | None:
+        """The handler of ``method`` (a ``:path``), as grpc's server finds it: the first generic
+        handler that serves it. Remembered per method (at most 1024 of them)."""
+        try:
+            return self._methods[method]
+        except KeyError:
+            pass
+        details = _CallDetails(method, metadata)
+        handler = None
+        for generic in self._generic:
+            handler = generic.service(details)
+            if handler is not None:
+                break
+        if len(self._methods) < 1024:
+            self._methods[method] = handler
+        return handler
+
+    # -- running ----------------------------------------------------------------------------
+    async def start(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        self.port = sock.getsockname()[1]
+        self._server = await loop.create_server(lambda: Connection(self), sock=sock)
+
+    async def stop(self, grace: float | None) -> None:
+        """GOAWAY to every client, the calls in flight given ``grace`` seconds, then cancelled."""
+        self.stopping = True
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.go_away()
+        loop = asyncio.get_running_loop()
+        end = loop.time() + (grace or 0.0)
+        while any(c.calls for c in self.connections) and loop.time() < end:
+            await asyncio.sleep(0.02)
+        tasks = [t for c in list(self.connections) for t in c.cancel_calls()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=1.0)
+        for conn in list(self.connections):
+            conn.close()
+
+
+class Connection(Framing):
+    """One client's HTTP/2 connection: its calls (``Rpc`` by stream id), windows and HPACK decoder."""
+
+    def __init__(self, server: Server):
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.peer = ""
+        self.calls: dict[int, Rpc] = {}
+        self.by_id = self.calls
+        self.last_sid = 0
+        self.preface = False
+        self.lost = False
+        self.going_away = False
+        self.pending: collections.deque[Rpc] = collections.deque()  # calls with answer bytes waiting for a window
+        self.ping_strikes = 0
+        self.last_ping = -1e18
+        self._headers = Headers(h2rpc.read_metadata)
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)  # TCP_NODELAY
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple):
+            self.peer = f"ipv6:[{peer[0]}]:{peer[1]}" if ":" in peer[0] else f"ipv4:{peer[0]}:{peer[1]}"
+        self.server.connections.add(self)
+        transport.write(settings((MAX_CONCURRENT_STREAMS, self.server.max_streams),
+                                 (INITIAL_WINDOW_SIZE, STREAM_WINDOW), (MAX_FRAME_SIZE, self.MAX_FRAME))
+                        + frame(WINDOW_UPDATE, 0, 0, U32.pack(self.CONN_WINDOW - DEFAULT_WINDOW)))
+        if self.server.stopping:
+            self.go_away()
+
+    def connection_lost(self, exc) -> None:
+        self.lost = True
+        self.server.connections.discard(self)
+        for rpc in list(self.calls.values()):
+            self._cancelled(rpc)
+
+    def data_received(self, data: bytes) -> None:
+        if not self.preface:
+            if self._buf:
+                data, self._buf = self._buf + data, b""
+            if len(data) < 24:
+                if PREFACE.startswith(data):
+                    self._buf = data
+                    return
+                return self.on_error(PROTOCOL_ERROR)
+            if data[:24] != PREFACE:
+                return self.on_error(PROTOCOL_ERROR)
+            self.preface = True
+            data = data[24:]
+        self.frames(data)
+
+    # -- frames read (h2wire.Framing) -----------------------------------------------------------
+    def on_data(self, sid: int, flags: int, payload: bytes, length: int) -> None:
+        rpc = self.calls.get(sid)
+        if rpc is None or rpc.half_closed:
+            return  # a stream already answered (or never ours): its bytes are dropped
+        self._data(rpc, payload, length)
+        if flags & END_STREAM and not rpc.ended:
+            self._half_close(rpc)
+
+    def on_reset(self, sid: int, code: int) -> None:
+        rpc = self.calls.get(sid)
+        if rpc is not None:
+            self._cancelled(rpc)
+
+    # GOAWAY from the client: it opens no more streams, those in flight go on (Framing.on_goaway)
+
+    def on_ping(self, payload: bytes, ack: bool) -> None:
+        if not ack:
+            self._ping(payload)
+
+    def _ping(self, payload: bytes) -> None:
+        """Acked; grpc core's policy: a ping sooner than ``min_ping_interval`` after the last one
+        (nothing answered between) is a strike, too many of them ends the connection."""
+        now = time.monotonic()
+        server = self.server
+        if not self.calls and not server.permit_without_calls:
+            self.ping_strikes += 1
+        elif now - self.last_ping < server.min_ping_interval:
+            self.ping_strikes += 1
+        self.last_ping = now
+        if self.ping_strikes > MAX_PING_STRIKES:
+            self.transport.write(frame(GOAWAY, 0, 0, U32.pack(self.last_sid) + U32.pack(ENHANCE_YOUR_CALM)
+                                       + b"too_many_pings"))
+            return self.close()
+        self.transport.write(frame(PING, ACK, 0, payload))
+
+    def on_headers(self, sid: int, flags: int, block: bytes) -> None:
+        try:
+            own, metadata = self._headers.decode(block)
+        except Exception:  # noqa: BLE001 - hpack's errors: the connection's table is lost
+            return self.on_error(COMPRESSION_ERROR)
+        end = flags & END_STREAM
+        rpc = self.calls.get(sid)
+        if rpc is not None:  # trailers from the client: only their END_STREAM counts
+            if end and not rpc.half_closed and not rpc.ended:
+                self._half_close(rpc)
+            return
+        if sid <= self.last_sid or not sid & 1:
+            if sid & 1:
+                return  # a stream we answered already
+            return self.on_error(PROTOCOL_ERROR)
+        self.last_sid = sid
+        if self.going_away or len(self.calls) >= self.server.max_streams:
+            self.transport.write(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
+            return
+        method = own.get(":path", "")
+        handler = self.server.lookup(method, metadata)
+        if handler is None:
+            return self._refuse(sid, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+        encoding = own.get("grpc-encoding")
+        if encoding == "identity":
+            encoding = None
+        elif encoding is not None and encoding not in ("gzip", "deflate"):
+            return self._refuse(sid, grpc.StatusCode.INTERNAL, "Error parsing 'grpc-encoding' metadata")
+        deadline = h2rpc.deadline_of(own.get("grpc-timeout"))
+        rpc = self.calls[sid] = Rpc(self, sid, method, handler, metadata, deadline, encoding, self.peer_window)
+        if deadline is not None:
+            loop = asyncio.get_running_loop()
+            rpc.timer = loop.call_at(loop.time() + (deadline - time.monotonic()), self._expire, rpc)
+        if end:
+            self._half_close(rpc)
+
+    def _refuse(self, sid: int, code: grpc.StatusCode, details: str) -> None:
+        """A call answered before it began (trailers-only). What the client still sends on it is
+        dropped (no RST_STREAM: a grpc client still writing would fail its call with INTERNAL)."""
+        self.transport.write(header_frames(sid, TRAILERS_ONLY + trailers(code, details, ()), True, self.peer_frame))
+
+    def _data(self, rpc: Rpc, payload: bytes, length: int) -> None:
+        """A request's bytes: whole messages to the call (decompressed), the rest kept."""
+        streaming = rpc.handler.request_streaming
+        if streaming:  # its window given back as the handler reads its messages (Rpc.read)
+            rpc.unacked += length - len(payload)
+        else:
+            rpc.unacked += length
+            if rpc.unacked >= STREAM_WINDOW // 2:
+                self.transport.write(frame(WINDOW_UPDATE, 0, rpc.sid, U32.pack(rpc.unacked)))
+                rpc.unacked = 0
+        if rpc.buf:  # a message begun in an earlier frame: the bytes gathered in one buffer
+            rpc.buf += payload
+            buf = rpc.buf
+        else:
+            buf = payload
+        limit = self.server.max_message
+        while len(buf) >= 5:
+            size = U32.unpack_from(buf, 1)[0]
+            if size > limit:
+                return self._error(rpc, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                   f"SERVER: Received message larger than max ({size} vs. {limit})")
+            if len(buf) < 5 + size:
+                break
+            msg = bytes(buf[5:5 + size]) if buf.__class__ is bytearray else buf[5:5 + size]
+            if buf[0]:
+                if rpc.encoding is None:
+                    return self._error(rpc, grpc.StatusCode.INTERNAL, "Compression bit set but no encoding configured")
+                try:
+                    msg = h2rpc.decompress(rpc.encoding, msg)
+                except zlib.error:
+                    return self._error(rpc, grpc.StatusCode.INTERNAL, "Failed to decompress the message")
+                if len(msg) > limit:
+                    return self._error(rpc, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                       f"SERVER: Received message larger than max ({len(msg)} vs. {limit})")
+            rpc.messages.append(msg)
+            buf = buf[5 + size:]
+        rpc.buf = b"" if not buf else buf if buf.__class__ is bytearray else bytearray(buf)
+        if streaming and rpc.messages:
+            if rpc.task is None:  # started with its first message, as grpc.aio's server starts it in effect
+                self._start(rpc)
+            elif rpc.reader is not None and not rpc.reader.done():
+                rpc.reader.set_result(None)
+
+    def consumed(self, rpc: Rpc, n: int) -> None:
+        """A streaming call's handler read ``n`` bytes of its messages: given back to the client."""
+        rpc.unacked += n
+        if rpc.unacked >= STREAM_WINDOW // 4 and not rpc.ended and not self.lost:
+            self.transport.write(frame(WINDOW_UPDATE, 0, rpc.sid, U32.pack(rpc.unacked)))
+            rpc.unacked = 0
+
+    def _half_close(self, rpc: Rpc) -> None:
+        rpc.half_closed = True
+        if rpc.handler.request_streaming:
+            if rpc.task is None:
+                self._start(rpc)
+            elif rpc.reader is not None and not rpc.reader.done():
+                rpc.reader.set_result(None)
+        elif len(rpc.messages) != 1 or rpc.buf:
+            self._error(rpc, grpc.StatusCode.INTERNAL, "Unary call got %s request messages"
+                        % ("no" if not rpc.messages and not rpc.buf else "more or less than one whole"))
+        else:
+            self._start(rpc)
+
+    def _start(self, rpc: Rpc) -> None:
+        rpc.task = asyncio.get_running_loop().create_task(h2rpc.serve(rpc))
+
+    # -- a call's end ------------------------------------------------------------------------
+    def _error(self, rpc: Rpc, code: grpc.StatusCode, details: str) -> None:
+        """The call ends with ``code`` (its request could not be read); its handler, if running, cancelled."""
+        rpc.status, rpc.message = code, details
+        self.finish(rpc)
+        if rpc.task is not None and not rpc.task.done():
+            rpc.task.cancel()
+
+    def _expire(self, rpc: Rpc) -> None:
+        """The call's deadline passed: its handler cancelled, the client told DEADLINE_EXCEEDED."""
+        if self.calls.get(rpc.sid) is not rpc or rpc.ended:
+            return
+        rpc.expired = rpc.cancelled_ = True
+        if rpc.task is not None and not rpc.task.done():
+            rpc.task.cancel()  # h2rpc.serve answers DEADLINE_EXCEEDED
+        else:
+            self._error(rpc, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+
+    def _cancelled(self, rpc: Rpc) -> None:
+        """The client reset the stream (or went away): the handler cancelled, nothing more sent."""
+        rpc.cancelled_ = True
+        rpc.ended = True
+        self._done(rpc)
+        if rpc.task is not None and not rpc.task.done():
+            rpc.task.cancel()
+
+    def cancel_calls(self) -> list[asyncio.Task]:
+        """Every call in flight cancelled (the server stopping): their tasks, which answer CANCELLED."""
+        tasks = []
+        for rpc in list(self.calls.values()):
+            if rpc.task is not None and not rpc.task.done():
+                rpc.task.cancel()
+                tasks.append(rpc.task)
+            elif not rpc.ended:
+                self._error(rpc, grpc.StatusCode.UNAVAILABLE, "Server shutting down")
+        return tasks
+
+    def _done(self, rpc: Rpc) -> None:
+        if self.calls.get(rpc.sid) is rpc:
+            del self.calls[rpc.sid]
+        if rpc.timer is not None:
+            rpc.timer.cancel()
+        self._unqueue(rpc, rpc)
+        for fut in (rpc.reader, rpc.drained):
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+        if rpc.callbacks:
+            rpc.run_callbacks()
+        if self.going_away and not self.calls:
+            self.close()
+
+    # -- answering ---------------------------------------------------------------------------
+    def send_headers(self, rpc: Rpc, fields: bytes = b"") -> None:
+        if rpc.headers_sent or rpc.ended or self.lost:
+            return
+        rpc.headers_sent = True
+        self.transport.write(header_frames(rpc.sid, RESPONSE_HEADERS + fields, False, self.peer_frame))
+
+    def send_message(self, rpc: Rpc, data: bytes, last: bool = False) -> None:
+        """One answer message (``last``: and the call's trailers after it)."""
+        if rpc.ended or self.lost:
+            return
+        sid = rpc.sid
+        self.ping_strikes, self.last_ping = 0, -1e18  # an answer sent: the client may ping again
+        head = b""
+        if not rpc.headers_sent:
+            rpc.headers_sent = True
+            head = header_frames(sid, RESPONSE_HEADERS, False, self.peer_frame)
+        tail = b""
+        if last:
+            rpc.ended = True
+            tail = self._trailer_frames(rpc, False)
+        size = len(data) + 5
+        prefix = b"\x00" + U32.pack(len(data))
+        if rpc.out is None and size <= rpc.window and size <= self.send_window and size <= self.peer_frame:
+            self.transport.write(b"".join((head, FRAME.pack(size >> 8, size & 0xFF, DATA, 0, sid), prefix, data, tail)))
+            rpc.window -= size
+            self.send_window -= size
+            if last:
+                self._done(rpc)
+            return
+        if head:
+            self.transport.write(head)
+        if rpc.out is None:
+            rpc.out = collections.deque()
+            self.pending.append(rpc)
+        rpc.out.append(memoryview(prefix))
+        rpc.out.append(memoryview(data))
+        if tail:
+            rpc.out.append(tail)
+        self._pump()
+
+    def finish(self, rpc: Rpc) -> None:
+        """The call's status and trailing metadata (trailers-only when no message went)."""
+        if rpc.ended or self.lost:
+            return
+        rpc.ended = True
+        out = self._trailer_frames(rpc, not rpc.headers_sent)
+        self.ping_strikes, self.last_ping = 0, -1e18
+        if rpc.out:
+            rpc.out.append(out)
+            self._pump()
+        else:
+            self.transport.write(out)
+            self._done(rpc)
+
+    def _trailer_frames(self, rpc: Rpc, only: bool) -> bytes:
+        block = trailers(rpc.status, rpc.message, rpc.trailing)
+        # no RST_STREAM after it when the client is still sending: what it sends is dropped
+        return header_frames(rpc.sid, TRAILERS_ONLY + block if only else block, True, self.peer_frame)
+
+    def _pump(self) -> None:
+        """Answer bytes that waited for a window, as far as the windows now allow (trailers, not
+        flow-controlled, go as soon as the bytes before them have)."""
+        write = self.transport.write
+        pending = self.pending
+        while pending:
+            rpc = pending[0]
+            out = rpc.out
+            while out:
+                piece = out[0]
+                if type(piece) is bytes:  # the trailers' frames
+                    write(piece)
+                    out.popleft()
+                    continue
+                if rpc.window <= 0 or self.send_window <= 0:
+                    break
+                n = min(len(piece), rpc.window, self.send_window, self.peer_frame)
+                write(FRAME.pack(n >> 8, n & 0xFF, DATA, 0, rpc.sid))
+                write(piece[:n])
+                rpc.window -= n
+                self.send_window -= n
+                if n == len(piece):
+                    out.popleft()
+                else:
+                    out[0] = piece[n:]
+            if out:
+                if self.send_window <= 0:
+                    return
+                pending.rotate(-1)  # this call's window is spent: the next one's turn
+                if all(r.window <= 0 for r in pending):
+                    return
+                continue
+            pending.popleft()
+            rpc.out = None
+            if rpc.drained is not None and not rpc.drained.done():
+                rpc.drained.set_result(None)
+            if rpc.ended:
+                self._done(rpc)
+
+    # -- the connection's end --------------------------------------------------------------------
+    def go_away(self) -> None:
+        """No new calls (GOAWAY NO_ERROR with the last stream id read): those in flight go on; the
+        connection closes once they are done."""
+        if self.going_away or self.lost:
+            return
+        self.going_away = True
+        self.transport.write(frame(GOAWAY, 0, 0, U32.pack(self.last_sid) + U32.pack(NO_ERROR)))
+        if not self.calls:
+            self.close()
+
+    def on_error(self, code: int) -> None:
+        """A connection error: GOAWAY with its code, the connection closed."""
+        if not self.lost:
+            self.transport.write(frame(GOAWAY, 0, 0, U32.pack(self.last_sid) + U32.pack(code)))
+        self.close()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.lost:
+            self.lost = True
+            self.transport.close()
+            for rpc in list(self.calls.values()):
+                self._cancelled(rpc)
+            self.server.connections.discard(self)
