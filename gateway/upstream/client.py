@@ -427,6 +427,7 @@ class TritonUpstream:
                 call = self._h2.stream_call(service_pb2.ModelStreamInferResponse.FromString, self._timeout(stream=True))
             else:
                 call = self.stub.ModelStreamInfer(timeout=self._timeout(stream=True), metadata=md)
+            final = False
             try:
                 with _translate("ModelStreamInfer", req.model):
                     await call.write(msg)
@@ -437,15 +438,18 @@ class TritonUpstream:
                         if item.error_message:
                             raise _stream_error(item.error_message)
                         resp = wire.decode_response(item.infer_response)
-                        if resp.outputs or not resp.final:
+                        final = resp.final
+                        if resp.outputs or not final:
                             yield resp
-                        if resp.final:
+                        if final:
                             if not resp.outputs:
                                 yield resp  # an empty final marker: consumers see the end explicitly
                             break
                     await call.done_writing()
             finally:
-                if not call.done():
+                if type(call) is h2call.StreamCall:  # the final response read: left to end with its trailers
+                    call.close(final)
+                elif not call.done():
                     call.cancel()
 
     # -- metadata and health (idempotent, cached briefly) ------------------------------------

@@ -778,6 +778,29 @@ class StreamCall:
     def done(self) -> bool:
         return self.st is None or self.st.end is not None
 
+    def close(self, answered: bool) -> None:
+        """The caller is through with the call. ``answered``: Triton's final response was read, so
+        the request is done and its trailers are on their way (Triton writes them after it): the
+        stream is left to end with them, not reset (RST_STREAM would cancel a finished request, and
+        Triton logs the cancellation); its deadline timer goes once they come (if they never do, it
+        resets the stream at the deadline). Otherwise ``cancel``."""
+        st = self.st
+        if st is None:
+            return
+        if st.end is not None:  # ended: only the deadline timer left to stop
+            self.timer.cancel()
+        elif not answered:
+            self.cancel()
+        else:  # woken by the trailers (or by DATA after the final response: not read, reset)
+            st.future = asyncio.get_running_loop().create_future()
+            st.future.add_done_callback(self._settled)
+
+    def _settled(self, _future) -> None:
+        if self.st.end is None:
+            self.cancel()
+        else:
+            self.timer.cancel()
+
     def cancel(self) -> None:
         """The caller gone: RST_STREAM(CANCEL), Triton cancels the request."""
         st = self.st
