@@ -74,6 +74,11 @@ def methods(channel: grpc.aio.Channel) -> SimpleNamespace:
     return SimpleNamespace(**rpcs)
 
 
+# Triton's unary RPCs by name: (path, the answer's parser), for the h2 channel (``_idempotent``)
+_UNARY = {m.name: (f"/{SERVICE.full_name}/{m.name}", getattr(service_pb2, m.output_type.name).FromString)
+          for m in SERVICE.methods if not (m.client_streaming or m.server_streaming)}
+
+
 def channel_options(lb_policy: str = "pick_first") -> tuple[tuple[str, Any], ...]:
     """CHANNEL_OPTIONS plus the load-balancing policy, as a service config.
 
@@ -373,6 +378,7 @@ class TritonUpstream:
         metadata it failed to give looked like an unknown model: found by make soak)."""
         rpc = getattr(self.stub, method)
         model = getattr(request, "name", "")
+        h2 = self._h2
         timeout = timeout or min(self.default_timeout, 10.0)
         try:
             async for attempt in AsyncRetrying(
@@ -382,6 +388,9 @@ class TritonUpstream:
                 reraise=True,
             ):
                 with attempt, _translate(method, model), tracing.upstream(method, model) as md:
+                    if h2 is not None and not md:  # HTTP/2 frames on the loop, as ModelInfer; traced: grpc.aio
+                        path, parse = _UNARY[method]
+                        return parse(await h2.call(request.SerializeToString(), timeout, h2.blocks(path)))
                     return await rpc(request, timeout=timeout, metadata=md)
         except GatewayError as err:
             if err.kind is ErrorKind.UNAVAILABLE:

@@ -588,6 +588,7 @@ class Channel:
         self.addresses = [(h.strip("[]"), p) for h, p in addresses]
         self.round_robin = lb_policy == "round_robin"
         self._blocks = [request_block(path, f"{h}:{p}") for h, p in addresses]
+        self._method_blocks = {path: self._blocks}  # other unary methods' (``blocks``)
         self._stream_blocks = [request_block(STREAM_PATH, f"{h}:{p}") for h, p in addresses]
         self._conns: list[Connection | None] = [None] * len(addresses)
         self._opening: list[asyncio.Future | None] = [None] * len(addresses)
@@ -606,29 +607,38 @@ class Channel:
         now = time.monotonic()
         return [i for i in order if self._down[i] <= now] or order
 
-    async def call(self, data: bytes, timeout: float) -> bytes:
-        """ModelInfer of ``data`` (a request's wire bytes): the answer's bytes, or AioRpcError."""
+    def blocks(self, path: str) -> list[bytes]:
+        """Each address's header block for unary calls of ``path`` (``call``'s ``blocks``)."""
+        found = self._method_blocks.get(path)
+        if found is None:
+            found = self._method_blocks[path] = [request_block(path, f"{h}:{p}") for h, p in self.addresses]
+        return found
+
+    async def call(self, data: bytes, timeout: float, blocks: list[bytes] | None = None) -> bytes:
+        """ModelInfer of ``data`` (a request's wire bytes), or the unary method ``blocks`` names
+        (``blocks(path)``): the answer's bytes, or AioRpcError."""
         conns = self._conns
+        blocks = blocks or self._blocks
         deadline = time.monotonic() + timeout
         tries = 0
         if len(conns) == 1:
             conn = conns[0]
             if conn is not None and not conn.closed:
                 try:
-                    return await conn.call(self._blocks[0], data, timeout)
+                    return await conn.call(blocks[0], data, timeout)
                 except Unprocessed:  # Triton never started it: once more, on a new connection
                     tries = 1
         while True:
             try:
-                return await self._call(data, deadline)
+                return await self._call(data, deadline, blocks)
             except Unprocessed as err:
                 tries += 1
                 if tries >= 2:
                     raise error(err.code(), err.details()) from None
 
-    async def _call(self, data: bytes, deadline: float) -> bytes:
+    async def _call(self, data: bytes, deadline: float, blocks: list[bytes]) -> bytes:
         i, conn = await self._pick(deadline)
-        return await conn.call(self._blocks[i], data, max(0.0, deadline - time.monotonic()))
+        return await conn.call(blocks[i], data, max(0.0, deadline - time.monotonic()))
 
     async def _pick(self, deadline: float) -> tuple[int, Connection]:
         """The address a call goes to and its connection, opened if it must be."""
