@@ -152,6 +152,14 @@ def encode_bytes(arr: np.ndarray) -> bytes:
 def decode_bytes(buf: bytes | memoryview, shape: tuple[int, ...] | None = None, views: bool = False) -> np.ndarray:
     """KServe wire form → numpy object array of ``bytes`` (``views``: of memoryviews of ``buf``, not
     copies); ValueError if the buffer is malformed."""
+    if not views and len(buf) >= 4 and _LEN.unpack_from(buf)[0] == len(buf) - 4:  # one element (a streamed token)
+        out = np.empty(1, dtype=object)
+        out[0] = bytes(buf[4:])
+        if shape is not None and shape != (1,):
+            if math.prod(shape) != 1:
+                raise ValueError(f"1 BYTES elements do not fill shape {list(shape)}")
+            out = out.reshape(shape)
+        return out
     view = memoryview(buf)
     items: list = []
     pos, end = 0, len(view)

@@ -83,8 +83,8 @@ def _first(resp: InferResponse, name: str):
 
 
 def _first_of(t):
-    flat = t.data.reshape(-1)
-    return flat[0] if flat.size else None
+    data = t.data
+    return data.flat[0] if data.size else None
 
 
 def _text(v) -> str:
@@ -97,10 +97,11 @@ def decode_outputs(resp: InferResponse) -> Chunk:
     """text_output (+ num_input_tokens, num_output_tokens, finish_reason when present). Once per
     streamed token: the outputs are looked at once each, and a text-only response (the common
     one) makes a Chunk of its text alone."""
-    by_name = {t.name: t for t in resp.outputs}
+    outputs = resp.outputs
+    if len(outputs) == 1 and outputs[0].name == "text_output":
+        return Chunk(_text(_first_of(outputs[0])))
+    by_name = {t.name: t for t in outputs}
     text_t = by_name.get("text_output")
-    if text_t is not None and len(by_name) == 1:
-        return Chunk(text=_text(_first_of(text_t)))
     n_in, n_out, reason = (_first_of(t) if (t := by_name.get(k)) is not None else None
                            for k in ("num_input_tokens", "num_output_tokens", "finish_reason"))
     reason_text = _text(reason) if reason is not None else None

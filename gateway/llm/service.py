@@ -103,17 +103,13 @@ class GenerationService:
     def __init__(self, upstream: Upstream):
         self.upstream = upstream
 
-    async def generate(self, req: GenerateRequest, model: Resolved) -> AsyncIterator[Event]:
+    def generate(self, req: GenerateRequest, model: Resolved) -> AsyncIterator[Event]:
         """Token events then one Done; with n / best_of > 1, one Done per returned sequence, every
-        event carrying its sequence's index."""
+        event carrying its sequence's index. The generator itself, not one around it: nothing
+        more to do per event."""
         if req.n > 1 or req.best_of > 1:
-            async with aclosing(self._fan_out(req, model)) as events:
-                async for ev in events:
-                    yield ev
-            return
-        async with aclosing(self._one(req, model)) as events:
-            async for ev in events:
-                yield ev
+            return self._fan_out(req, model)
+        return self._one(req, model)
 
     async def _fan_out(self, req: GenerateRequest, model: Resolved) -> AsyncIterator[Event]:
         """best_of Triton requests (seeds seed + i), run together. Streamed (best_of == n): their

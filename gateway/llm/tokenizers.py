@@ -35,7 +35,7 @@ class WordTokenizer:
     prompt_count = count
 
     def ids(self, text: str) -> tuple[int, ...]:
-        return tuple(zlib.crc32(w.encode()) % self.vocab for w in text.split())
+        return tuple([zlib.crc32(w.encode()) % self.vocab for w in text.split()])
 
 
 class CharTokenizer:

@@ -46,7 +46,10 @@ class GenerateRequest:
     prompt_count: int | None = None  # the prompt's tokens with the model's own tokenizer, once counted
 
 
-@dataclass(frozen=True, slots=True)
+# Chunk and Token, made once per streamed token, are not frozen: a frozen dataclass's __init__ sets
+# each field through object.__setattr__, several times the cost of a plain one; neither is changed
+# once made (``replace`` makes another).
+@dataclass(slots=True)
 class Chunk:
     """What one Triton response says, whatever the profile."""
 
@@ -60,7 +63,7 @@ class Chunk:
     has_text: bool = True  # False: the response had no text_output (a token model's: ids only)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Token:
     """Text the client may see now (one Triton response, less any held-back stop prefix)."""
 

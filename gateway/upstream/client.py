@@ -74,6 +74,11 @@ def methods(channel: grpc.aio.Channel) -> SimpleNamespace:
     return SimpleNamespace(**rpcs)
 
 
+# Triton's unary RPCs by name: (path, the answer's parser), for the h2 channel (``_idempotent``)
+_UNARY = {m.name: (f"/{SERVICE.full_name}/{m.name}", getattr(service_pb2, m.output_type.name).FromString)
+          for m in SERVICE.methods if not (m.client_streaming or m.server_streaming)}
+
+
 def channel_options(lb_policy: str = "pick_first") -> tuple[tuple[str, Any], ...]:
     """CHANNEL_OPTIONS plus the load-balancing policy, as a service config.
 
@@ -373,6 +378,7 @@ class TritonUpstream:
         metadata it failed to give looked like an unknown model: found by make soak)."""
         rpc = getattr(self.stub, method)
         model = getattr(request, "name", "")
+        h2 = self._h2
         timeout = timeout or min(self.default_timeout, 10.0)
         try:
             async for attempt in AsyncRetrying(
@@ -382,6 +388,9 @@ class TritonUpstream:
                 reraise=True,
             ):
                 with attempt, _translate(method, model), tracing.upstream(method, model) as md:
+                    if h2 is not None and not md:  # HTTP/2 frames on the loop, as ModelInfer; traced: grpc.aio
+                        path, parse = _UNARY[method]
+                        return parse(await h2.call(request.SerializeToString(), timeout, h2.blocks(path)))
                     return await rpc(request, timeout=timeout, metadata=md)
         except GatewayError as err:
             if err.kind is ErrorKind.UNAVAILABLE:
@@ -427,6 +436,7 @@ class TritonUpstream:
                 call = self._h2.stream_call(service_pb2.ModelStreamInferResponse.FromString, self._timeout(stream=True))
             else:
                 call = self.stub.ModelStreamInfer(timeout=self._timeout(stream=True), metadata=md)
+            final = False
             try:
                 with _translate("ModelStreamInfer", req.model):
                     await call.write(msg)
@@ -437,15 +447,18 @@ class TritonUpstream:
                         if item.error_message:
                             raise _stream_error(item.error_message)
                         resp = wire.decode_response(item.infer_response)
-                        if resp.outputs or not resp.final:
+                        final = resp.final
+                        if resp.outputs or not final:
                             yield resp
-                        if resp.final:
+                        if final:
                             if not resp.outputs:
                                 yield resp  # an empty final marker: consumers see the end explicitly
                             break
                     await call.done_writing()
             finally:
-                if not call.done():
+                if type(call) is h2call.StreamCall:  # the final response read: left to end with its trailers
+                    call.close(final)
+                elif not call.done():
                     call.cancel()
 
     # -- metadata and health (idempotent, cached briefly) ------------------------------------

@@ -31,7 +31,8 @@ def get_params(source) -> Params:
     if not source:
         return {}
     out: Params = {}
-    for key, p in source.items():
+    for key in source:  # by key: the map's items() is collections.abc's, a Python generator (upb)
+        p = source[key]
         which = p.WhichOneof("parameter_choice")
         if which is not None:
             out[key] = getattr(p, which)

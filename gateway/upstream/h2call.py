@@ -482,6 +482,7 @@ class Channel:
         self.addresses = [(h.strip("[]"), p) for h, p in addresses]
         self.round_robin = lb_policy == "round_robin"
         self._blocks = [request_block(path, f"{h}:{p}") for h, p in addresses]
+        self._method_blocks = {path: self._blocks}  # other unary methods' (``blocks``)
         self._stream_blocks = [request_block(STREAM_PATH, f"{h}:{p}") for h, p in addresses]
         self._conns: list[Connection | None] = [None] * len(addresses)
         self._opening: list[asyncio.Future | None] = [None] * len(addresses)
@@ -500,29 +501,38 @@ class Channel:
         now = time.monotonic()
         return [i for i in order if self._down[i] <= now] or order
 
-    async def call(self, data: bytes, timeout: float) -> bytes:
-        """ModelInfer of ``data`` (a request's wire bytes): the answer's bytes, or AioRpcError."""
+    def blocks(self, path: str) -> list[bytes]:
+        """Each address's header block for unary calls of ``path`` (``call``'s ``blocks``)."""
+        found = self._method_blocks.get(path)
+        if found is None:
+            found = self._method_blocks[path] = [request_block(path, f"{h}:{p}") for h, p in self.addresses]
+        return found
+
+    async def call(self, data: bytes, timeout: float, blocks: list[bytes] | None = None) -> bytes:
+        """ModelInfer of ``data`` (a request's wire bytes), or the unary method ``blocks`` names
+        (``blocks(path)``): the answer's bytes, or AioRpcError."""
         conns = self._conns
+        blocks = blocks or self._blocks
         deadline = time.monotonic() + timeout
         tries = 0
         if len(conns) == 1:
             conn = conns[0]
             if conn is not None and not conn.closed:
                 try:
-                    return await conn.call(self._blocks[0], data, timeout)
+                    return await conn.call(blocks[0], data, timeout)
                 except Unprocessed:  # Triton never started it: once more, on a new connection
                     tries = 1
         while True:
             try:
-                return await self._call(data, deadline)
+                return await self._call(data, deadline, blocks)
             except Unprocessed as err:
                 tries += 1
                 if tries >= 2:
                     raise error(err.code(), err.details()) from None
 
-    async def _call(self, data: bytes, deadline: float) -> bytes:
+    async def _call(self, data: bytes, deadline: float, blocks: list[bytes]) -> bytes:
         i, conn = await self._pick(deadline)
-        return await conn.call(self._blocks[i], data, max(0.0, deadline - time.monotonic()))
+        return await conn.call(blocks[i], data, max(0.0, deadline - time.monotonic()))
 
     async def _pick(self, deadline: float) -> tuple[int, Connection]:
         """The address a call goes to and its connection, opened if it must be."""
@@ -671,6 +681,29 @@ class StreamCall:
 
     def done(self) -> bool:
         return self.st is None or self.st.end is not None
+
+    def close(self, answered: bool) -> None:
+        """The caller is through with the call. ``answered``: Triton's final response was read, so
+        the request is done and its trailers are on their way (Triton writes them after it): the
+        stream is left to end with them, not reset (RST_STREAM would cancel a finished request, and
+        Triton logs the cancellation); its deadline timer goes once they come (if they never do, it
+        resets the stream at the deadline). Otherwise ``cancel``."""
+        st = self.st
+        if st is None:
+            return
+        if st.end is not None:  # ended: only the deadline timer left to stop
+            self.timer.cancel()
+        elif not answered:
+            self.cancel()
+        else:  # woken by the trailers (or by DATA after the final response: not read, reset)
+            st.future = asyncio.get_running_loop().create_future()
+            st.future.add_done_callback(self._settled)
+
+    def _settled(self, _future) -> None:
+        if self.st.end is None:
+            self.cancel()
+        else:
+            self.timer.cancel()
 
     def cancel(self) -> None:
         """The caller gone: RST_STREAM(CANCEL), Triton cancels the request."""

@@ -81,6 +81,16 @@ def test_malformed_bytes_are_rejected(wire, why):
 def test_bytes_that_do_not_fill_the_shape_are_rejected():
     with pytest.raises(ValueError, match="do not fill"):
         dt.decode_bytes(dt.encode_bytes(np.array([b"a", b"b"], dtype=object)), (3,))
+    with pytest.raises(ValueError, match="do not fill"):  # one element (a streamed token's)
+        dt.decode_bytes(dt.encode_bytes(np.array([b"a"], dtype=object)), (1, 2))
+
+
+@pytest.mark.parametrize("shape", [None, (1,), (1, 1), (1, 1, 1)])
+def test_one_element_takes_its_shape(shape):
+    for buf in (b"\x03\x00\x00\x00abc", memoryview(b"\x00\x00\x00\x00")):
+        out = dt.decode_bytes(buf, shape)
+        assert out.dtype == object and out.shape == (shape or (1,)) and type(out.flat[0]) is bytes
+        assert out.flat[0] == bytes(buf)[4:]
 
 
 @given(st.lists(st.binary(max_size=40), max_size=30))

@@ -12,6 +12,7 @@ PINGs unacknowledged) and GOAWAY ENHANCE_YOUR_CALM "too_many_pings".
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 
 import grpc
@@ -20,8 +21,11 @@ import h2.connection
 import h2.events
 import h2.settings
 import pytest
+from tritonclient.grpc import service_pb2
 
+from gateway.core.tensors import InferRequest
 from gateway.upstream import h2call
+from gateway.upstream.client import TritonUpstream
 from tests.support import free_port
 from tests.unit.test_direct_call import SERVICE, Server, _both
 
@@ -433,6 +437,58 @@ async def test_stream_deadline_cancel_and_a_dropped_socket():
         call = chan.stream_call(bytes, 5)  # the socket drops mid-stream: UNAVAILABLE after what came
         await call.write(b"c")
         assert await _read_all(call) == [b"first", (grpc.StatusCode.UNAVAILABLE, "Socket closed")]
+    finally:
+        await chan.close()
+        server.close()
+
+
+async def test_a_stream_read_to_its_final_response_ends_with_its_trailers_not_a_reset():
+    """TritonUpstream.stream on h2: Triton writes its trailers after the final response; a stream
+    whose final response was read is left to end with them (no RST_STREAM for a finished request),
+    and its deadline timer goes with it. One closed before its final response is still reset."""
+    def response(final: bool) -> bytes:
+        msg = service_pb2.ModelStreamInferResponse()
+        msg.infer_response.model_name = "m"
+        msg.infer_response.parameters["triton_final_response"].bool_param = final
+        msg.infer_response.outputs.add(name="text_output", datatype="BYTES", shape=[1])
+        msg.infer_response.raw_output_contents.append(b"\x02\x00\x00\x00hi")
+        return _msg(msg.SerializeToString())
+
+    seen = []
+
+    def script(srv: FakeServer, sid: int):
+        seen.append(sid)
+        srv.conn.send_headers(sid, [(":status", "200"), ("content-type", "application/grpc")])
+        srv.conn.send_data(sid, response(False) + response(True))
+        srv.flush()
+
+        def trailers():  # a moment later, as a separate write
+            srv.conn.send_headers(sid, [("grpc-status", "0")], end_stream=True)
+            srv.flush()
+
+        if len(seen) == 1:  # (the second stream is reset before its final response is read)
+            asyncio.get_running_loop().call_later(0.05, trailers)
+        elif len(seen) == 3:  # with the final response, as Triton's often come
+            trailers()
+
+    server, servers, chan = await _fake(script)
+    upstream = TritonUpstream("127.0.0.1:1", h2=chan)
+    try:
+        got = [r async for r in upstream.stream(InferRequest(model="m", inputs=[]))]
+        assert [r.final for r in got] == [False, True]
+        conn = chan._conns[0]
+        await _until(lambda: not conn.streams, "the stream ended by its trailers")
+        stream = upstream.stream(InferRequest(model="m", inputs=[]))  # closed after the first response
+        assert not (await anext(stream)).final
+        await stream.aclose()
+        await _until(lambda: any(isinstance(e, h2.events.StreamReset) and e.stream_id == seen[-1]
+                                 for e in servers[0].events), "the unfinished stream reset")
+        # the server reads frames in order: a reset of the first stream would have come before
+        assert [e.stream_id for e in servers[0].events if isinstance(e, h2.events.StreamReset)] == [seen[-1]]
+        got = [r async for r in upstream.stream(InferRequest(model="m", inputs=[]))]
+        assert [r.final for r in got] == [False, True] and not conn.streams
+        gc.collect()  # nothing holds an ended stream (its deadline timer stopped: it held it, and the connection)
+        assert not [o for o in gc.get_objects() if type(o) is h2call._Stream]
     finally:
         await chan.close()
         server.close()

@@ -27,15 +27,25 @@ PROMPT_TOTAL = Counter("prompt_tokens", "Prompt tokens processed", ["model_name"
 GEN_TOTAL = Counter("generation_tokens", "Generation tokens produced", ["model_name"])
 
 
+_children: dict[str, tuple] = {}  # a served model's label children, looked up once (``labels`` locks and checks)
+
+
 def observe(model: str, done: Done) -> None:
-    TTFT.labels(model).observe(done.ttft_s)
+    kids = _children.get(model)
+    if kids is None:
+        if len(_children) > 1024:  # served models: a handful
+            _children.clear()
+        kids = _children[model] = tuple(m.labels(model) for m in (TTFT, TPOT, E2E, PROMPT_TOKENS, GEN_TOKENS,
+                                                                  PROMPT_TOTAL, GEN_TOTAL))
+    ttft, tpot, e2e, prompt, gen, prompt_total, gen_total = kids
+    ttft.observe(done.ttft_s)
     if done.completion_tokens > 1:
-        TPOT.labels(model).observe((done.e2e_s - done.ttft_s) / (done.completion_tokens - 1))
-    E2E.labels(model).observe(done.e2e_s)
-    PROMPT_TOKENS.labels(model).observe(done.prompt_tokens)
-    GEN_TOKENS.labels(model).observe(done.completion_tokens)
-    PROMPT_TOTAL.labels(model).inc(done.prompt_tokens)
-    GEN_TOTAL.labels(model).inc(done.completion_tokens)
+        tpot.observe((done.e2e_s - done.ttft_s) / (done.completion_tokens - 1))
+    e2e.observe(done.e2e_s)
+    prompt.observe(done.prompt_tokens)
+    gen.observe(done.completion_tokens)
+    prompt_total.inc(done.prompt_tokens)
+    gen_total.inc(done.completion_tokens)
     AVERAGES.add(done)
 
 
