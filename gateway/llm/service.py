@@ -294,8 +294,7 @@ async def tokens(upstream: Upstream, infer, req: GenerateRequest, model: Resolve
             shown = stops.feed(chunk.text)
             if shown:
                 tally.shown += shown
-                ids = chunk.token_ids if chunk.token_ids is not None else model.tokenizer.ids(shown)
-                yield timed(tally, shown, ids)
+                yield timed(tally, shown, event_ids(req, model, chunk.token_ids, shown))
             if stops.hit:
                 break
         rest = detok.flush() if detok is not None and not stops.hit else ""
@@ -307,6 +306,14 @@ async def tokens(upstream: Upstream, infer, req: GenerateRequest, model: Resolve
                 yield timed(tally, shown, ())
     finally:
         await stream.aclose()
+
+
+def event_ids(req: GenerateRequest, model: Resolved, ids: tuple[int, ...] | None, text: str) -> tuple[int, ...]:
+    """A Token event's ids: the model's own when it returned them, else the text's with the model's
+    tokenizer; none when the family never sends them (``req.token_ids`` False: OpenAI's)."""
+    if ids is not None:
+        return ids
+    return model.tokenizer.ids(text) if req.token_ids else ()
 
 
 def detokenizer(model: Resolved):
@@ -327,7 +334,7 @@ def ending(req: GenerateRequest, model: Resolved, tally: Tally, stops: StopMatch
     tail = "" if stops.hit else stops.flush()
     if tail:
         tally.shown += tail
-        out.append(timed(tally, tail, () if tally.ids is not None else model.tokenizer.ids(tail)))
+        out.append(timed(tally, tail, event_ids(req, model, () if tally.ids is not None else None, tail)))
     done = done_event(req, model, tally, stops.hit, seed, start)
     out.append(done)
     call = current()

@@ -44,6 +44,7 @@ class GenerateRequest:
     n: int = 1  # sequences returned (OpenAI/vLLM n): one Triton request each, seeds seed, seed + 1, ...
     best_of: int = 1  # sequences generated, the n best returned (by cumulative log probability)
     prompt_count: int | None = None  # the prompt's tokens with the model's own tokenizer, once counted
+    token_ids: bool = True  # Token events carry their ids (False: a family that never sends them, OpenAI's)
 
 
 # Chunk and Token, made once per streamed token, are not frozen: a frozen dataclass's __init__ sets

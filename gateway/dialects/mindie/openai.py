@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+import orjson
+
 from gateway.core.bounded import clip_repr
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.llm.chat import content_text
@@ -176,6 +178,7 @@ def _common(body: Mapping[str, Any], model: Resolved, prompt: str, rid: str) -> 
         request_id=rid,
         n=n,
         best_of=best_of,
+        token_ids=False,  # OpenAI's events carry text only
     )
 
 
@@ -269,6 +272,7 @@ class ChatEncoder(_OpenAIEncoder):
         super().__init__(rid, model, logprobs, n)
         self.tool_parser = tool_parser
         self.calls: dict[int, ToolStream] = {}  # per sequence, when the request has tools
+        self.frames: dict[int, tuple[bytes, ...]] = {}  # per sequence: a text chunk's bytes around its content
 
     def _choice(self, content: str | None, finish: str | None, pairs=None, index: int = 0) -> dict:
         return {"index": index, "delta": {"role": "assistant", "content": content},
@@ -290,11 +294,26 @@ class ChatEncoder(_OpenAIEncoder):
         return self.event(self.envelope(self._choice("", None)))
 
     def token(self, tok: Token) -> bytes:
+        if not self.tool_parser and not self.logprobs:  # plain text: the chunk's fixed bytes around it
+            frame = self.frames.get(tok.index) or self._frame(tok.index)
+            if frame:
+                return frame[0] + orjson.dumps(tok.text) + frame[1]
         reader = self._reader(tok.index)
         text = tok.text if reader is None else reader.feed(tok.text)
         if reader is not None and not text:
             return b""
         return self.event(self.envelope(self._choice(text, None, tok.logprobs, tok.index)))
+
+    def _frame(self, index: int) -> tuple[bytes, ...]:
+        """A text chunk of sequence ``index`` rendered once with a marker for its content, cut at the
+        marker: the bytes before and after the content's JSON string, the same as rendering it whole.
+        Empty (each chunk rendered whole) in the odd case of an id or model name holding the marker."""
+        whole = self.event(self.envelope(self._choice(_MARK, None, None, index)))
+        if whole.count(_MARK_JSON) != 1:
+            return ()
+        before, _, after = whole.partition(_MARK_JSON)
+        self.frames[index] = before, after
+        return before, after
 
     def done(self, done: Done) -> bytes:
         reader = self._reader(done.index)
@@ -324,6 +343,9 @@ class ChatEncoder(_OpenAIEncoder):
         out["object"] = "chat.completion"
         return out
 
+
+_MARK = "\x00content\x00"  # a text chunk's content while its template is rendered
+_MARK_JSON = orjson.dumps(_MARK)
 
 TOOL_CALLS = "tool_calls"  # a Done's finish reason once its text was read as tool calls (chat only)
 

@@ -122,6 +122,18 @@ def test_openai_final_chunk_has_usage_then_done():
     assert out[1] == b"data: [DONE]"
 
 
+@pytest.mark.parametrize("rid, model", [("12", 'm"\\<\u2028>'), ("\x00content\x00", "m")])
+def test_openai_chat_chunk_from_its_template_is_the_rendered_chunk(rid, model):
+    """A text chunk is written from bytes rendered once per sequence around its content: the same
+    bytes as the chunk rendered whole, whatever the text, the id or the model name."""
+    enc = openai.ChatEncoder(rid, model, n=2)
+    for text in ("", " word", 'q"\\\n\t\x01\u00e9\U0001f600\u2028<>'):
+        for index in (0, 1):
+            whole = b"data: " + orjson.dumps(enc.envelope(enc._choice(text, None, index=index))) + b"\n\n"
+            assert enc.token(Token(text, (), index=index)) == whole
+    assert sorted(enc.frames) == ([0, 1] if rid == "12" else [])  # the marker as the id: rendered whole
+
+
 def test_triton_stream_has_no_space_after_data():
     enc = triton_generate.TritonEncoder("r", "m", details=False)
     assert enc.token(Token("a", (1,))).startswith(b'data:{"id":"r"')
