@@ -135,30 +135,38 @@ async def test_stream_deadline(pair):  # noqa: F811
     assert not pair[1]._h2._conns[0].streams
 
 
-async def test_closing_the_stream_cancels_the_model_request(pair, triton):  # noqa: F811
-    _, h2_up = pair
-    rid = f"h2-cancel-{time.monotonic_ns()}"
-    gen = h2_up.stream(_req("tiny_llm", rid, text_input=LONG, max_tokens=1000, stream=True))
-    await gen.__anext__()
-    await gen.__anext__()
-    conn = h2_up._h2._conns[0]
-    written = []
-    write = conn.transport.write
-    conn.transport.write = lambda b: (written.append(bytes(b)), write(b))
+async def test_closing_the_stream_cancels_the_model_request(own_triton):  # noqa: F811 - the fixture imported above
+    # on a Triton of its own: Triton 2.51 can crash on a cancelled request (a race in its gRPC front
+    # end, triton-inference-server/server#8034), which must not take the session's Triton with it
+    cfg, procs = own_triton
+    grpc_up, h2_up = _pair(f"{cfg.host}:{cfg.grpc_port}")
+    await h2_up.connect()
     try:
-        sid = conn.next_sid - 2
-        await gen.aclose()
-        assert h2call.frame(h2call.RST_STREAM, 0, sid, (8).to_bytes(4, "big")) in written
+        rid = f"h2-cancel-{time.monotonic_ns()}"
+        gen = h2_up.stream(_req("tiny_llm", rid, text_input=LONG, max_tokens=1000, stream=True))
+        await gen.__anext__()
+        await gen.__anext__()
+        conn = h2_up._h2._conns[0]
+        written = []
+        write = conn.transport.write
+        conn.transport.write = lambda b: (written.append(bytes(b)), write(b))
+        try:
+            sid = conn.next_sid - 2
+            await gen.aclose()
+            assert h2call.frame(h2call.RST_STREAM, 0, sid, (8).to_bytes(4, "big")) in written
+        finally:
+            conn.transport.write = write
+        assert not conn.streams
+        needle = f"tiny_llm: request {rid} cancelled after"
+        deadline = time.monotonic() + 10
+        while needle not in procs[0].log_tail(400):
+            assert time.monotonic() < deadline, "tiny_llm never saw the cancellation:\n" + procs[0].log_tail(20)
+            await asyncio.sleep(0.2)
+        assert (await _run(h2_up, _copy(TINY["streamed"])))[1] == "ok"  # and the connection goes on
+        assert h2_up._h2._conns[0] is conn
     finally:
-        conn.transport.write = write
-    assert not conn.streams
-    needle = f"tiny_llm: request {rid} cancelled after"
-    deadline = time.monotonic() + 10
-    while needle not in triton.log_tail(400):
-        assert time.monotonic() < deadline, "tiny_llm never saw the cancellation:\n" + triton.log_tail(20)
-        await asyncio.sleep(0.2)
-    assert (await _run(h2_up, _copy(TINY["streamed"])))[1] == "ok"  # and the connection goes on
-    assert h2_up._h2._conns[0] is conn
+        await grpc_up.close()
+        await h2_up.close()
 
 
 async def test_triton_killed_mid_stream_is_unavailable(own_triton, tmp_path):  # noqa: F811 - the fixture imported above
