@@ -10,6 +10,8 @@ ports for the tests after it (tests/tritonwatch.py).
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import yaml
 
@@ -34,7 +36,8 @@ def triton(tmp_path_factory) -> localtriton.TritonProcess:
     work = tmp_path_factory.mktemp("triton")
     cfg = LocalTriton(venv=str(ROOT / ".venv-triton"),
         model_repository=str(ROOT / "model_repository"),
-        workdir=str(ROOT / ".run" / "test-triton"),
+        # a session inside this one (tests/contract/test_triton_watch.py) names its own work dir
+        workdir=os.environ.get("TEST_TRITON_WORKDIR") or str(ROOT / ".run" / "test-triton"),
         http_port=free_port(),
         grpc_port=free_port(),
         metrics_port=free_port(),

@@ -84,6 +84,7 @@ def test_a_triton_killed_mid_test_fails_that_test_only_and_is_restarted(tmp_path
     (suite / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GATEWAY_", "PYTEST_"))}
     env["WATCH_DIR"] = str(suite)
+    env["TEST_TRITON_WORKDIR"] = str(tmp_path / "triton")  # not the outer session's (its stub regions' list)
     with open(tmp_path / "pytest.log", "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "pytest", "-c", str(suite / "pytest.ini"),
                                  "--basetemp", str(tmp_path / "base"), str(suite)],
