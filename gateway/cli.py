@@ -68,7 +68,13 @@ def _run_loop(coro) -> None:
         asyncio.run(coro)
 
 
-def _worker_entry(config: str | None, env: dict[str, str]) -> None:
+def _worker_entry(config: str | None, env: dict[str, str], master: int) -> None:
+    from gateway.local import parent
+
+    # a spawned worker does not inherit the master's PR_SET_PDEATHSIG: without its own, a master
+    # SIGKILLed (or ended by its own parent's death signal) would leave it serving, reparented
+    if parent.die_with(master):
+        return  # the master is already gone
     os.environ.update(env)
     s = config_mod.load(config)
     _setup_logging(s)
@@ -101,7 +107,7 @@ def serve(settings: Settings, config: str | None) -> int:
     ctx = multiprocessing.get_context("spawn")
 
     def spawn():
-        p = ctx.Process(target=_worker_entry, args=(config, env), daemon=False)
+        p = ctx.Process(target=_worker_entry, args=(config, env, os.getpid()), daemon=False)
         p.start()
         return p
 

@@ -6,6 +6,7 @@ import re
 import threading
 import time
 
+import orjson
 import requests
 
 from gateway.dialects import LISTENERS
@@ -14,6 +15,14 @@ from tests.support import free_port, gateway_config, start_gateway
 
 MINDIE = {"aliases": {"llama2_7b": "tiny_llm"},
           "models": {"tiny_llm": {"profile": "trtllm", "tokenizer": "words"}}}
+
+
+def p_answer(r: requests.Response) -> dict:
+    """P's envelope, read from its bytes: 200, ``application/json``, ``isLastResp`` a JSON bool in
+    every answer (seed 004's table 2 marks it required, stream or not)."""
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/json"), r.content
+    assert re.search(rb'"isLastResp":(?:true|false)[,}]', r.content), r.content
+    return orjson.loads(r.content)
 
 
 def start_role(triton_target: str, tmp, pd: dict, *, triton: str | None = None, workers: int = 1, **extra):

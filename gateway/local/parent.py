@@ -1,8 +1,9 @@
 """A child process that stops when the process that started it dies (Linux PR_SET_PDEATHSIG).
 
 Used as a ``preexec_fn`` (``ends_with_us()``: the local Triton, a bench's floor and gateway, a
-test's gateway) and by a process for itself (``gateway local`` under make): a SIGKILLed bench, test
-run or `make run` leaves nothing running. Elsewhere than Linux it does nothing.
+test's gateway) and by a process for itself (``gateway local`` under make; each spawned worker of
+``gateway serve``, which does not inherit its master's): a SIGKILLed bench, test run or `make run`
+leaves nothing running. Elsewhere than Linux it does nothing.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import pytest
 import requests
 from text_generation import Client
 
-from tests.pd_support import DResultReader, TcpProxy, normalise, start_role
+from tests.pd_support import DResultReader, TcpProxy, normalise, p_answer, start_role
 from tests.support import stop_gateway
 
 SEED_BODY = {"model": "llama2_7b", "messages": [{"role": "system", "content": "You are a helpful assistant."}],
@@ -72,8 +72,8 @@ def test_seed_example_p_envelope_then_dresult_carries_the_rest(instances, d0_rea
     p, d0 = instances["p1"], instances["d0"]
     body = {**SEED_BODY, "seed": 7}
     r = requests.post(p.url("mindie_http") + "/v1/chat/completions", json=body, headers=pd_headers("12345", d0))
-    assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
-    env = r.json()
+    env = p_answer(r)
+    assert r.content.startswith(b'{"reqId":"12345","isStream":true,"isLastResp":false,"output":"data: {')
     assert list(env) == ["reqId", "isStream", "isLastResp", "output"]
     assert env["reqId"] == "12345" and env["isStream"] is True and env["isLastResp"] is False
     events = [e for e in env["output"].split("\n\n") if e]
@@ -90,11 +90,12 @@ def test_seed_example_p_envelope_then_dresult_carries_the_rest(instances, d0_rea
     assert normalise(whole) == normalise(standard)
 
 
-def test_non_stream_p_answers_reqid_only_and_d_sends_the_whole_body(instances, d0_reader, gateway):
+def test_non_stream_p_answers_no_output_and_d_sends_the_whole_body(instances, d0_reader, gateway):
     p, d0 = instances["p2"], instances["d0"]
     body = {"inputs": "My name is Olivier", "parameters": {"max_new_tokens": 6, "details": True, "seed": 3}}
     r = requests.post(p.url("mindie_http") + "/generate", json=body, headers=pd_headers("abc123", d0))
-    assert r.json() == {"reqId": "abc123", "isStream": False}
+    p_answer(r)  # isLastResp too, which MindIE's own P leaves out here (docs/mindie.md)
+    assert r.content == b'{"reqId":"abc123","isStream":false,"isLastResp":false}'
     recs = d0_reader.finished("abc123")
     assert [x.kind for x in recs] == ["lastData"]
     standard = requests.post(gateway.url("mindie_http") + "/generate", json=body).content
@@ -105,11 +106,25 @@ def test_request_finished_on_p_has_is_last_resp_and_nothing_goes_to_d(instances,
     p, d0 = instances["p1"], instances["d0"]
     body = {"prompt": "Hello", "max_tokens": 1, "stream": True}
     r = requests.post(p.url("mindie_http") + "/generate", json=body, headers=pd_headers("beef", d0))
-    env = r.json()
+    env = p_answer(r)
     assert env["isLastResp"] is True and env["isStream"] is True
     assert env["output"].encode() == requests.post(gateway.url("mindie_http") + "/generate", json=body).content
     time.sleep(0.3)
     assert d0_reader.of("beef") == []
+
+
+@pytest.mark.parametrize("p_name", ["p1", "p3"])  # the context phase on P; P runs it all (no split)
+def test_non_stream_request_finished_on_p_has_the_whole_body_in_output(instances, d0_reader, gateway, p_name):
+    p, d0 = instances[p_name], instances["d0"]
+    body = {"model": "tiny_llm", "max_tokens": 1, "messages": [{"role": "user", "content": "one"}]}
+    rid = "4101" if p_name == "p1" else "4103"  # decimal, as a coordinator sends it
+    r = requests.post(p.url("mindie_http") + "/v1/chat/completions", json=body, headers=pd_headers(rid, d0))
+    env = p_answer(r)
+    assert r.content.startswith(f'{{"reqId":"{rid}","isStream":false,"isLastResp":true,"output":"'.encode())
+    want = requests.post(gateway.url("mindie_http") + "/v1/chat/completions", json=body).content
+    assert normalise(env["output"].encode()) == normalise(want)
+    time.sleep(0.3)
+    assert d0_reader.of(rid) == []
 
 
 @pytest.mark.parametrize(("path", "body"), [
@@ -120,7 +135,7 @@ def test_request_finished_on_p_has_is_last_resp_and_nothing_goes_to_d(instances,
 def test_without_a_phase_split_p_generates_and_relays_the_rest_to_d(instances, d0_reader, gateway, path, body):
     p, d0 = instances["p3"], instances["d0"]
     rid = str(abs(hash(path)) % 10**9)
-    env = requests.post(p.url("mindie_http") + path, json=body, headers=pd_headers(rid, d0)).json()
+    env = p_answer(requests.post(p.url("mindie_http") + path, json=body, headers=pd_headers(rid, d0)))
     assert env["isStream"] is True and env["isLastResp"] is False and env["output"]
     recs = d0_reader.finished(rid)
     assert recs[-1].kind == "lastData" and all(x.kind == "data" for x in recs[:-1]) and len(recs) >= 5
@@ -172,7 +187,7 @@ def test_recompute_skips_what_the_user_already_has(instances, d0_reader, gateway
     again = {**body, "pd_recompute": {"skip": 3}}
     r = requests.post(p.url("mindie_http") + "/v2/models/tiny_llm/generate_stream", json=again,
                       headers=pd_headers("55", d0, **{"is-recompute": "true"}))
-    assert r.json()["output"] == ""
+    assert p_answer(r)["output"] == "" and r.json()["isLastResp"] is False
     rest = b"".join(x.body for x in d0_reader.finished("55"))
     assert normalise(rest) == normalise(b"".join(events[3:]))
     r = requests.post(p.url("mindie_http") + "/infer", json={"inputs": "1,2,3"},
@@ -202,8 +217,8 @@ def test_a_new_dresult_connection_takes_over(instances, d0_reader):
             assert closed[0].body == b"new connection is to established, close the old one."
             assert first.ended.wait(5)
             p = instances["p1"]
-            requests.post(p.url("mindie_http") + "/infer", json={"inputs": "take over", "stream": True},
-                          headers=pd_headers("7a", d0))
+            p_answer(requests.post(p.url("mindie_http") + "/infer", json={"inputs": "take over", "stream": True},
+                                   headers=pd_headers("7a", d0)))
             assert second.finished("7a")[-1].kind == "lastData" and first.of("7a") == []
         finally:
             second.close()

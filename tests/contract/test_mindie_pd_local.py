@@ -14,7 +14,7 @@ import requests
 import yaml
 
 from tests.contract.test_docs_examples import loose_mismatch, parse
-from tests.pd_support import DResultReader
+from tests.pd_support import DResultReader, p_answer
 from tests.support import ROOT, free_port
 
 INTER_COMM = 1121  # MindIE's default interCommPort: D's P-D port, which MindIE-MS names in d-target
@@ -78,7 +78,7 @@ def _mindie_ms(ports: list[int]) -> None:
         headers = {"req-id": "4242", "req-type": "prefill", "d-target": f"127.0.0.1;{INTER_COMM}",
                    "d-port": str(d1)}
         body = {"inputs": "My name is Olivier and I", "stream": True, "parameters": {"max_new_tokens": 6}}
-        env = requests.post(p_url + "/infer", json=body, headers=headers, timeout=30).json()
+        env = p_answer(requests.post(p_url + "/infer", json=body, headers=headers, timeout=30))
         assert (env["reqId"], env["isStream"], env["isLastResp"]) == ("4242", True, False)
         records = reader.finished("4242")
         got = env["output"].encode() + b"".join(r.body for r in records)
@@ -89,7 +89,7 @@ def _mindie_ms(ports: list[int]) -> None:
         assert events[-1]["token"]["text"] is None and len(events[-1]["token"]["id"]) == 1
         # the user goes away after P's answer: stopInfer to P and to D, as MindIE-MS
         body = {"inputs": _longest_prompt(), "stream": True, "parameters": {"max_new_tokens": 24}}
-        env = requests.post(p_url + "/infer", json=body, headers={**headers, "req-id": "4244"}, timeout=30).json()
+        env = p_answer(requests.post(p_url + "/infer", json=body, headers={**headers, "req-id": "4244"}, timeout=30))
         assert env["isLastResp"] is False
         stop = orjson.dumps({"id": "4244"})
         answers = [requests.post(f"{url}/v2/models/{model}/stopInfer", data=stop, timeout=5,

@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from gateway.dialects import LISTENERS
-from tests.pd_support import MINDIE, normalise
+from tests.pd_support import MINDIE, normalise, p_answer
 from tests.support import free_port, gateway_config, start_gateway, stop_gateway
 from tests.unit.test_access_tls import Pki
 
@@ -80,6 +80,5 @@ def test_p_hands_off_and_relays_to_d_named_by_host_name_over_mtls(cluster):
         r = requests.post(f"https://localhost:{started[p].port('mindie_http')}/generate_stream",
                           json={"inputs": "named", "parameters": {"max_new_tokens": 6}},
                           headers={"req-id": "4242", "req-type": "prefill", "d-target": f"localhost;{d_port}"}, **auth)
-        assert r.status_code == 200, r.content
-        env = r.json()
+        env = p_answer(r)
         assert env["reqId"] == "4242" and env["isLastResp"] is False

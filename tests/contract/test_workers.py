@@ -9,13 +9,14 @@ import sys
 import time
 
 import grpc
+import psutil
 import pytest
 import requests
 import yaml
 
 from gateway._proto import grps_pb2, grps_pb2_grpc
 from gateway.dialects import LISTENERS
-from tests.support import ROOT, free_port, gateway_config, start_gateway, stop_gateway
+from tests.support import ROOT, free_port, gateway_config, serving_workers, start_gateway, stop_gateway
 from tests.unit.test_access_tls import Pki
 
 FRESH = 20  # new connections per check: the kernel spreads them over the workers (SO_REUSEPORT)
@@ -83,6 +84,22 @@ def test_a_pd_coordinator_is_refused_with_several_workers(tmp_path):
     assert out.returncode == 1
     assert f"error: `workers: 2` with dialects.mindie.pd.role: {role}:" in out.stderr
     assert "set `workers: 1`" in out.stderr
+
+
+def test_workers_stop_when_their_master_is_killed(triton, tmp_path):
+    """A spawned worker does not inherit its master's death signal (PR_SET_PDEATHSIG): it asks for
+    its own, so a master SIGKILLed (as stop_gateway does to one that outlives its grace) leaves no
+    worker serving under PID 1."""
+    ports = {name: free_port() for name in LISTENERS}
+    gw = start_gateway(gateway_config(triton.grpc_target, ports, {"workers": 2}), tmp_path)
+    workers = [psutil.Process(pid) for pid in serving_workers(gw)]
+    assert len(workers) == 2
+    gw.proc.kill()
+    gw.proc.wait(10)
+    gone, alive = psutil.wait_procs(workers, timeout=30)
+    for p in alive:  # a failing run leaves nothing behind
+        p.kill()
+    assert not alive, [(p.pid, p.ppid()) for p in alive]
 
 
 @pytest.mark.parametrize("allowed", [1, 2])

@@ -355,3 +355,71 @@ async def test_d_workers_pass_records_to_the_worker_holding_dresult(tmp_path):
     finally:
         await a.fanin.close()
         await b.fanin.close()
+
+
+# -- the coordinator and P's isLastResp ---------------------------------------------------------------
+
+_D_BODY = b'{"generated_text":" from D","details":null}'
+_P_LAST = '{"generated_text":" from P","details":null}'
+
+
+@pytest.mark.parametrize(("answer", "status", "want"), [
+    # a MindIE P: its non-stream answer has no isLastResp; D's lastData is the answer, as with false
+    ({"isStream": False}, 200, _D_BODY),
+    ({"isStream": False, "isLastResp": False}, 200, _D_BODY),
+    # ended on P: P's output is the answer, D is not waited for (it sends nothing here)
+    ({"isStream": False, "isLastResp": True, "output": _P_LAST}, 200, _P_LAST.encode()),
+    # a stream P that leaves it out: P's first chunk, then D's records
+    ({"isStream": True, "output": "data:first\n\n"}, 200, b"data:first\n\n" + _D_BODY),
+    ({"isStream": True, "isLastResp": True, "output": "data:all\n\n"}, 200, b"data:all\n\n"),
+    # not a bool: a broken P, not a guess
+    ({"isStream": False, "isLastResp": "false"}, 500, b"P instance error\r\n"),
+])
+async def test_the_coordinator_reads_is_last_resp_when_p_sends_it(answer, status, want):
+    """A scripted P and D (aiohttp) behind an in-process coordinator: P's envelope decides whether
+    the coordinator answers from P's ``output`` or waits for D's ``lastData``."""
+    from aiohttp import web
+
+    from gateway.app import Worker
+    from tests.fakes import FakeUpstream, trtllm_meta
+    from tests.support import free_port, http_call, worker_settings
+
+    records: asyncio.Queue[bytes] = asyncio.Queue()
+    linked = asyncio.Event()
+
+    async def dresult(request):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        linked.set()
+        while True:
+            await resp.write(await records.get())
+
+    async def prefill(request):
+        rid = request.headers["req-id"]
+        if not answer.get("isLastResp") and status == 200:  # the rest comes from D
+            records.put_nowait(rec.record(rid, rec.LAST, _D_BODY))
+        return web.Response(body=orjson.dumps({"reqId": rid, **answer}), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/dresult", dresult)
+    app.router.add_post("/generate", prefill)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    peer_port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", peer_port).start()
+    port = free_port()
+    w = Worker(worker_settings({"mindie_http": port}, "127.0.0.1:1", DIALECTS__MINDIE__PD__ROLE="coordinator",
+                               DIALECTS__MINDIE__PD__PREFILL=f"['127.0.0.1:{peer_port}']",
+                               DIALECTS__MINDIE__PD__DECODE=f"['127.0.0.1:{peer_port}']",
+                               DIALECTS__MINDIE__PD__INFER_TIMEOUT_S="10"),
+               upstream_factory=lambda _s: FakeUpstream(metas=[trtllm_meta("tiny_llm")]))
+    await w.start()
+    try:
+        await asyncio.wait_for(linked.wait(), 10)
+        body = orjson.dumps({"inputs": "hi", "stream": answer["isStream"]})
+        got = await asyncio.to_thread(http_call, f"http://127.0.0.1:{port}", "POST", "/generate", body,
+                                      {"Content-Type": "application/json"}, 15)
+    finally:
+        await w.stop(grace=0.1)
+        await runner.cleanup()
+    assert (got[0], got[2]) == (status, want)

@@ -7,7 +7,9 @@ request it picks the P instance and the D instance with the fewest requests outs
 the user's URL and body to P with ``req-id`` (a decimal 64-bit number), ``req-type: prefill`` and
 ``d-target: <D host>;<D port>``, relays P's ``output`` and then D's records for that ``req-id``
 (queued until P's output went out), and ends on ``lastData`` (stream: each body as it comes;
-non-stream: the ``lastData`` body as ``application/json``). It holds one ``GET /dresult``
+non-stream: the ``lastData`` body as ``application/json``), or at P's answer when its
+``isLastResp`` is true (the inference ended on P; an absent ``isLastResp``, as a MindIE P writes its
+non-stream answers, is read as false). It holds one ``GET /dresult``
 connection per D instance (reconnecting with a back-off; when another client takes it over, that D
 leaves the rotation for ``takeover_backoff_s``, doubling, instead of a fight over the link).
 
@@ -413,9 +415,11 @@ class Coordinator:
                     if resp is None:
                         return httpbody.raw(data, status=status, content_type=ctype or "application/json")
                     return await fail(data.decode("utf-8", "replace"), status)
-                try:
+                try:  # isLastResp: absent from a MindIE P's non-stream answer (then: not the last)
                     env = orjson.loads(data)
-                    stream, last, output = bool(env["isStream"]), bool(env.get("isLastResp")), env.get("output", "")
+                    stream, last, output = env["isStream"], env.get("isLastResp", False), env.get("output", "")
+                    if not (isinstance(stream, bool) and isinstance(last, bool) and isinstance(output, str)):
+                        raise TypeError
                 except (orjson.JSONDecodeError, KeyError, TypeError):
                     return await fail("P instance error", 500)
                 answered = time.perf_counter()

@@ -3,8 +3,8 @@
 P (prefill): a request with ``req-id``/``req-type: prefill``/``d-target`` headers (checked as
 MindIE checks them, ``headers.py``) is planned by its family like any other, then runs the context
 phase on Triton (``context_only``). P answers exactly one JSON envelope
-``{"reqId", "isStream", "isLastResp", "output"}`` (``isLastResp``/``output`` only when streaming or
-finished), whose ``output`` is the family's bytes so far (OpenAI's role chunk and the first token;
+``{"reqId", "isStream", "isLastResp", "output"}`` (``output`` only when streaming or finished;
+``isLastResp`` always, ``true`` only when the whole inference ended on P), whose ``output`` is the family's bytes so far (OpenAI's role chunk and the first token;
 the whole answer when the request already finished), and hands the generation phase to D over
 ``POST /pd/v1/decode`` (below). A model whose profile cannot split (vLLM), or ``phase_split:
 false``, runs whole on P: a stream's later chunks are relayed to D one by one
@@ -449,9 +449,12 @@ def _error_bytes(p: dict, enc, err: GatewayError) -> bytes:
 
 
 def _envelope(req_id: str, stream: bool, output: bytes, *, last: bool):
-    body: dict = {"reqId": req_id, "isStream": stream}
+    """P's answer. ``isLastResp`` is in every one (seed 004's table 2 marks it required; MindIE's
+    own P leaves it out of a non-stream answer that did not finish, which the coordinator
+    tolerates); ``output`` only when streaming or finished (a non-stream answer that continues on D
+    has nothing to show yet)."""
+    body: dict = {"reqId": req_id, "isStream": stream, "isLastResp": last}
     if stream or last:
-        body["isLastResp"] = last
         body["output"] = output.decode("utf-8", "replace")
     return response.json(body)
 
