@@ -17,6 +17,7 @@ shadow (the background side, bounded, with its own deadline), compare (neutral t
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from gateway.observe import metrics
@@ -43,6 +44,7 @@ class Cutover:
         self.recorder = Recorder(dialect, legacy.mismatches)
         self.shadow = Shadow(dialect, self.recorder)
         self.http = None
+        self._probe: asyncio.Task | None = None
         if legacy.http:
             from .legacy_http import LegacyHttp
 
@@ -51,6 +53,11 @@ class Cutover:
     def choose(self, model: str, header=None, client: str = "") -> Decision:
         """Who answers this request (routing.Routes.choose)."""
         return self.routes.choose(model, header, client)
+
+    async def start(self, probe_path: str = "/") -> None:
+        """At the worker's start: probe the legacy HTTP server in the background (never holds the start)."""
+        if self.http is not None:
+            self._probe = asyncio.get_running_loop().create_task(self.check_http(probe_path))
 
     async def check_http(self, path: str = "/") -> bool:
         """Probe the legacy HTTP server once (``gateway_legacy_up{transport="http"}``, a start-up line)."""
@@ -65,6 +72,8 @@ class Cutover:
         return up
 
     async def close(self) -> None:
+        if self._probe is not None and not self._probe.done():
+            self._probe.cancel()
         await self.shadow.close()
         if self.http is not None:
             await self.http.close()
