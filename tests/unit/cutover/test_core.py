@@ -240,3 +240,44 @@ def test_report_reads_the_figures_and_gives_a_verdict():
     out = render(sorted(models.values(), key=lambda m: m.model), 10)
     assert "100.00 %" in out and "33.33 %" in out and "y: abs 0.001" in out
     json.dumps([m.counts for m in models.values()])
+
+
+# -- the legacy HTTP client and gateway check ------------------------------------------------------
+async def test_legacy_client_relays_bytes_and_headers_and_check_probes_it():
+    from aiohttp import web
+
+    from gateway.check import Report, _legacy
+    from gateway.cutover.legacy_http import LegacyHttp
+    from tests.support import free_port
+
+    seen = {}
+
+    async def handler(request):
+        seen["headers"] = dict(request.headers)
+        seen["body"] = await request.read()
+        return web.Response(body=b"\x00raw\xff", status=418, headers={"X-Legacy": "1", "Content-Type": "app/x"})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        conf = legacy(http=f"http://127.0.0.1:{port}", headers={"x-team": "ml"})
+        client = LegacyHttp("t", conf)
+        reply = await client.call("POST", "/v1/models/m:predict?x=1", [("Content-Type", "application/json"),
+                                                                     ("Connection", "keep-alive"), ("X-Mine", "a")],
+                                  b'{"instances": [1]}')
+        await client.close()
+        assert (reply.status, reply.body, reply.header("x-legacy"), reply.header("content-type")) == \
+            (418, b"\x00raw\xff", "1", "app/x")
+        assert seen["body"] == b'{"instances": [1]}' and seen["headers"]["X-Mine"] == "a"
+        assert seen["headers"]["x-team"] == "ml" and "User-Agent" not in seen["headers"]
+        report = Report("x")
+        ok = await _legacy("tfserving", conf, report)
+        assert ok["http_reachable"] and not report.findings
+    finally:
+        await runner.cleanup()
+    down = await _legacy("tfserving", legacy(http=f"http://127.0.0.1:{free_port()}", route="shadow"), report)
+    assert down["http_reachable"] is False and report.findings[0].level == "warning"
