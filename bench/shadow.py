@@ -9,9 +9,11 @@ REST, one worker, docs/migration.md) and the front gateway (one worker) whose
   shadow   hp3_shadow  as legacy for the client, and front -> Triton in the background, both answers
                        decoded and compared (every request fits: shadow_concurrency 64)
 
-Load: ``CONCURRENCY`` aiohttp callers in one process, each one request at a time (a closed loop),
-the small predict of bench/cases.py; rounds alternated (triton, legacy, shadow) ``repeats`` times,
-``duration_s`` each, latencies pooled per route. Client latency p50 / p99; the front gateway's CPU
+Load: aiohttp callers in one process, each one request at a time (a closed loop), at each of
+``CONCURRENCY`` (1: the path's latency with the CPU idle between requests; 8: the cores saturated,
+where the shadow's CPU is taken from the same cores as the client's answer), the small predict of
+bench/cases.py; rounds alternated (triton, legacy, shadow) ``repeats`` times, ``duration_s`` each,
+latencies pooled per route. Client latency p50 / p99; the front gateway's CPU
 per request (its workers' utime + stime from /proc over the requests answered; the legacy
 gateway's and Triton's are not counted). The client's latency under shadow is to be read against
 ``legacy`` (the same path for the client); its CPU against both: shadow does the legacy relay and
@@ -31,7 +33,7 @@ import aiohttp
 
 from bench import procstat
 
-CONCURRENCY = 8
+CONCURRENCY = (1, 8)
 ROUTES = ("triton", "legacy", "shadow")
 HPT = "saved_model_half_plus_three"
 BODY = json.dumps({"instances": [1.0, 2.0, 5.0, 7.0]}).encode()
@@ -39,19 +41,19 @@ WANT = b"3.5, 4.0, 5.5, 6.5"
 
 
 def need_s(duration_s: float, repeats: int) -> float:
-    return 30.0 + len(ROUTES) * repeats * (duration_s + 1.0)
+    return 30.0 + len(CONCURRENCY) * len(ROUTES) * repeats * (duration_s + 1.0)
 
 
 def _models() -> dict:
     return {f"hp3_{r}": {"triton": HPT, "signatures": {"serving_default": {"elementwise": True}}} for r in ROUTES}
 
 
-async def _round(url: str, duration_s: float) -> tuple[list[float], int]:
-    """(latencies in seconds, errors) of CONCURRENCY closed-loop callers for ``duration_s``."""
+async def _round(url: str, duration_s: float, callers: int) -> tuple[list[float], int]:
+    """(latencies in seconds, errors) of ``callers`` closed-loop callers for ``duration_s``."""
     lat: list[float] = []
     errors = 0
     end = time.monotonic() + duration_s
-    conn = aiohttp.TCPConnector(limit=CONCURRENCY)
+    conn = aiohttp.TCPConnector(limit=callers)
     async with aiohttp.ClientSession(connector=conn) as http:
         async def caller():
             nonlocal errors
@@ -63,7 +65,7 @@ async def _round(url: str, duration_s: float) -> tuple[list[float], int]:
                 if r.status != 200 or WANT not in body:
                     errors += 1
 
-        await asyncio.gather(*(caller() for _ in range(CONCURRENCY)))
+        await asyncio.gather(*(caller() for _ in range(callers)))
     return lat, errors
 
 
@@ -88,29 +90,30 @@ def run(triton_target: str, tmp: Path, duration_s: float, repeats: int) -> dict:
                 "models": {"hp3_legacy": {"route": "legacy"}, "hp3_shadow": {"route": "shadow"}}}}}}),
             _folder(tmp, "shadow-front"))
         pids = procstat.process_tree(front.proc.pid)
-        samples: dict[str, list[float]] = {r: [] for r in ROUTES}
-        cpu: dict[str, list[tuple[int, int]]] = {r: [] for r in ROUTES}
-        errors = dict.fromkeys(ROUTES, 0)
         for route in ROUTES:  # warm-up
-            asyncio.run(_round(f"{front.url('tfserving_rest')}/v1/models/hp3_{route}:predict", 0.5))
+            asyncio.run(_round(f"{front.url('tfserving_rest')}/v1/models/hp3_{route}:predict", 0.5, 2))
         time.sleep(0.5)
-        for _ in range(repeats):
+        out = {"concurrency": list(CONCURRENCY), "duration_s": duration_s, "repeats": repeats, "rows": []}
+        for callers in CONCURRENCY:
+            samples: dict[str, list[float]] = {r: [] for r in ROUTES}
+            cpu: dict[str, list[tuple[int, int]]] = {r: [] for r in ROUTES}
+            errors = dict.fromkeys(ROUTES, 0)
+            for _ in range(repeats):
+                for route in ROUTES:
+                    url = f"{front.url('tfserving_rest')}/v1/models/hp3_{route}:predict"
+                    before = procstat.ticks(pids)
+                    lat, err = asyncio.run(_round(url, duration_s, callers))
+                    time.sleep(0.3)  # the last background comparisons finish inside the measured ticks
+                    cpu[route].append((procstat.ticks(pids) - before, len(lat)))
+                    samples[route] += lat
+                    errors[route] += err
             for route in ROUTES:
-                url = f"{front.url('tfserving_rest')}/v1/models/hp3_{route}:predict"
-                before = procstat.ticks(pids)
-                lat, err = asyncio.run(_round(url, duration_s))
-                time.sleep(0.3)  # the last background comparisons finish inside the measured ticks
-                cpu[route].append((procstat.ticks(pids) - before, len(lat)))
-                samples[route] += lat
-                errors[route] += err
-        out = {"concurrency": CONCURRENCY, "duration_s": duration_s, "repeats": repeats, "routes": {}}
-        for route in ROUTES:
-            ticks = sum(t for t, _ in cpu[route])
-            n = sum(k for _, k in cpu[route])
-            out["routes"][route] = {
-                "requests": n, "errors": errors[route], "rps": n / (duration_s * repeats),
-                "p50_ms": 1e3 * _pct(samples[route], 0.5), "p99_ms": 1e3 * _pct(samples[route], 0.99),
-                "cpu_us": procstat.us_per_request(0, ticks, n)}
+                ticks = sum(t for t, _ in cpu[route])
+                n = sum(k for _, k in cpu[route])
+                out["rows"].append({
+                    "concurrency": callers, "route": route, "requests": n, "errors": errors[route],
+                    "rps": n / (duration_s * repeats), "p50_ms": 1e3 * _pct(samples[route], 0.5),
+                    "p99_ms": 1e3 * _pct(samples[route], 0.99), "cpu_us": procstat.us_per_request(0, ticks, n)})
         out["migration"] = _counts(front)
         return out
     finally:
@@ -146,13 +149,14 @@ def markdown(sc: dict) -> list[str]:
     lines = ["", "## Cut-over: TF Serving REST small predict on the shadow route (one front worker)", ""]
     if sc.get("skipped"):
         return lines + [f"skipped: {sc['skipped']}"]
-    lines += [f"{sc['concurrency']} closed-loop callers, {sc['repeats']} × {sc['duration_s']:g} s per route, "
-              "alternated; the legacy server is a second gateway (bench/shadow.py). CPU: the front gateway's "
-              f"alone. Comparisons counted: {sc.get('migration', {})}.", "",
-              "| route | requests | errors | p50 ms | p99 ms | front CPU µs/req |", "|---|---|---|---|---|---|"]
-    for route, r in sc["routes"].items():
-        lines.append(f"| {route} | {r['requests']} | {r['errors']} | {num(r['p50_ms'])} | {num(r['p99_ms'])} | "
-                     f"{num(r['cpu_us'])} |")
+    lines += [f"Closed-loop callers, {sc['repeats']} × {sc['duration_s']:g} s per route, alternated; the legacy "
+              "server is a second gateway (bench/shadow.py). CPU: the front gateway's alone. Comparisons "
+              f"counted: {sc.get('migration', {})}.", "",
+              "| callers | route | requests | errors | p50 ms | p99 ms | front CPU µs/req |",
+              "|---|---|---|---|---|---|---|"]
+    for r in sc["rows"]:
+        lines.append(f"| {r['concurrency']} | {r['route']} | {r['requests']} | {r['errors']} | {num(r['p50_ms'])} | "
+                     f"{num(r['p99_ms'])} | {num(r['cpu_us'])} |")
     return lines
 
 
