@@ -55,6 +55,8 @@ async def predict_http(svc, cut, request, local, streaming: bool):
     if call is not None:
         call.model = model
     body = bytes(request.body or b"")
+    if d.shadow:  # a large body's buffer is given back once the client is answered: the background keeps a copy
+        request.body = body
     if d.answer == "legacy":
         if streaming:
             if d.shadow:
