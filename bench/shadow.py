@@ -1,7 +1,8 @@
 """`make bench`'s cut-over row: a TF Serving REST predict on the `shadow` route beside `triton` and `legacy`.
 
 Two gateways beside the bench's Triton: the stand-in legacy server (a gateway speaking TF Serving
-REST, one worker, docs/migration.md) and the front gateway (one worker) whose
+REST, one worker, docs/migration.md, answering from half_plus_two: the same values from another
+model instance) and the front gateway (one worker) whose
 ``dialects.tfserving.legacy`` routes three names of saved_model_half_plus_three:
 
   triton   hp3_triton  today's path: front -> Triton
@@ -48,6 +49,13 @@ def _models() -> dict:
     return {f"hp3_{r}": {"triton": HPT, "signatures": {"serving_default": {"elementwise": True}}} for r in ROUTES}
 
 
+def _legacy_models() -> dict:
+    """The stand-in legacy server answers from another Triton model (its own python-backend instance, as
+    a separate server would be): half_plus_two's y2 = 0.5·x + 3 under the name y, the same values."""
+    sig = {"serving_default": {"inputs": {"x": "x"}, "outputs": {"y": "y2"}}}
+    return {f"hp3_{r}": {"triton": "half_plus_two", "signatures": sig} for r in ROUTES}
+
+
 async def _round(url: str, duration_s: float, callers: int) -> tuple[list[float], int]:
     """(latencies in seconds, errors) of ``callers`` closed-loop callers for ``duration_s``."""
     lat: list[float] = []
@@ -79,7 +87,7 @@ def run(triton_target: str, tmp: Path, duration_s: float, repeats: int) -> dict:
 
     http = ("tfserving_rest", "admin_http")
     legacy = start_gateway(gateway_config(triton_target, {n: free_port() for n in http}, {
-        "log_level": "WARNING", "access_log": False, "dialects": {"tfserving": {"models": _models()}}}),
+        "log_level": "WARNING", "access_log": False, "dialects": {"tfserving": {"models": _legacy_models()}}}),
         _folder(tmp, "shadow-legacy"))
     front = None
     try:
