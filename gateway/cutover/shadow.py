@@ -11,7 +11,8 @@ is once the client's answer is about to be written: the client's request never s
 the upstream connection or the model's queue with its own shadow, and nothing the shadow does
 can reach the client's answer. ``settle`` takes the client's side as an ``Answer`` or as a
 function that decodes it, called in the background task (the decoding is no part of the client's
-time).
+time), or as a ``Wire`` (status, bytes, decoder): when both sides are Wires with the same status and
+bytes, the answers match without either being decoded (the common case of a byte-exact dialect).
 
 Bounds: at most ``shadow_concurrency`` background tasks per model in each worker (a request over
 it is ``dropped`` and counted, never queued); each runs under ``shadow_timeout_s`` of its own (a
@@ -31,13 +32,13 @@ from gateway.call import Call, current, enter
 from gateway.core.errors import GatewayError
 from gateway.observe import metrics
 
-from .compare import Answer, compare, failure
+from .compare import Answer, Wire, compare, failure, resolve, same_bytes
 from .record import Recorder
 from .routing import Decision
 
 log = logging.getLogger("gateway.cutover")
 MAX_MODELS = 1024  # per worker: the per-model counters are bounded like the metrics' model labels
-Background = Callable[[], Awaitable[Answer]]
+Background = Callable[[], Awaitable[Answer | Wire]]
 
 
 class Pending:
@@ -48,8 +49,9 @@ class Pending:
     def __init__(self, future: asyncio.Future):
         self._future = future
 
-    def settle(self, answer: Answer | Callable[[], Answer]) -> None:
-        """The client's answer (or a function decoding it, run in the background task); once."""
+    def settle(self, answer: Answer | Wire | Callable[[], Answer]) -> None:
+        """The client's answer: an Answer, a Wire (its bytes, decoded in the background task only
+        when they differ from the other side's), or a function decoding it; once."""
         if not self._future.done():
             self._future.set_result(answer)
 
@@ -108,11 +110,17 @@ class Shadow:
             except Exception as exc:  # noqa: BLE001 - the background side's bug is counted, never raised
                 log.warning("%s %s: the %s side failed in the background: %r", self.dialect, model, side, exc)
                 other = failure("INTERNAL", f"{type(exc).__name__}")
-            if callable(mine):
-                try:
-                    mine = mine()
-                except Exception as exc:  # noqa: BLE001 - an answer the dialect cannot read is counted
-                    mine = failure("UNREADABLE", f"{type(exc).__name__}: {exc}")
+            if same_bytes(mine, other):  # the same status and bytes: equal in every value, nothing to decode
+                metrics.observe_migration(self.dialect, model, decision.route, "match")
+                return
+            try:
+                mine = resolve(mine)
+            except Exception as exc:  # noqa: BLE001 - an answer the dialect cannot read is counted
+                mine = failure("UNREADABLE", f"{type(exc).__name__}: {exc}")
+            try:
+                other = resolve(other)
+            except Exception as exc:  # noqa: BLE001
+                other = failure("UNREADABLE", f"{type(exc).__name__}: {exc}")
             legacy, triton = (mine, other) if decision.answer == "legacy" else (other, mine)
             self.judge(model, decision.route, decision.policy, request, legacy, triton)
         except asyncio.CancelledError:  # the worker is stopping

@@ -200,6 +200,31 @@ def test_shadow_never_waits_is_bounded_and_has_its_own_deadline(tmp_path):
     assert 'gateway_migration_max_error{dialect="unit",kind="abs",model="diff",output="y"} 1.0' in text
 
 
+def test_equal_wires_match_without_decoding_and_unequal_ones_are_decoded():
+    from gateway.cutover import Wire
+
+    def never():
+        raise AssertionError("decoded")
+
+    async def main():
+        cut = Cutover("wire", legacy(route="shadow"))
+        d = cut.choose("m")
+
+        async def same():
+            return Wire("200", b'{"y":[1.0]}', never)
+
+        cut.shadow.start("m", d, b"r", same).settle(Wire("200", b'{"y":[1.0]}', never))
+
+        async def other():
+            return Wire("200", b'{"y":[1.5]}', lambda: ans(y=np.array([1.5])))
+
+        cut.shadow.start("m", d, b"r", other).settle(Wire("200", b'{"y":[1.0]}', lambda: ans(y=np.array([1.0]))))
+        await cut.close()
+
+    asyncio.run(main())
+    assert counts("wire", "m") == {"match": 1, "mismatch": 1}
+
+
 def test_no_legacy_section_no_cutover():
     assert open_cutover("tfserving", None) is None
 
