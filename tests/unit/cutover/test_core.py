@@ -387,3 +387,19 @@ async def test_legacy_answer_over_its_bound_is_an_error_not_a_buffer():
         await whole.close()
     finally:
         await runner.cleanup()
+
+
+async def test_a_legacy_section_with_grpc_only_answers_http_with_a_clear_error():
+    from gateway.core.errors import GatewayError
+    from gateway.cutover import httprelay
+
+    cut = Cutover("tfserving", LegacySettings.model_validate({"grpc": "127.0.0.1:1", "route": "legacy"}))
+
+    class Req:
+        method, path, query_string, body = "POST", "/v1/models/m:predict", "", b"{}"
+        headers = {}
+
+    with pytest.raises(GatewayError) as e:
+        await httprelay.forward(cut, Req())
+    assert e.value.kind.value == "unavailable" and "legacy.http is not set" in e.value.message
+    await cut.close()
