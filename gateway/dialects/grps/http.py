@@ -16,10 +16,11 @@ from sanic import Request, Sanic
 
 from gateway.call import stream_headers
 from gateway.core.errors import invalid
+from gateway.cutover import httprelay
 from gateway.edge import Edge, httpbody
 from gateway.process import offload
 
-from . import codec, gtensors, monitor_page
+from . import codec, cutover, gtensors, monitor_page
 from .service import GrpsService
 
 METHODS = ["GET", "POST", "PUT"]
@@ -32,7 +33,9 @@ def attach(app: Sanic, edge: Edge, svc: GrpsService) -> None:
     app.ctx.grps = svc
     edge.route(app, _health, "/grps/v1/health/<op:online|offline|live|ready>", METHODS, "health")
     # bin_data: one copy; the fast lane where streaming is asked in the query (which the lane leaves to sanic)
-    edge.route(app, _predict, "/grps/v1/infer/predict", METHODS, "predict", buffered=True,
+    # without dialects.grps.legacy the predict route is Triton's path itself (no layer for the cut-over)
+    edge.route(app, _predict if svc.cutover is not None else _predict_triton, "/grps/v1/infer/predict", METHODS,
+               "predict", buffered=True,
                fast=svc.cfg.streaming.ctrl_mode == "query_param")
     edge.route(app, _server_metadata, "/grps/v1/metadata/server", METHODS, "server_metadata")
     edge.route(app, _model_metadata, "/grps/v1/metadata/model", METHODS, "model_metadata")
@@ -74,11 +77,29 @@ async def _server_metadata(request: Request):
 
 
 async def _model_metadata(request: Request):
+    cut = _svc(request).cutover
+    if cut is not None:  # a model on the legacy route: the legacy server's own metadata
+        d = cut.choose(cutover.model_of(request, _svc(request).cfg), request.headers.get, request.ip)
+        if d.route == "legacy":
+            return httprelay.answer(await httprelay.forward(cut, request))
     msg = codec.parse_message(codec.load_json(request.body))
     return _answer(request, await _svc(request).model_metadata(msg))
 
 
 async def _predict(request: Request):
+    """A predict with dialects.grps.legacy set: the model's route may be another than triton."""
+    svc = _svc(request)
+    handled, resp = await cutover.predict_http(svc, svc.cutover, request, _predict_triton,
+                                               _asks_streaming(request, svc))
+    return resp if handled else await _predict_triton(request)
+
+
+def _asks_streaming(request: Request, svc: GrpsService) -> bool:
+    doc = _json_object(request.body) if svc.cfg.streaming.ctrl_mode == "body_param" else {}
+    return _streaming(request, svc, doc)
+
+
+async def _predict_triton(request: Request):
     svc = _svc(request)
     return_ndarray = _arg(request, "return-ndarray").lower() == "true"
     doc = _plain_doc(request) if not return_ndarray else None
