@@ -38,7 +38,7 @@ from sanic.exceptions import SanicException
 from gateway.access import AUTHORIZATION, UNAUTHENTICATED_MESSAGE, ApiKeys, bearer
 from gateway.call import REQUEST_ID, Admission, Call, current, enter, leave, request_id
 from gateway.core.errors import ErrorKind, GatewayError
-from gateway.dialect import ErrorRendering, GrpcStatus
+from gateway.dialect import ErrorRendering, GrpcStatus, RelayedStatus
 from gateway.edge import httpbody
 from gateway.edge.fastlane import FAST
 from gateway.observe import logs, metrics, tracing
@@ -253,7 +253,7 @@ class Edge:
                 self._grpc_end(call, token, outcome, failure, request, _size(answer))
             if isinstance(failure, GrpcStatus):
                 await _abort(context, failure, trailing)
-            context.set_trailing_metadata(trailing)
+            context.set_trailing_metadata(call.trailing + trailing if call.trailing else trailing)
             return answer
 
         return handler
@@ -291,7 +291,7 @@ class Edge:
                 await _abort(context, failure, trailing)
             if failure is not None:
                 yield failure
-            context.set_trailing_metadata(trailing)
+            context.set_trailing_metadata(call.trailing + trailing if call.trailing else trailing)
 
         return handler
 
@@ -306,7 +306,9 @@ class Edge:
         (GRPS)); the answer is None when the request is gone or the process is stopping: the caller
         re-raises."""
         outcome, err = self._failed(exc)
-        return outcome, (None if err is None else self.errors.grpc(err))
+        if err is None:
+            return outcome, None
+        return outcome, (err.status if isinstance(err, RelayedStatus) else self.errors.grpc(err))
 
 
 _access_enabled = logs.ACCESS.isEnabledFor
