@@ -216,6 +216,13 @@ def main(argv: list[str] | None = None) -> int:
     pd.add_argument("--admin-base", type=int, default=9190,
                     help="first admin port; 0: no admin listeners (default %(default)s)")
     _import_parser(sub)
+    mig = sub.add_parser("migration", help="cutting over from a legacy server (docs/migration.md)")
+    mig_sub = mig.add_subparsers(dest="action", required=True)
+    rep = mig_sub.add_parser("report", help="per model: requests compared, agreement, worst error, verdict")
+    rep.add_argument("--config", "-c", help="YAML settings file: the admin listener and the mismatch files")
+    rep.add_argument("--url", help="the gateway's /metrics (default: its admin listener's, from the config)")
+    rep.add_argument("--min-compared", type=int, help="compared requests needed (default: legacy.ready_after)")
+    rep.add_argument("--json", action="store_true", help="JSON instead of a table")
     args = parser.parse_args(argv)
     if args.command == "import":
         return _import(args)
@@ -226,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, SettingsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.command == "migration":
+        return _migration_report(s, args)
     if args.command == "check":
         from gateway import check as check_mod
 
@@ -238,6 +247,27 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         return serve(s, args.config)
     return local(s, args.config)
+
+
+def _migration_report(s: Settings, args) -> int:
+    from gateway.cutover import report
+
+    admin = s.listener("admin_http")
+    host = "127.0.0.1" if admin.host in ("0.0.0.0", "::", "") else admin.host
+    url = args.url or f"http://{host}:{admin.port}/metrics"
+    legacies = {name: getattr(conf, "legacy", None) for name, conf in s.dialects.items()}
+    legacies = {name: conf for name, conf in legacies.items() if conf is not None}
+    need = args.min_compared if args.min_compared is not None else {n: c.ready_after for n, c in legacies.items()}
+    paths = sorted({c.mismatches.path for c in legacies.values()})
+    try:
+        models = report.collect(url, paths)
+    except OSError as e:
+        print(f"error: {url}: {e}", file=sys.stderr)
+        return 2
+    print(report.as_json(models, need) if args.json else report.render(models, need), end="")
+    ready = bool(models) and all(
+        m.verdict(need if isinstance(need, int) else need.get(m.dialect, 1000)) == "ready to cut over" for m in models)
+    return 0 if ready else 1
 
 
 def _import_parser(sub) -> None:

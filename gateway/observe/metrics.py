@@ -84,6 +84,20 @@ FAST_PATH = Gauge("gateway_fast_path", "1 when a fast path is on in this worker,
 BUILD_INFO = Gauge("gateway_build_info", "Always 1; the labels say which gateway build is running",
                    ["version", "commit", "python"], multiprocess_mode="max")
 
+# cutting over from a legacy server (gateway/cutover): each compared (or dropped, skipped) request
+MIGRATION = Counter("gateway_migration_total",
+                    "Requests on a legacy route by outcome: match, mismatch, legacy_error, triton_error, dropped "
+                    "(the shadow did not fit), skipped (not comparable: a sampled LLM request)",
+                    ["dialect", "model", "route", "outcome"])
+MIGRATION_FORMAT = Counter("gateway_migration_format_total",
+                           "Compared answers whose values agree but whose bytes differ: field_order (JSON field "
+                           "order) or spelling (float spelling, layout)", ["dialect", "model", "kind"])
+MIGRATION_ERROR = Gauge("gateway_migration_max_error",
+                        "The largest error seen per output between legacy and Triton answers (kind: abs or rel)",
+                        ["dialect", "model", "output", "kind"], multiprocess_mode="max")
+LEGACY_UP = Gauge("gateway_legacy_up", "1 when the dialect's legacy server answered its last probe",
+                  ["dialect", "transport"], multiprocess_mode="max")
+
 # OpenTelemetry GenAI server metrics (buckets: the conventions' advice)
 _GENAI = ("gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model")
 GENAI_PROVIDER = "triton"
@@ -290,6 +304,24 @@ def observe_generation(operation: str, model: str, seconds: float, ttft_s: float
         kids[2].observe((seconds - ttft_s) / (output_tokens - 1))
     kids[3].observe(input_tokens)
     kids[4].observe(output_tokens)
+
+
+_migration_max: dict[tuple, float] = {}
+
+
+def observe_migration(dialect: str, model: str, route: str, outcome: str, errors=(), fmt: str = "") -> None:
+    """One request on a legacy route: its outcome; ``errors``: (output, max abs, max rel) of each
+    output compared (the gauges keep the largest seen); ``fmt``: a format-only difference."""
+    label = model_label(model, "ok")
+    MIGRATION.labels(dialect, label, route, outcome).inc()
+    if fmt:
+        MIGRATION_FORMAT.labels(dialect, label, fmt).inc()
+    for output, abs_err, rel_err in errors:
+        for kind, value in (("abs", abs_err), ("rel", rel_err)):
+            key = (dialect, label, output[:128], kind)
+            if value > _migration_max.get(key, -1.0) and (key in _migration_max or len(_migration_max) < 4096):
+                _migration_max[key] = value
+                MIGRATION_ERROR.labels(*key).set(value)
 
 
 def _commit() -> str:

@@ -31,6 +31,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
+from gateway.cutover.settings import LegacySettings
 from gateway.settings import Strict
 
 CTRL_MODES = ("query_param", "header_param", "body_param")
@@ -68,9 +69,10 @@ class GrpsSettings(Strict):
     default_max_tokens: Annotated[int, Field(ge=1)] = 64
     streaming: Streaming = Streaming()
     models: dict[str, ModelRule] = {}
+    legacy: LegacySettings | None = None  # the GRPS server behind the gateway (docs/migration.md)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data, for the server metadata answer (fields left at their empty default omitted)."""
-        out = self.model_dump(mode="json", exclude={"models"})
+        out = self.model_dump(mode="json", exclude={"models", "legacy"})
         out["models"] = {k: r.model_dump(mode="json", exclude_defaults=True) for k, r in self.models.items()}
         return out

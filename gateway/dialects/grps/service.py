@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 import numpy as np
 import yaml
 
+from gateway import cutover
 from gateway.call import current
 from gateway.context import GatewayContext
 from gateway.core.bounded import Plans, keep
@@ -42,12 +43,18 @@ class GrpsService:
         self.errors = errors.Rendering(cfg)
         self._plans = Plans(plans.MAX_PLANS)  # plain predicts: per target and input layout (None: no plan)
         self._targets: dict[str, mapping.Target] = {}  # model names resolved (_resolve)
+        # the GRPS server behind the gateway (dialects.grps.legacy), shared by HTTP and gRPC; None: none
+        self.cutover = cutover.open("grps", cfg.legacy, ctx.settings.source)
 
     async def start(self) -> None:
         self.monitor.start()
+        if self.cutover is not None:
+            await self.cutover.start("/grps/v1/health/live")
 
     async def close(self) -> None:
         await self.monitor.stop()
+        if self.cutover is not None:
+            await self.cutover.close()
 
     # -- health ---------------------------------------------------------------------------------
     @property

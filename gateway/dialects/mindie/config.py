@@ -16,6 +16,7 @@ e2eTimeout; ``limits.stream_timeout_s`` for streams), shortened by the request's
 
 from __future__ import annotations
 
+from gateway.cutover.settings import LegacySettings
 from gateway.llm.served import ServedModelsSettings
 
 from .pd.config import PdConfig
@@ -25,6 +26,7 @@ class MindieConfig(ServedModelsSettings):
     """The LLM catalogue's settings at the top level of the section, and the PD role (``pd``)."""
 
     pd: PdConfig = PdConfig()
+    legacy: LegacySettings | None = None  # the MindIE server behind the gateway (docs/migration.md)
 
     def single_worker_reason(self) -> str | None:
         """Why this section cannot run with several workers (gateway/process/shared.py), or None."""

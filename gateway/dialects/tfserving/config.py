@@ -33,6 +33,7 @@ from typing import Literal
 
 from pydantic import model_validator
 
+from gateway.cutover.settings import LegacySettings
 from gateway.settings import Names, Strict
 
 METHODS = {"predict": "tensorflow/serving/predict", "classify": "tensorflow/serving/classify",
@@ -80,6 +81,7 @@ class TFServingConfig(Strict):
     derive_example_signatures: bool = True
     tensor_content_outputs: bool = False
     models: dict[str, ModelConf] = {}
+    legacy: LegacySettings | None = None  # the TF Serving behind the gateway (docs/migration.md)
 
     @model_validator(mode="after")
     def _triton_names(self):

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gateway import cutover
 from gateway.context import GatewayContext
 from gateway.core import datatypes
 from gateway.core.bounded import DIMS, Plans, clip
@@ -43,10 +44,20 @@ class Service:
         self.conf = conf
         self.servables = Servables(conf, ctx.upstream)
         self.errors = errors.Rendering()
+        # the TF Serving behind the gateway (dialects.tfserving.legacy), shared by REST and gRPC; None: none
+        self.cutover = cutover.open("tfserving", conf.legacy, ctx.settings.source)
         self._plans = Plans(MAX_PLANS)  # predict: per target, output filter, inputs' names, shapes, dtypes
         self._wire = True  # plans may take Upstream.infer_bytes (tests turn it off to compare with the neutral path)
         # resolve(spec, *, grpc=False, method=None) -> Target: Servables.resolve itself (no coroutine of its own)
         self.resolve = self.servables.resolve
+
+    async def start(self) -> None:
+        if self.cutover is not None:
+            await self.cutover.start("/")
+
+    async def close(self) -> None:
+        if self.cutover is not None:
+            await self.cutover.close()
 
     async def _infer(self, req: InferRequest) -> InferResponse:
         return await self.ctx.upstream.infer(req)

@@ -1,0 +1,241 @@
+"""The cutover core without a server: comparison rules, route choice and reload, the shadow's bounds
+and deadline, the mismatch file's bounds, the report's reading of /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import numpy as np
+import pytest
+from prometheus_client import generate_latest
+
+from gateway.cutover import Cutover, compare, failure, open as open_cutover
+from gateway.cutover.compare import Answer
+from gateway.cutover.record import Recorder, read
+from gateway.cutover.report import parse, render
+from gateway.cutover.routing import Routes, metadata_getter
+from gateway.cutover.settings import LegacySettings, MismatchLog
+from gateway.observe import metrics
+
+F32 = np.float32
+
+
+def ans(**outs) -> Answer:
+    return Answer(outputs={k: np.asarray(v) for k, v in outs.items()})
+
+
+# -- compare ---------------------------------------------------------------------------------------
+def test_floats_within_tolerance_match_and_report_their_error():
+    c = compare(ans(y=np.array([1.0, 2.0], F32)), ans(y=np.array([1.0, 2.000001], F32)), 1e-5, 1e-5)
+    assert c.outcome == "match"
+    assert c.outputs["y"].reason == "" and 0 < c.outputs["y"].max_abs < 1e-5
+
+
+def test_floats_beyond_tolerance_mismatch_with_max_abs_and_rel():
+    c = compare(ans(y=np.array([1.0, 4.0], F32)), ans(y=np.array([1.0, 4.001], F32)), 1e-5, 1e-5)
+    assert c.outcome == "mismatch" and c.differing == ["y"]
+    d = c.outputs["y"]
+    assert d.count == 1 and d.max_abs == pytest.approx(0.001, rel=1e-3) and d.max_rel == pytest.approx(0.00025, rel=1e-3)
+
+
+@pytest.mark.parametrize("legacy,triton,reason", [
+    (np.array([1, 2], np.int32), np.array([1, 3], np.int32), "values"),
+    (np.array([1, 2], np.int32), np.array([1, 2], np.int64), "dtype int32 vs int64"),
+    (np.array([[1, 2]], np.int32), np.array([1, 2], np.int32), "shape [1, 2] vs [2]"),
+    (np.array([b"a", b"b"], object), np.array([b"a", b"c"], object), "values"),
+    (np.array([True]), np.array([False]), "values"),
+])
+def test_exact_kinds(legacy, triton, reason):
+    c = compare(ans(t=legacy), ans(t=triton), 1.0, 1.0)  # tolerances never apply to these
+    assert c.outcome == "mismatch" and c.outputs["t"].reason == reason
+
+
+def test_missing_outputs_both_ways():
+    c = compare(ans(y=np.zeros(1, F32), z=np.zeros(1, F32)), ans(y=np.zeros(1, F32), w=np.zeros(1, F32)), 0, 0)
+    assert c.outputs["z"].reason == "missing in triton" and c.outputs["w"].reason == "missing in legacy"
+
+
+def test_errors_statuses_and_words():
+    ok = ans(y=np.zeros(1, F32))
+    assert compare(failure("400", "bad"), ok, 0, 0).outcome == "legacy_error"
+    assert compare(ok, failure("503", "down"), 0, 0).outcome == "triton_error"
+    assert compare(failure("400", "bad"), failure("400", "bad"), 0, 0).outcome == "match"
+    assert compare(failure("400", "bad"), failure("400", "Bad"), 0, 0).outcome == "mismatch"
+    assert compare(failure("400", "bad"), failure("404", "bad"), 0, 0).outcome == "mismatch"
+
+
+def test_format_differences_are_reported_apart():
+    a = Answer(outputs={"y": np.array([0.5], F32), "z": np.array([1], np.int64)}, body=b'{"y":[0.5],"z":[1]}',
+               fields=("y", "z"))
+    b = Answer(outputs={"y": np.array([0.5], F32), "z": np.array([1], np.int64)}, body=b'{"z":[1],"y":[0.5]}',
+               fields=("z", "y"))
+    c = Answer(outputs={"y": np.array([0.5], F32), "z": np.array([1], np.int64)}, body=b'{"y":[5e-1],"z":[1]}',
+               fields=("y", "z"))
+    assert compare(a, b, 0, 0).outcome == "match" and compare(a, b, 0, 0).format == "field_order"
+    assert compare(a, c, 0, 0).format == "spelling"
+    assert compare(a, a, 0, 0).format == ""
+
+
+def test_llm_text_only_when_greedy():
+    g = dict(tokens=(3, 5), greedy=True)
+    assert compare(Answer(text="ab", **g), Answer(text="ab", **g), 0, 0).outcome == "match"
+    assert compare(Answer(text="ab", **g), Answer(text="ac", **g), 0, 0).outcome == "mismatch"
+    assert compare(Answer(text="ab", **g), Answer(text="ab", tokens=(3, 6)), 0, 0).outcome == "mismatch"
+    s = dict(tokens=(3, 5), greedy=False)
+    assert compare(Answer(text="ab", **s), Answer(text="zz", tokens=(3, 9), greedy=False), 0, 0).outcome == "skipped"
+    assert compare(Answer(text="ab", **s), failure("500", "x"), 0, 0).outcome == "triton_error"
+
+
+# -- routing ---------------------------------------------------------------------------------------
+def legacy(**kw) -> LegacySettings:
+    return LegacySettings.model_validate({"http": "http://127.0.0.1:1", **kw})
+
+
+def test_routes_per_model_with_the_dialect_default():
+    r = Routes("tfserving", legacy(route="shadow", models={"a": {"route": "legacy"}, "b": {"route": "triton"}}))
+    assert r.choose("a")[:3] == ("legacy", False, "legacy")
+    assert r.choose("b")[:3] == ("triton", False, "triton")
+    assert r.choose("other")[:3] == ("legacy", True, "shadow")
+
+
+def test_canary_share_and_stickiness():
+    r = Routes("tfserving", legacy(route="canary", canary_percent=30, sticky="header:x-user"))
+    draws = [r.choose("m", {"x-user": f"user{i}"}.get).answer for i in range(2000)]
+    assert 0.25 < draws.count("triton") / 2000 < 0.35
+    same = {r.choose("m", {"x-user": "alice"}.get).answer for _ in range(50)}
+    assert len(same) == 1
+    by_client = Routes("t", legacy(route="canary", canary_percent=50, sticky="client"))
+    assert len({by_client.choose("m", None, "10.0.0.7").answer for _ in range(50)}) == 1
+    assert Routes("t", legacy(route="canary", canary_percent=0)).choose("m").answer == "legacy"
+    assert Routes("t", legacy(route="canary", canary_percent=100)).choose("m").answer == "triton"
+    rev = Routes("t", legacy(route="canary", canary_percent=100, reverse_shadow=True)).choose("m")
+    assert rev.shadow and rev.background == "legacy"
+    assert metadata_getter([("x-user", "a")])("X-User") == "a"
+
+
+def test_settings_refuse_nonsense():
+    with pytest.raises(ValueError):
+        LegacySettings.model_validate({"route": "shadow"})  # no legacy server
+    with pytest.raises(ValueError):
+        legacy(sticky="cookie")
+    with pytest.raises(ValueError):
+        legacy(route="canary", canary_percent=101)
+    with pytest.raises(ValueError):
+        legacy(models={"m": {"route": "mirror"}})
+
+
+def test_routes_reload_from_the_file_and_keep_them_on_a_bad_file(tmp_path, monkeypatch):
+    from gateway.process import filewatch
+
+    monkeypatch.setattr(filewatch, "INTERVAL_S", 0.0)
+    f = tmp_path / "gateway.yaml"
+    f.write_text("dialects:\n  tfserving:\n    legacy: {http: 'http://127.0.0.1:1', route: legacy}\n")
+    r = Routes("tfserving", legacy(route="legacy"), str(f))
+    r._watch.interval = 0.0
+    assert r.choose("m").route == "legacy"
+    time.sleep(0.01)
+    f.write_text("dialects:\n  tfserving:\n    legacy: {http: 'http://127.0.0.1:1', route: shadow,"
+                 " models: {m: {route: canary, canary_percent: 100}}}\n")
+    assert r.choose("m").route == "canary" and r.choose("n").route == "shadow"
+    time.sleep(0.01)
+    f.write_text("dialects:\n  tfserving:\n    legacy: {http: 'http://127.0.0.1:1', route: sideways}\n")
+    assert r.choose("n").route == "shadow"  # kept
+    time.sleep(0.01)
+    f.write_text("dialects:\n  tfserving:\n    legacy: {http: 'http://10.0.0.1:2', route: triton}\n")
+    assert r.choose("n").route == "triton" and r.legacy.http == "http://127.0.0.1:1"  # address: at restart
+
+
+# -- shadow ----------------------------------------------------------------------------------------
+def counts(dialect: str, model: str) -> dict[str, float]:
+    out = {}
+    for fam in metrics.REGISTRY.collect():
+        for s in fam.samples:
+            if s.name == "gateway_migration_total" and s.labels["dialect"] == dialect and s.labels["model"] == model:
+                out[s.labels["outcome"]] = out.get(s.labels["outcome"], 0) + s.value
+    return out
+
+
+def test_shadow_never_waits_is_bounded_and_has_its_own_deadline(tmp_path):
+    async def main():
+        cut = Cutover("unit", legacy(route="shadow", shadow_timeout_s=0.2, shadow_concurrency=2,
+                                     mismatches={"path": str(tmp_path)}))
+        gate = asyncio.Event()
+
+        async def slow():
+            await gate.wait()
+            return ans(y=np.ones(1, F32))
+
+        d = cut.choose("slow")
+        t0 = time.monotonic()
+        p1 = cut.shadow.start("slow", d, b"r1", slow)
+        p2 = cut.shadow.start("slow", d, b"r2", slow)
+        p3 = cut.shadow.start("slow", d, b"r3", slow)  # over the bound: dropped
+        assert time.monotonic() - t0 < 0.05 and p1 and p2 and p3 is None
+        p1.settle(ans(y=np.ones(1, F32)))
+        p2.settle(lambda: ans(y=np.ones(1, F32)))
+        await asyncio.sleep(0.35)  # the deadline passed: triton_error, and the slots are free again
+        gate.set()
+        p4 = cut.shadow.start("slow", d, b"r4", slow)
+        p4.settle(ans(y=np.ones(1, F32)))
+        await cut.close()
+
+        async def differ():
+            return ans(y=np.array([2.0], F32))
+
+        p5 = cut.shadow.start("diff", cut.choose("diff"), b"r5", differ)
+        p5.settle(ans(y=np.array([1.0], F32)))
+        await cut.close()
+
+    asyncio.run(main())
+    assert counts("unit", "slow") == {"dropped": 1, "triton_error": 2, "match": 1}
+    assert counts("unit", "diff") == {"mismatch": 1}
+    lines = read(tmp_path)
+    assert [(x["model"], x["outcome"]) for x in lines] == [("slow", "triton_error"), ("slow", "triton_error"),
+                                                           ("diff", "mismatch")]
+    assert lines[2]["outputs"]["y"]["max_abs"] == 1.0 and "legacy_b64" not in lines[2]
+    text = generate_latest(metrics.REGISTRY).decode()
+    assert 'gateway_migration_max_error{dialect="unit",kind="abs",model="diff",output="y"} 1.0' in text
+
+
+def test_no_legacy_section_no_cutover():
+    assert open_cutover("tfserving", None) is None
+
+
+# -- the mismatch file -----------------------------------------------------------------------------
+def test_recorder_keeps_the_first_n_per_model_and_rotates(tmp_path):
+    from gateway.cutover.compare import Comparison
+
+    rec = Recorder("d", MismatchLog(path=str(tmp_path), per_model=3, max_bytes=4096, record_payloads=True))
+    big = b"x" * 600
+    written = [rec.record("m", "shadow", Comparison("mismatch"), big, failure("400", "a", big), None) for _ in range(5)]
+    assert written == [True, True, True, False, False]
+    assert rec.record("n", "shadow", Comparison("mismatch"), b"", None, None)
+    again = Recorder("d", MismatchLog(path=str(tmp_path), per_model=3, max_bytes=4096))  # another worker
+    assert not again.record("m", "shadow", Comparison("mismatch"), b"", None, None)
+    assert (tmp_path / "d-mismatches.jsonl.1").exists()  # rotated past 4096 bytes
+    lines = read(tmp_path)
+    assert [x["model"] for x in lines] == ["m", "m", "m", "n"] and lines[0]["request_b64"]
+
+
+# -- report ----------------------------------------------------------------------------------------
+def test_report_reads_the_figures_and_gives_a_verdict():
+    text = "\n".join([
+        '# TYPE gateway_migration_total counter',
+        'gateway_migration_total{dialect="tfserving",model="half",route="shadow",outcome="match"} 40.0',
+        'gateway_migration_total{dialect="tfserving",model="hp2",route="shadow",outcome="match"} 3.0',
+        'gateway_migration_total{dialect="tfserving",model="hp2",route="shadow",outcome="mismatch"} 5.0',
+        'gateway_migration_total{dialect="tfserving",model="hp2",route="shadow",outcome="legacy_error"} 1.0',
+        '# TYPE gateway_migration_max_error gauge',
+        'gateway_migration_max_error{dialect="tfserving",model="hp2",output="y",kind="abs"} 0.001',
+        'gateway_migration_max_error{dialect="tfserving",model="hp2",output="y",kind="rel"} 0.0004', ""])
+    models = parse(text)
+    half, hp2 = models[("tfserving", "half")], models[("tfserving", "hp2")]
+    assert half.compared == 40 and half.agreement == 1.0 and half.verdict(40) == "ready to cut over"
+    assert half.verdict(41) == "not ready: 40 compared, 41 needed"
+    assert hp2.compared == 9 and hp2.verdict(1) == "not ready: 5 mismatch, 1 legacy_error"
+    assert hp2.worst() == ("y", 0.001, 0.0004)
+    out = render(sorted(models.values(), key=lambda m: m.model), 10)
+    assert "100.00 %" in out and "33.33 %" in out and "y: abs 0.001" in out
+    json.dumps([m.counts for m in models.values()])
