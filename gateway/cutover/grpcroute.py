@@ -170,8 +170,8 @@ class GrpcCutover:
                 try:
                     answer = await triton(data, context)
                 except GatewayError as err:
-                    if pending is not None:
-                        pending.settle(lambda: self.rendered_answer(method, err))
+                    if pending is not None:  # the error bound now: ``err`` is gone after the except block
+                        pending.settle(lambda e=err: self.rendered_answer(method, e))
                     raise
                 if pending is not None:
                     pending.settle(lambda: self.own_answer(method, answer))
@@ -214,7 +214,7 @@ class GrpcCutover:
                 except GatewayError as err:
                     if pending is not None:
                         kept = None if got is None else [_bytes(m) for m in got]
-                        pending.settle(lambda: self.stream_answer(method, kept, self.rendered_answer(method, err)))
+                        pending.settle(lambda e=err: self.stream_answer(method, kept, self.rendered_answer(method, e)))
                     raise
                 if pending is not None:
                     pending.settle(lambda: self.stream_answer(method, None if got is None else [_bytes(m) for m in got]))
@@ -247,12 +247,13 @@ class GrpcCutover:
         return handler
 
 
-def for_listener(cut, read: Read, render, model_of, keys) -> GrpcCutover | None:
-    """The gRPC listener's GrpcCutover from the dialect's ``Cutover`` (None: no cutover, or no
-    ``legacy.grpc``: the listener's handlers stay as they are); ``keys``: the listener's API keys."""
-    if cut is None or getattr(cut, "grpc", None) is None:
+def for_listener(state, read: Read, render, model_of, keys) -> GrpcCutover | None:
+    """The gRPC listener's GrpcCutover from the dialect's state (its ``cutover`` and ``legacy_grpc``;
+    None without them: the listener's handlers stay as they are); ``keys``: the listener's API keys."""
+    cut, relay = getattr(state, "cutover", None), getattr(state, "legacy_grpc", None)
+    if cut is None or relay is None:
         return None
-    return GrpcCutover(cut.dialect, cut.routes, cut.shadow, cut.grpc, read, render, model_of, keys is not None)
+    return GrpcCutover(cut.dialect, cut.routes, cut.shadow, relay, read, render, model_of, keys is not None)
 
 
 __all__ = ["GrpcCutover", "MAX_STREAM_MESSAGES", "for_listener"]

@@ -18,10 +18,10 @@ words (they may name the address: ``public_details`` keeps it out of what the cl
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-
-import asyncio
 from pathlib import Path
 
 import grpc
@@ -29,6 +29,9 @@ import grpc
 from gateway.access import channel_credentials
 from gateway.call import current
 from gateway.core.errors import public_details
+from gateway.observe import metrics
+
+log = logging.getLogger("gateway.cutover")
 
 # what the client's metadata may not carry on: grpc's own headers, and the id we stamp ourselves
 _DROP = frozenset({"user-agent", "te", "content-type", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding",
@@ -133,12 +136,20 @@ class GrpcRelay:
         return self.metadata(call.metadata, call.request_id) if call is not None else self.extra
 
     async def probe(self) -> bool:
-        """Whether the target answers a connection within connect_timeout_s (start-up, ``gateway check``)."""
+        """Whether the target takes a connection within connect_timeout_s."""
         try:
             await asyncio.wait_for(self.channel().channel_ready(), self.connect_timeout_s)
             return True
         except (TimeoutError, grpc.aio.AioRpcError):
             return False
+
+    async def check(self, dialect: str) -> bool:
+        """Probe once: ``gateway_legacy_up{dialect, transport="grpc"}`` and a start-up line."""
+        up = await self.probe()
+        metrics.LEGACY_UP.labels(dialect, "grpc").set(1 if up else 0)
+        log.log(logging.INFO if up else logging.WARNING, "%s legacy gRPC server %s: %s", dialect, self.target,
+                "reachable" if up else "NOT reachable")
+        return up
 
     async def unary(self, method: str, request: bytes, metadata: tuple | None = None) -> Relayed:
         """One unary call (``method``: ``/package.Service/Method``) for the current request, with its

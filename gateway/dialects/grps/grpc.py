@@ -102,7 +102,7 @@ def _cutover(server: grpc.aio.Server, edge: Edge, servicer: GrpsServicer, cut) -
 
 def attach(server: grpc.aio.Server, edge: Edge, svc: GrpsService) -> None:
     servicer = GrpsServicer(svc)
-    cut = grpcroute.for_listener(getattr(svc, "cutover", None), cutover_grpc.answer, svc.errors.grpc,
+    cut = grpcroute.for_listener(svc, cutover_grpc.answer, svc.errors.grpc,
                                  cutover_grpc.model_of, edge.keys)
     if cut is not None:
         _cutover(server, edge, servicer, cut)

@@ -258,7 +258,7 @@ def _raw(handlers: dict, methods) -> None:
 
 
 def attach(server: grpc.aio.Server, edge: Edge, service: Service) -> None:
-    cut = grpcroute.for_listener(getattr(service, "cutover", None), cutover_grpc.answer, service.errors.grpc,
+    cut = grpcroute.for_listener(service, cutover_grpc.answer, service.errors.grpc,
                                  cutover_grpc.model_of, edge.keys)
     if cut is not None:
         wrapped = _cutover(edge, service, cut)

@@ -1,0 +1,288 @@
+"""The cutover routes on the gRPC listeners (TF Serving :8500, GRPS :7081), with real clients.
+
+No TF Serving or GRPS binary installs here, so the legacy server is a stand-in that speaks the
+original wire: a second gateway with only those two gRPC listeners, in front of the session's Triton,
+whose model mappings make some models answer exactly as the front gateway's Triton side does
+(``same``) and others differently by a known amount (``off``: output ``y`` is Triton's ``y2``,
+0.5·x + 3 instead of 0.5·x + 2, so +1.0 exactly, and ``y2`` is missing), or fail (``gone``: a Triton
+model that does not exist). The front gateway has ``dialects.<d>.legacy.grpc`` pointing at it and
+one route per model. What is checked: which side's answer the client gets (bytes), the status,
+details and trailing metadata of a relayed error, the migration counters on /metrics, the mismatch
+log, and that a failing or slow Triton side under ``shadow`` leaves the client's answer alone.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+
+import grpc
+import numpy as np
+import pytest
+
+from gateway._proto import grps_pb2, grps_pb2_grpc
+from gateway._proto.grps_pb2 import DataType, GenericTensor, GrpsMessage
+from gateway._proto.tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
+from gateway._proto.tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+from gateway.cutover.record import read as read_mismatches
+from gateway.cutover.report import parse
+from tests.support import free_port, gateway_config, start_gateway, stop_gateway
+
+SUCCESS, FAILURE = grps_pb2.Status.SUCCESS, grps_pb2.Status.FAILURE
+
+
+def _tf(triton: str, outputs: dict) -> dict:
+    return {"triton": triton, "derived": False,
+            "signatures": {"serving_default": {"inputs": {"x": "x"}, "outputs": outputs, "elementwise": True}}}
+
+
+SAME = _tf("half_plus_two", {"y": "y", "y2": "y2"})
+OFF = _tf("half_plus_two", {"y": "y2"})  # y = 0.5x + 3 (one more than the front's), no y2
+GONE = _tf("no_such_model", {"y": "y"})
+# model -> (front's mapping, legacy's mapping, route settings on the front)
+TF_MODELS = {
+    "same": (SAME, SAME, {"route": "shadow"}),
+    "off": (SAME, OFF, {"route": "shadow", "atol": 1e-5, "rtol": 1e-5}),
+    "gone": (SAME, GONE, {"route": "shadow"}),
+    "broken": (GONE, SAME, {"route": "shadow"}),
+    "relay": (SAME, OFF, {"route": "legacy"}),
+    "relay_gone": (SAME, GONE, {"route": "legacy"}),
+    "split": (SAME, OFF, {"route": "canary", "canary_percent": 50, "sticky": "header:x-user"}),
+    "canary_all": (SAME, OFF, {"route": "canary", "canary_percent": 100, "reverse_shadow": True}),
+    "direct": (SAME, OFF, {}),  # the dialect's default route: triton
+}
+# GRPS: grps_echo echoes, so "off" has the legacy side add a constant input (an output the
+# front's answer lacks); "gone" a Triton model that does not exist; "slow" a Triton side that
+# takes seconds (tiny_llm) behind a fast legacy one
+ECHO = {"triton_model": "grps_echo", "triton_version": "1", "str_input": "text", "str_output": "text_out"}
+GRPS_MODELS = {
+    "same-1": (ECHO, ECHO, {"route": "shadow"}),
+    "off-1": (ECHO, {**ECHO, "inputs": {"i64": 7}}, {"route": "shadow"}),
+    "gone-1": (ECHO, {**ECHO, "triton_model": "no_such_model"}, {"route": "shadow"}),
+    "relay-1": (ECHO, {**ECHO, "inputs": {"i64": 7}}, {"route": "legacy"}),
+    "relay_gone-1": (ECHO, {**ECHO, "triton_model": "no_such_model"}, {"route": "legacy"}),
+    "slow-1": ({"triton_model": "tiny_llm", "triton_version": "1", "str_input": "text", "str_output": "text",
+                "inputs": {"max_tokens": 400}}, ECHO, {"route": "shadow", "shadow_timeout_s": 60}),
+    "canary_all-1": (ECHO, {**ECHO, "inputs": {"i64": 7}}, {"route": "canary", "canary_percent": 100,
+                                                            "reverse_shadow": True}),
+}
+
+
+@pytest.fixture(scope="module")
+def legacy(triton, tmp_path_factory):
+    ports = {"tfserving_grpc": free_port(), "grps_grpc": free_port()}
+    dialects = {"tfserving": {"models": {m: v[1] for m, v in TF_MODELS.items()}},
+                "grps": {"start_online": True, "models": {m: v[1] for m, v in GRPS_MODELS.items()}}}
+    gw = start_gateway(gateway_config(triton.grpc_target, ports, {"dialects": dialects}),
+                       tmp_path_factory.mktemp("legacy"))
+    yield gw
+    stop_gateway(gw)
+
+
+@pytest.fixture(scope="module")
+def front(triton, legacy, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("front")
+    ports = {"tfserving_grpc": free_port(), "grps_grpc": free_port(), "admin_http": free_port()}
+    mismatches = {"path": str(tmp / "migration"), "per_model": 50}
+    dialects = {
+        "tfserving": {"models": {m: v[0] for m, v in TF_MODELS.items()},
+                      "legacy": {"grpc": legacy.target("tfserving_grpc"), "route": "triton", "shadow_timeout_s": 20,
+                                 "mismatches": mismatches, "models": {m: v[2] for m, v in TF_MODELS.items()}}},
+        "grps": {"start_online": True, "models": {m: v[0] for m, v in GRPS_MODELS.items()},
+                 "legacy": {"grpc": legacy.target("grps_grpc"), "route": "triton", "shadow_timeout_s": 20,
+                            "mismatches": mismatches, "models": {m: v[2] for m, v in GRPS_MODELS.items()}}},
+    }
+    gw = start_gateway(gateway_config(triton.grpc_target, ports, {"dialects": dialects}), tmp)
+    gw.mismatch_dir = tmp / "migration"
+    yield gw
+    stop_gateway(gw)
+
+
+@pytest.fixture(scope="module")
+def tf(front):
+    with grpc.insecure_channel(front.target("tfserving_grpc")) as ch:
+        yield prediction_service_pb2_grpc.PredictionServiceStub(ch)
+
+
+@pytest.fixture(scope="module")
+def tf_legacy(legacy):
+    with grpc.insecure_channel(legacy.target("tfserving_grpc")) as ch:
+        yield prediction_service_pb2_grpc.PredictionServiceStub(ch)
+
+
+@pytest.fixture(scope="module")
+def grps(front):
+    with grpc.insecure_channel(front.target("grps_grpc")) as ch:
+        yield grps_pb2_grpc.GrpsServiceStub(ch)
+
+
+@pytest.fixture(scope="module")
+def grps_legacy(legacy):
+    with grpc.insecure_channel(legacy.target("grps_grpc")) as ch:
+        yield grps_pb2_grpc.GrpsServiceStub(ch)
+
+
+def _predict(model: str, values=(1.0, 2.0, 5.0)) -> predict_pb2.PredictRequest:
+    arr = np.asarray(values, dtype=np.float32)
+    req = predict_pb2.PredictRequest()
+    req.model_spec.name = model
+    req.inputs["x"].CopyFrom(tensor_pb2.TensorProto(
+        dtype=types_pb2.DT_FLOAT, tensor_content=arr.tobytes(),
+        tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=arr.size)])))
+    return req
+
+
+def _raw(stub_method, request, metadata=()):
+    """(answer bytes, trailing metadata) of a unary call, the answer left unparsed."""
+    channel_call = stub_method._channel.unary_unary(stub_method._method, request_serializer=lambda m: m.SerializeToString(),
+                                                    response_deserializer=None)
+    answer, call = channel_call.with_call(request, metadata=metadata, timeout=30)
+    return answer, dict(call.trailing_metadata())
+
+
+def _error(fn, *args, **kw) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as info:
+        fn(*args, **kw)
+    return info.value
+
+
+def _migration(front) -> dict:
+    with urllib.request.urlopen(front.url("admin_http") + "/metrics", timeout=10) as r:
+        return parse(r.read().decode())
+
+
+def _wait_counts(front, dialect: str, model: str, want: dict[str, int], timeout: float = 60):
+    """The model's migration outcome counts once they reach ``want`` (the shadow runs in the background)."""
+    end = time.monotonic() + timeout
+    got = None
+    while time.monotonic() < end:
+        got = _migration(front).get((dialect, model))
+        if got is not None and all(got.counts.get(k, 0) >= v for k, v in want.items()):
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"{dialect}/{model}: counts {got and dict(got.counts)} never reached {want}")
+
+
+# -- TF Serving gRPC ------------------------------------------------------------------------------------
+def test_tf_legacy_route_relays_answer_bytes_unchanged(tf, tf_legacy):
+    direct, _ = _raw(tf_legacy.Predict, _predict("relay"))
+    relayed, trailing = _raw(tf.Predict, _predict("relay"), metadata=(("x-request-id", "cut-1"),))
+    assert relayed == direct  # the legacy server's bytes (its y = 0.5x + 3 and no y2)
+    assert list(predict_pb2.PredictResponse.FromString(relayed).outputs) == ["y"]
+    assert trailing["x-request-id"] == "cut-1"
+
+
+def test_tf_legacy_route_relays_status_and_details_unchanged(tf, tf_legacy):
+    want = _error(tf_legacy.Predict, _predict("relay_gone"), timeout=30)
+    got = _error(tf.Predict, _predict("relay_gone"), timeout=30, metadata=(("x-request-id", "cut-2"),))
+    assert (got.code(), got.details()) == (want.code(), want.details())
+    assert want.code() != grpc.StatusCode.OK and want.details()
+    assert dict(got.trailing_metadata())["x-request-id"] == "cut-2"
+
+
+def test_tf_triton_route_never_calls_legacy(tf, front):
+    resp = tf.Predict(_predict("direct"), 30)
+    assert list(resp.outputs["y"].float_val) == [2.5, 3.0, 4.5]  # the front's Triton side: 0.5x + 2
+    assert ("tfserving", "direct") not in _migration(front)
+
+
+def test_tf_shadow_identical_model_all_match(tf, tf_legacy, front):
+    for i in range(5):
+        req = _predict("same", (float(i), 2.0 * i))
+        assert _raw(tf.Predict, req)[0] == _raw(tf_legacy.Predict, req)[0]
+    got = _wait_counts(front, "tfserving", "same", {"match": 5})
+    assert got.counts.get("mismatch", 0) == 0 and got.compared == 5 and got.agreement == 1.0
+
+
+def test_tf_shadow_perturbed_model_client_gets_legacy_and_mismatch_is_named(tf, tf_legacy, front):
+    req = _predict("off", (1.0, 2.0, 5.0))
+    assert _raw(tf.Predict, req)[0] == _raw(tf_legacy.Predict, req)[0]  # the client's answer is the legacy's
+    got = _wait_counts(front, "tfserving", "off", {"mismatch": 1})
+    assert got.errors["y"]["abs"] == pytest.approx(1.0)
+    lines = [rec for rec in read_mismatches(front.mismatch_dir, "tfserving") if rec["model"] == "off"]
+    assert lines, "the mismatch is recorded"
+    outputs = lines[0]["outputs"]
+    assert outputs["y"]["reason"] == "values" and outputs["y"]["max_abs"] == pytest.approx(1.0)
+    assert outputs["y2"]["reason"] == "missing in legacy"
+
+
+def test_tf_shadow_legacy_error_is_the_clients_and_counted(tf, tf_legacy, front):
+    want = _error(tf_legacy.Predict, _predict("gone"), timeout=30)
+    got = _error(tf.Predict, _predict("gone"), timeout=30)
+    assert (got.code(), got.details()) == (want.code(), want.details())
+    _wait_counts(front, "tfserving", "gone", {"legacy_error": 1})
+
+
+def test_tf_shadow_failing_triton_never_changes_the_clients_answer(tf, tf_legacy, front):
+    req = _predict("broken")
+    assert _raw(tf.Predict, req)[0] == _raw(tf_legacy.Predict, req)[0]
+    _wait_counts(front, "tfserving", "broken", {"triton_error": 1})
+
+
+def test_tf_canary_is_sticky_by_header_and_splits(tf):
+    sides = {}
+    for user in range(40):
+        md = (("x-user", f"user-{user}"),)
+        first = list(tf.Predict(_predict("split", (2.0,)), 30, metadata=md).outputs["y"].float_val)
+        again = list(tf.Predict(_predict("split", (2.0,)), 30, metadata=md).outputs["y"].float_val)
+        assert first == again  # sticky: the same user, the same side
+        sides[user] = first
+    assert {tuple(v) for v in sides.values()} == {(3.0,), (4.0,)}  # Triton's 0.5x + 2 and the legacy's 0.5x + 3
+
+
+def test_tf_canary_all_to_triton_shadows_legacy_in_reverse(tf, front):
+    resp = tf.Predict(_predict("canary_all", (2.0,)), 30)
+    assert list(resp.outputs["y"].float_val) == [3.0] and "y2" in resp.outputs  # Triton answered
+    got = _wait_counts(front, "tfserving", "canary_all", {"mismatch": 1})
+    assert got.errors["y"]["abs"] == pytest.approx(1.0)
+
+
+# -- GRPS gRPC ---------------------------------------------------------------------------------------------
+def _grps_req(model: str, text: str = "hello") -> GrpsMessage:
+    return GrpsMessage(model=model, str_data=text)
+
+
+def test_grps_legacy_route_relays_unary_and_streams(grps, grps_legacy):
+    req = GrpsMessage(model="relay-1")
+    req.gtensors.tensors.append(GenericTensor(name="f32", dtype=DataType.DT_FLOAT32, shape=[2], flat_float32=[1.5, 2]))
+    assert _raw(grps.Predict, req)[0] == _raw(grps_legacy.Predict, req)[0]
+    gone = _grps_req("relay_gone-1")
+    want = grps_legacy.Predict(gone, 30)
+    assert want.status.status == FAILURE
+    assert grps.Predict(gone, 30).SerializeToString() == want.SerializeToString()
+    stream_req = _grps_req("relay-1", "streamed")
+    direct = [m.SerializeToString() for m in grps_legacy.PredictStreaming(stream_req, 30)]
+    relayed = [m.SerializeToString() for m in grps.PredictStreaming(stream_req, 30)]
+    assert relayed == direct and direct
+
+
+def test_grps_shadow_identical_perturbed_and_failing(grps, grps_legacy, front):
+    for model in ("same-1", "off-1", "gone-1"):
+        req = _grps_req(model)
+        assert grps.Predict(req, 30).SerializeToString() == grps_legacy.Predict(req, 30).SerializeToString()
+    assert _wait_counts(front, "grps", "same-1", {"match": 1}).counts.get("mismatch", 0) == 0
+    _wait_counts(front, "grps", "off-1", {"mismatch": 1})
+    _wait_counts(front, "grps", "gone-1", {"legacy_error": 1})
+    lines = [rec for rec in read_mismatches(front.mismatch_dir, "grps") if rec["model"] == "off-1"]
+    assert lines and lines[0]["outputs"]["i64_out"]["reason"] == "missing in triton"
+
+
+def test_grps_shadow_slow_triton_never_delays_the_client(grps, grps_legacy, front):
+    """The Triton side takes seconds (tiny_llm, 400 tokens at 15 ms); the client's deadline is
+    shorter than that: had its answer waited for the shadow it would be DEADLINE_EXCEEDED."""
+    req = _grps_req("slow-1", "hi")
+    got = grps.Predict(req, 3.0)
+    assert got.SerializeToString() == grps_legacy.Predict(req, 30).SerializeToString()
+    assert got.status.status == SUCCESS
+
+
+def test_grps_canary_all_to_triton(grps, front):
+    got = grps.Predict(_grps_req("canary_all-1"), 30)
+    assert got.status.status == SUCCESS and got.str_data == "hello"
+    _wait_counts(front, "grps", "canary_all-1", {"mismatch": 1})
+
+
+def test_report_names_the_models(front):
+    text = json.dumps({f"{d}/{m}": dict(r.counts) for (d, m), r in _migration(front).items()})
+    assert "tfserving/same" in text and "grps/same-1" in text
