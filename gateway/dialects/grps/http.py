@@ -16,10 +16,11 @@ from sanic import Request, Sanic
 
 from gateway.call import stream_headers
 from gateway.core.errors import invalid
+from gateway.cutover import httprelay
 from gateway.edge import Edge, httpbody
 from gateway.process import offload
 
-from . import codec, gtensors, monitor_page
+from . import codec, cutover, gtensors, monitor_page
 from .service import GrpsService
 
 METHODS = ["GET", "POST", "PUT"]
@@ -74,11 +75,31 @@ async def _server_metadata(request: Request):
 
 
 async def _model_metadata(request: Request):
+    cut = _svc(request).cutover
+    if cut is not None:  # a model on the legacy route: the legacy server's own metadata
+        d = cut.choose(cutover.model_of(request, _svc(request).cfg), request.headers.get, request.ip)
+        if d.route == "legacy":
+            return httprelay.answer(await httprelay.forward(cut, request))
     msg = codec.parse_message(codec.load_json(request.body))
     return _answer(request, await _svc(request).model_metadata(msg))
 
 
 async def _predict(request: Request):
+    cut = _svc(request).cutover
+    if cut is not None:  # dialects.grps.legacy: the model's route may be another than triton
+        handled, resp = await cutover.predict_http(_svc(request), cut, request, _predict_triton,
+                                                   _asks_streaming(request, _svc(request)))
+        if handled:
+            return resp
+    return await _predict_triton(request)
+
+
+def _asks_streaming(request: Request, svc: GrpsService) -> bool:
+    doc = _json_object(request.body) if svc.cfg.streaming.ctrl_mode == "body_param" else {}
+    return _streaming(request, svc, doc)
+
+
+async def _predict_triton(request: Request):
     svc = _svc(request)
     return_ndarray = _arg(request, "return-ndarray").lower() == "true"
     doc = _plain_doc(request) if not return_ndarray else None

@@ -12,6 +12,7 @@ import uuid
 
 from sanic import Request, Sanic, response
 
+from gateway import cutover as legacy_cutover
 from gateway.call import current
 from gateway.context import GatewayContext
 from gateway.core.errors import invalid
@@ -20,6 +21,7 @@ from gateway.llm.served import ServedModels
 from gateway.llm.service import GenerationService
 
 from . import (
+    cutover,
     errors,
     management,
     metrics,
@@ -57,6 +59,8 @@ class Handlers:
         self.running = Running()
         self.bus = WorkerBus(self.running, ctx)  # stopInfer, slots, stopService across workers
         self.ops = ops.Ops(self)
+        # the MindIE server behind the gateway (dialects.mindie.legacy); None: none
+        self.cutover = legacy_cutover.open("mindie", cfg.legacy, ctx.settings.source)
 
     @staticmethod
     def ops_stopped():
@@ -64,12 +68,25 @@ class Handlers:
 
     async def start(self) -> None:
         await self.bus.start()
+        if self.cutover is not None:
+            await self.cutover.start("/v1/models")
 
     async def close(self, *_args) -> None:
         await self.bus.close()
+        if self.cutover is not None:
+            await self.cutover.close()
 
     async def run(self, request: Request, planner, body: dict | None = None, **kw):
         body = await json_body(request) if body is None else body
+        if self.cutover is not None:  # dialects.mindie.legacy: the model's route may be another than triton
+            handled, resp = await cutover.generation(self, self.cutover, request, body, kw,
+                                                     lambda: self.generate_here(request, planner, body, **kw))
+            if handled:
+                return resp
+        return await self.generate_here(request, planner, body, **kw)
+
+    async def generate_here(self, request: Request, planner, body: dict, **kw):
+        """The request answered from Triton."""
         plan = await planner(body, self.catalog, new_mindie_id(), **kw)
         req = plan.req
         name = plan.model.spec.name

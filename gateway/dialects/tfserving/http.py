@@ -16,11 +16,11 @@ from sanic import Request, Sanic
 from gateway.call import current
 from gateway.core import bounded
 from gateway.core.bounded import check_name, keep
-from gateway.core.errors import invalid
+from gateway.core.errors import GatewayError, invalid
 from gateway.edge import Edge, httpbody
 from gateway.process import offload
 
-from . import codec, errors, jsonio, protocodec, protojson
+from . import codec, cutover, errors, jsonio, protocodec, protojson
 from .mapping import ServableRef
 from .service import Service
 
@@ -35,9 +35,28 @@ JSON = "application/json"
 
 def attach(app: Sanic, edge: Edge, service: Service) -> None:
     async def tfserving(request: Request, path: str):
+        cut = service.cutover
+        if cut is not None:  # dialects.tfserving.legacy: the model's route may be another than triton
+            model, route = _model_of(request)
+            if model:
+                resp = await cutover.rest(service, cut, request, route, model, dispatch)
+                if resp is not None:
+                    return resp
         return httpbody.raw(await dispatch(service, request), content_type=JSON)
 
     edge.route(app, tfserving, "/<path:path>", ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"], "rest", fast=True)
+
+
+def _model_of(request) -> tuple[str, Route | None]:
+    """(the model a request names, its inference route or None), ("", None) for none or a path it refuses."""
+    try:
+        route = _inference_route(request.path) if request.method == "POST" else None
+    except GatewayError:
+        return "", None
+    if route is not None:
+        return route[0], None if route[3] not in _VERBS else route
+    m = _STATUS.fullmatch(request.path) if request.method == "GET" else None
+    return (unquote(m[1]), None) if m and m[1] else ("", None)
 
 
 def _version(text: str | None) -> int | None:

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from prometheus_client import generate_latest
 
-from gateway.cutover import Cutover, compare, failure, open as open_cutover
+from gateway.cutover import Cutover, compare, failure
+from gateway.cutover import open as open_cutover
 from gateway.cutover.compare import Answer
 from gateway.cutover.record import Recorder, read
 from gateway.cutover.report import parse, render
