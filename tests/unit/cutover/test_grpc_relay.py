@@ -6,6 +6,8 @@ Triton is never called on this route (the worker's upstream is a fake that recor
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 
@@ -19,6 +21,7 @@ ANSWER = predict_pb2.PredictResponse()
 ANSWER.model_spec.name = "m"
 ANSWER.outputs["y"].float_val.extend([1.5, 2.5])
 ANSWER.outputs["y"].dtype = 1
+ANSWER.outputs["y"].tensor_shape.dim.add(size=2)
 ANSWER_BYTES = ANSWER.SerializeToString() + b"\xa2\x06\x00"  # an unknown field: relayed, not re-encoded
 DETAILS = "naïve 100% wrong\tdetails"
 
@@ -77,7 +80,9 @@ def _env(target: str, kind: str) -> dict:
 def _request(name: str) -> bytes:
     req = predict_pb2.PredictRequest()
     req.model_spec.name = name
-    req.inputs["x"].float_val.append(1.0)
+    req.inputs["x"].dtype = 1  # DT_FLOAT
+    req.inputs["x"].tensor_shape.dim.add(size=2)
+    req.inputs["x"].float_val.extend([1.0, 3.0])
     return req.SerializeToString()
 
 
@@ -145,3 +150,47 @@ def test_forwarded_metadata():
     assert forwarded(md, "rid", True, (("x-team", "ml"), ("x-env", "prod")), "lk") == (
         ("x-user", "u"), ("x-team", "mine"), ("x-env", "prod"), ("authorization", "Bearer lk"), ("x-request-id", "rid"))
 
+
+
+# -- shadow: the Triton side never reaches the client ---------------------------------------------------
+def _meta():
+    from gateway.core.tensors import ModelMetadata, TensorSpec
+
+    return ModelMetadata("m", ("1",), "python", (TensorSpec("x", "FP32", (-1,)),), (TensorSpec("y", "FP32", (-1,)),))
+
+
+def _count(outcome: str) -> float:
+    from gateway.observe import metrics
+
+    return metrics.MIGRATION.labels("tfserving", "m", "shadow", outcome)._value.get()
+
+
+async def _until(pred, timeout: float = 20.0) -> None:
+    end = asyncio.get_running_loop().time() + timeout
+    while not pred():
+        assert asyncio.get_running_loop().time() < end, "never happened"
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("triton", ["hung", "failing"])
+async def test_shadow_a_hung_or_failing_triton_never_changes_the_clients_answer(legacy, triton):
+    """``hung``: Triton's infer waits until released, under a 30 s shadow deadline; the client's own
+    deadline is 3 s, so an answer that waited for the shadow would be DEADLINE_EXCEEDED."""
+    _, target = legacy
+    hold = asyncio.Event() if triton == "hung" else None
+    fake = FakeUpstream(metas=[_meta()], hold=hold)  # no infer scripted: UNAVAILABLE once it answers
+    env = {**_env(target, "h2"), "DIALECTS__TFSERVING__LEGACY__ROUTE": "shadow",
+           "DIALECTS__TFSERVING__LEGACY__SHADOW_TIMEOUT_S": "30"}
+    before = _count("triton_error")
+    ports = {"tfserving_grpc": free_port()}
+    async with running_worker(ports, "127.0.0.1:1", upstream_factory=lambda _s: fake, **env):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{ports['tfserving_grpc']}") as ch:
+            predict = ch.unary_unary("/tensorflow.serving.PredictionService/Predict")
+            call = predict(_request("m"), timeout=3)
+            assert await call == ANSWER_BYTES
+            assert ("legacy-t", "v") in tuple(await call.trailing_metadata())
+            await _until(lambda: len(fake.requests) == 1)  # the shadow did reach Triton
+            if hold is not None:
+                assert _count("triton_error") == before  # still waiting, nothing counted yet
+                hold.set()
+            await _until(lambda: _count("triton_error") == before + 1)
