@@ -12,7 +12,9 @@
                  when shorter (gRPC deadline, or a dialect's own field via ``Call.shorten``)
     handler      the dialect's code; it may name the model (``current().model = ...``)
     errors       GatewayError (or anything unexpected, logged, as INTERNAL) rendered by the
-                 dialect's ErrorRendering, on HTTP and gRPC alike
+                 dialect's ErrorRendering, on HTTP and gRPC alike; a RelayedStatus (another
+                 server's gRPC status, the cutover's legacy route) is answered as it is, and
+                 ``Call.trailing`` (that server's trailing metadata) goes before the request id
     metrics      one observation per request: dialect, listener, route, model, outcome, status, bytes;
                  and one access log line (``access_log``, gateway/observe/logs.py)
     tracing      with ``tracing.enabled``, one server span per request continuing the caller's W3C

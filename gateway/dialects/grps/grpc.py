@@ -63,6 +63,14 @@ class GrpsServicer:
 UNARY = ("Online", "Offline", "CheckLiveness", "CheckReadiness", "Predict", "ServerMetadata", "ModelMetadata")
 
 
+def _model_of(default: str):
+    """The model a request is routed by: its ``model``, else (Predict) GRPS's default model."""
+    def model_of(method: str, data: bytes) -> str:
+        name = cutover_grpc.model_of(method, data)
+        return name or (default if method in ("Predict", "PredictStreaming", "ModelMetadata") else "")
+    return model_of
+
+
 def _parsed(data: bytes) -> codec.GrpsMessage:
     try:
         return codec.GrpsMessage.FromString(data)
@@ -102,8 +110,8 @@ def _cutover(server: grpc.aio.Server, edge: Edge, servicer: GrpsServicer, cut) -
 
 def attach(server: grpc.aio.Server, edge: Edge, svc: GrpsService) -> None:
     servicer = GrpsServicer(svc)
-    cut = grpcroute.for_listener(svc, cutover_grpc.answer, svc.errors.grpc,
-                                 cutover_grpc.model_of, edge.keys)
+    cut = grpcroute.for_listener(svc, cutover_grpc.answer, svc.errors.grpc, _model_of(svc.cfg.default_model),
+                                 edge.keys)
     if cut is not None:
         _cutover(server, edge, servicer, cut)
         return
