@@ -71,7 +71,7 @@ GRPS_MODELS = {
 
 @pytest.fixture(scope="module")
 def legacy(triton, tmp_path_factory):
-    ports = {"tfserving_grpc": free_port(), "grps_grpc": free_port()}
+    ports = {"tfserving_grpc": free_port(), "grps_grpc": free_port(), "admin_http": free_port()}
     dialects = {"tfserving": {"models": {m: v[1] for m, v in TF_MODELS.items()}},
                 "grps": {"start_online": True, "models": {m: v[1] for m, v in GRPS_MODELS.items()}}}
     gw = start_gateway(gateway_config(triton.grpc_target, ports, {"dialects": dialects}),
@@ -99,28 +99,40 @@ def front(triton, legacy, tmp_path_factory):
     stop_gateway(gw)
 
 
+def _stub(gw, listener: str, stub_class):
+    """A stub on a channel to ``gw``'s listener; ``stub.channel`` is the channel (for raw calls)."""
+    channel = grpc.insecure_channel(gw.target(listener))
+    stub = stub_class(channel)
+    stub.channel = channel
+    return stub
+
+
 @pytest.fixture(scope="module")
 def tf(front):
-    with grpc.insecure_channel(front.target("tfserving_grpc")) as ch:
-        yield prediction_service_pb2_grpc.PredictionServiceStub(ch)
+    stub = _stub(front, "tfserving_grpc", prediction_service_pb2_grpc.PredictionServiceStub)
+    yield stub
+    stub.channel.close()
 
 
 @pytest.fixture(scope="module")
 def tf_legacy(legacy):
-    with grpc.insecure_channel(legacy.target("tfserving_grpc")) as ch:
-        yield prediction_service_pb2_grpc.PredictionServiceStub(ch)
+    stub = _stub(legacy, "tfserving_grpc", prediction_service_pb2_grpc.PredictionServiceStub)
+    yield stub
+    stub.channel.close()
 
 
 @pytest.fixture(scope="module")
 def grps(front):
-    with grpc.insecure_channel(front.target("grps_grpc")) as ch:
-        yield grps_pb2_grpc.GrpsServiceStub(ch)
+    stub = _stub(front, "grps_grpc", grps_pb2_grpc.GrpsServiceStub)
+    yield stub
+    stub.channel.close()
 
 
 @pytest.fixture(scope="module")
 def grps_legacy(legacy):
-    with grpc.insecure_channel(legacy.target("grps_grpc")) as ch:
-        yield grps_pb2_grpc.GrpsServiceStub(ch)
+    stub = _stub(legacy, "grps_grpc", grps_pb2_grpc.GrpsServiceStub)
+    yield stub
+    stub.channel.close()
 
 
 def _predict(model: str, values=(1.0, 2.0, 5.0)) -> predict_pb2.PredictRequest:
@@ -133,11 +145,14 @@ def _predict(model: str, values=(1.0, 2.0, 5.0)) -> predict_pb2.PredictRequest:
     return req
 
 
-def _raw(stub_method, request, metadata=()):
+PATHS = {"Predict": "/tensorflow.serving.PredictionService/Predict", "GrpsPredict": "/grps.protos.v1.GrpsService/Predict"}
+
+
+def _raw(stub, method: str, request, metadata=()):
     """(answer bytes, trailing metadata) of a unary call, the answer left unparsed."""
-    channel_call = stub_method._channel.unary_unary(stub_method._method, request_serializer=lambda m: m.SerializeToString(),
-                                                    response_deserializer=None)
-    answer, call = channel_call.with_call(request, metadata=metadata, timeout=30)
+    call_ = stub.channel.unary_unary(PATHS[method], request_serializer=lambda m: m.SerializeToString(),
+                                     response_deserializer=None)
+    answer, call = call_.with_call(request, metadata=metadata, timeout=30)
     return answer, dict(call.trailing_metadata())
 
 
@@ -166,8 +181,8 @@ def _wait_counts(front, dialect: str, model: str, want: dict[str, int], timeout:
 
 # -- TF Serving gRPC ------------------------------------------------------------------------------------
 def test_tf_legacy_route_relays_answer_bytes_unchanged(tf, tf_legacy):
-    direct, _ = _raw(tf_legacy.Predict, _predict("relay"))
-    relayed, trailing = _raw(tf.Predict, _predict("relay"), metadata=(("x-request-id", "cut-1"),))
+    direct, _ = _raw(tf_legacy, "Predict", _predict("relay"))
+    relayed, trailing = _raw(tf, "Predict", _predict("relay"), metadata=(("x-request-id", "cut-1"),))
     assert relayed == direct  # the legacy server's bytes (cutover_perturbed's y and y3)
     assert sorted(predict_pb2.PredictResponse.FromString(relayed).outputs) == ["y", "y3"]
     assert trailing["x-request-id"] == "cut-1"
@@ -190,14 +205,14 @@ def test_tf_triton_route_never_calls_legacy(tf, front):
 def test_tf_shadow_identical_model_all_match(tf, tf_legacy, front):
     for i in range(5):
         req = _predict("same", (float(i), 2.0 * i))
-        assert _raw(tf.Predict, req)[0] == _raw(tf_legacy.Predict, req)[0]
+        assert _raw(tf, "Predict", req)[0] == _raw(tf_legacy, "Predict", req)[0]
     got = _wait_counts(front, "tfserving", "same", {"match": 5})
     assert got.counts.get("mismatch", 0) == 0 and got.compared == 5 and got.agreement == 1.0
 
 
 def test_tf_shadow_perturbed_model_client_gets_legacy_and_mismatch_is_named(tf, tf_legacy, front):
     req = _predict("off", (1.0, 2.0, 5.0))
-    assert _raw(tf.Predict, req)[0] == _raw(tf_legacy.Predict, req)[0]  # the client's answer is the legacy's
+    assert _raw(tf, "Predict", req)[0] == _raw(tf_legacy, "Predict", req)[0]  # the client's answer is the legacy's
     got = _wait_counts(front, "tfserving", "off", {"mismatch": 1})
     assert got.errors["y"]["abs"] == pytest.approx(1e-3, rel=1e-3)
     lines = [rec for rec in read_mismatches(front.mismatch_dir, "tfserving") if rec["model"] == "off"]
@@ -222,7 +237,7 @@ def test_tf_shadow_legacy_error_is_the_clients_and_counted(tf, tf_legacy, front)
 
 def test_tf_shadow_failing_triton_never_changes_the_clients_answer(tf, tf_legacy, front):
     req = _predict("broken")
-    assert _raw(tf.Predict, req)[0] == _raw(tf_legacy.Predict, req)[0]
+    assert _raw(tf, "Predict", req)[0] == _raw(tf_legacy, "Predict", req)[0]
     _wait_counts(front, "tfserving", "broken", {"triton_error": 1})
 
 
@@ -250,10 +265,15 @@ def _grps_req(model: str, text: str = "hello") -> GrpsMessage:
     return GrpsMessage(model=model, str_data=text)
 
 
-def test_grps_legacy_route_relays_unary_and_streams(grps, grps_legacy):
-    req = GrpsMessage(model="relay-1")
+def _grps_tensors(model: str) -> GrpsMessage:
+    req = GrpsMessage(model=model)
     req.gtensors.tensors.append(GenericTensor(name="f32", dtype=DataType.DT_FLOAT32, shape=[2], flat_float32=[1.5, 2]))
-    assert _raw(grps.Predict, req)[0] == _raw(grps_legacy.Predict, req)[0]
+    return req
+
+
+def test_grps_legacy_route_relays_unary_and_streams(grps, grps_legacy):
+    req = _grps_tensors("relay-1")
+    assert _raw(grps, "GrpsPredict", req)[0] == _raw(grps_legacy, "GrpsPredict", req)[0]
     gone = _grps_req("relay_gone-1")
     want = grps_legacy.Predict(gone, 30)
     assert want.status.status == FAILURE
@@ -266,7 +286,7 @@ def test_grps_legacy_route_relays_unary_and_streams(grps, grps_legacy):
 
 def test_grps_shadow_identical_perturbed_and_failing(grps, grps_legacy, front):
     for model in ("same-1", "off-1", "gone-1"):
-        req = _grps_req(model)
+        req = _grps_tensors(model)
         assert grps.Predict(req, 30).SerializeToString() == grps_legacy.Predict(req, 30).SerializeToString()
     assert _wait_counts(front, "grps", "same-1", {"match": 1}).counts.get("mismatch", 0) == 0
     _wait_counts(front, "grps", "off-1", {"mismatch": 1})
@@ -285,8 +305,8 @@ def test_grps_shadow_slow_triton_never_delays_the_client(grps, grps_legacy, fron
 
 
 def test_grps_canary_all_to_triton(grps, front):
-    got = grps.Predict(_grps_req("canary_all-1"), 30)
-    assert got.status.status == SUCCESS and got.str_data == "hello"
+    got = grps.Predict(_grps_tensors("canary_all-1"), 30)
+    assert got.status.status == SUCCESS and [t.name for t in got.gtensors.tensors] == ["f32_out"]  # Triton's
     _wait_counts(front, "grps", "canary_all-1", {"mismatch": 1})
 
 
