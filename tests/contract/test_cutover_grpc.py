@@ -23,8 +23,18 @@ import pytest
 
 from gateway._proto import grps_pb2, grps_pb2_grpc
 from gateway._proto.grps_pb2 import DataType, GenericTensor, GrpsMessage
+from gateway._proto.tensorflow.core.example import example_pb2, feature_pb2
 from gateway._proto.tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
-from gateway._proto.tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+from gateway._proto.tensorflow_serving.apis import (
+    classification_pb2,
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    inference_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+    regression_pb2,
+)
 from gateway.cutover.record import read as read_mismatches
 from gateway.cutover.report import parse
 from tests.support import free_port, gateway_config, start_gateway, stop_gateway
@@ -38,6 +48,9 @@ def _tf(triton: str, outputs: dict) -> dict:
 
 
 SAME = _tf("half_plus_two", {"y": "y", "y2": "y2"})
+SAME["signatures"].update({
+    "regress_x_to_y": {"method": "regress", "features": {"x": "x"}, "output": "y", "elementwise": True},
+    "classify_x_to_y": {"method": "classify", "features": {"x": "x"}, "scores": "y", "elementwise": True}})
 OFF = {"triton": "cutover_perturbed"}  # y = 0.5x + 2.001, y3 = 0.5x + 3; x >= 1000 refused
 GONE = _tf("no_such_model", {"y": "y"})
 # model -> (front's mapping, legacy's mapping, route settings on the front)
@@ -258,6 +271,43 @@ def test_tf_canary_all_to_triton_shadows_legacy_in_reverse(tf, front):
     assert list(resp.outputs["y"].float_val) == [3.0] and "y2" in resp.outputs  # Triton answered
     got = _wait_counts(front, "tfserving", "canary_all", {"mismatch": 1})
     assert got.errors["y"]["abs"] == pytest.approx(1e-3, rel=1e-3) and got.routes == {"canary"}
+
+
+def _examples(request, model: str | None, signature: str = "", xs=(1.0, 4.0)):
+    if model is not None:
+        request.model_spec.name = model
+        request.model_spec.signature_name = signature
+    for x in xs:
+        ex = example_pb2.Example()
+        ex.features.feature["x"].CopyFrom(feature_pb2.Feature(float_list=feature_pb2.FloatList(value=[x])))
+        request.input.example_list.examples.append(ex)
+    return request
+
+
+def test_tf_other_methods_shadowed_and_compared(tf, tf_legacy, front):
+    """Classify, Regress, MultiInference, GetModelMetadata on the identical model: the legacy's
+    bytes to the client, every comparison a match; GetModelStatus and Regress relayed on ``relay``."""
+    calls = [
+        ("Classify", _examples(classification_pb2.ClassificationRequest(), "same", "classify_x_to_y")),
+        ("Regress", _examples(regression_pb2.RegressionRequest(), "same", "regress_x_to_y")),
+        ("GetModelMetadata", get_model_metadata_pb2.GetModelMetadataRequest(
+            model_spec={"name": "same"}, metadata_field=["signature_def"])),
+    ]
+    multi = _examples(inference_pb2.MultiInferenceRequest(), None)
+    for sig, method in (("regress_x_to_y", "tensorflow/serving/regress"), ("classify_x_to_y", "tensorflow/serving/classify")):
+        task = multi.tasks.add(method_name=method)
+        task.model_spec.name, task.model_spec.signature_name = "same", sig
+    calls.append(("MultiInference", multi))
+    for method, req in calls:
+        path = f"/tensorflow.serving.PredictionService/{method}"
+        PATHS[method] = path
+        assert _raw(tf, method, req)[0] == _raw(tf_legacy, method, req)[0], method
+    got = _wait_counts(front, "tfserving", "same", {"match": 4})
+    assert got.counts.get("mismatch", 0) == 0 and got.counts.get("triton_error", 0) == 0
+    status = get_model_status_pb2.GetModelStatusRequest(model_spec={"name": "relay"})
+    front_models = model_service_pb2_grpc.ModelServiceStub(tf.channel)
+    legacy_models = model_service_pb2_grpc.ModelServiceStub(tf_legacy.channel)
+    assert front_models.GetModelStatus(status, 30) == legacy_models.GetModelStatus(status, 30)
 
 
 # -- GRPS gRPC ---------------------------------------------------------------------------------------------

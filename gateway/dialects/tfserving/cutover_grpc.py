@@ -8,8 +8,8 @@ own reader (``protocodec.tensor_from_proto``) into ``{name: Tensor}``:
     Regress           ``value`` (FP32 [N])
     MultiInference    the same per task, prefixed ``<i>/``
     GetModelMetadata, GetModelStatus
-                      the whole message as one ``message`` BYTES tensor of its deterministic
-                      serialization: equal or not, nothing finer to say
+                      the whole message as one ``message`` BYTES tensor (its JSON, keys
+                      sorted): equal or not, nothing finer to say
 
 and the request's model name is read from its bytes (``model_of``) without parsing the rest.
 """
@@ -17,6 +17,7 @@ and the request's model name is read from its bytes (``model_of``) without parsi
 from __future__ import annotations
 
 import numpy as np
+from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from gateway._proto.tensorflow_serving.apis import (
@@ -131,8 +132,9 @@ def _multi(data: bytes) -> dict[str, Tensor]:
 
 def _whole(cls):
     def read(data: bytes) -> dict[str, Tensor]:
-        msg = cls.FromString(data)  # parsed and written again deterministically: map order does not count
-        text = msg.SerializeToString(deterministic=True)
+        # parsed and written as JSON with sorted keys: map order does not count, inside the packed
+        # Any of GetModelMetadata too (a deterministic serialization keeps the Any's bytes as they came)
+        text = json_format.MessageToJson(cls.FromString(data), sort_keys=True, indent=None).encode()
         return {"message": Tensor("message", np.array([text], dtype=object), "BYTES")}
     return read
 
