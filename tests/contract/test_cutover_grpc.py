@@ -363,3 +363,13 @@ def test_grps_canary_all_to_triton(grps, front):
 def test_report_names_the_models(front):
     text = json.dumps({f"{d}/{m}": dict(r.counts) for (d, m), r in _migration(front).items()})
     assert "tfserving/same" in text and "grps/same-1" in text
+
+
+def test_grps_shadow_stream_client_gets_legacy_messages_and_streams_are_compared(grps, grps_legacy, front):
+    before = _migration(front).get(("grps", "same-1"))
+    matched = before.counts.get("match", 0) if before else 0
+    req = _grps_req("same-1", "streamed words")
+    direct = [m.SerializeToString() for m in grps_legacy.PredictStreaming(req, 30)]
+    got = [m.SerializeToString() for m in grps.PredictStreaming(req, 30)]
+    assert got == direct and direct
+    _wait_counts(front, "grps", "same-1", {"match": matched + 1})
