@@ -234,6 +234,11 @@ def markdown(res: dict) -> str:
         if res.get(key):
             lines += _scaling_section(res[key])
 
+    if res.get("shadow"):
+        from bench import shadow
+
+        lines += shadow.markdown(res["shadow"])
+
     if res.get("llm_scale"):
         from bench import llmscale
 

@@ -38,7 +38,9 @@ Environment (defaults: full / BENCH_QUICK=1):
                            tf_rest_small, tf_rest_image,
                            tf_grpc, grps_gtensors, grps_bin, v2_rest_big, v2_grpc_big, llm_mindie,
                            llm_openai, scaling, scaling_grpc, scaling_stream, llm_added, llm_streams,
-                           llm_tokenize: the last three on a stack of their own, bench/llmscale.py)
+                           llm_tokenize: the last three on a stack of their own, bench/llmscale.py;
+                           shadow: the cut-over row, two more gateways beside the bench's Triton,
+                           bench/shadow.py)
   BENCH_RESULTS            output folder (bench/results)
   BENCH_STREAM_MUX=1|0     the gateway with upstream.stream_mux on or off (unset: the default, off)
   BENCH_UPSTREAM_TRANSPORT=grpc|h2  the gateway's upstream.transport (unset: the default, h2)
@@ -62,7 +64,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import cases as cases_mod
-from bench import grpcload, llmload, llmscale, procstat, report, stats, wrk
+from bench import grpcload, llmload, llmscale, procstat, report, shadow, stats, wrk
 from bench.stack import Stack, StackDied, cpu_list, http
 from tests.support import ROOT
 
@@ -281,7 +283,8 @@ def plan_seconds(s: Settings, cases: list[cases_mod.Case]) -> float:
     total = sum(case_need(c, s) for c in cases if s.wants(c.key))
     first, each = scaling_need(s)
     rows = sum(s.wants(k) for k in ("scaling", "scaling_grpc", "scaling_stream"))
-    return total + rows * (first + each * len(s.scaling_workers)) + llm_scale_need(s)
+    shadow_need = shadow.need_s(s.duration_s, s.repeats) if s.wants("shadow") else 0.0
+    return total + rows * (first + each * len(s.scaling_workers)) + llm_scale_need(s) + shadow_need
 
 
 def llm_scale_rows(s: Settings) -> tuple[str, ...]:
@@ -300,6 +303,8 @@ def skipped_rows(res: dict) -> list[str]:
         out += [f"{key}: {why}" for why in (res.get(key) or {}).get("skipped", [])]
     if (res.get("llm_scale") or {}).get("skipped"):
         out.append(f"{', '.join(res['llm_scale'].get('rows', []))}: {res['llm_scale']['skipped']}")
+    if (res.get("shadow") or {}).get("skipped"):
+        out.append(f"shadow: {res['shadow']['skipped']}")
     return out
 
 
@@ -478,6 +483,21 @@ def llm_scale(s: Settings, budget: Budget, tmp: Path, log_dir: Path) -> dict:
     return out
 
 
+def shadow_row(s: Settings, budget: Budget, stack: Stack) -> dict:
+    """bench/shadow.py: the shadow route beside triton and legacy; skipped (and said) when it does not fit."""
+    need = shadow.need_s(s.duration_s, s.repeats)
+    if budget.left() < need:
+        out = {"skipped": f"needed about {need:.0f} s, {budget.left():.0f} s of the budget left"}
+        print(f"  skipped: {out['skipped']}", flush=True)
+        return out
+    try:
+        return shadow.run(stack.triton.grpc_target, stack.tmp, s.duration_s, s.repeats)
+    except Exception as e:  # noqa: BLE001 - reported as skipped, with why; the results are still written
+        out = {"skipped": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+        print(f"  skipped: {out['skipped']}", flush=True)
+        return out
+
+
 def _skip(out: dict, why: str) -> None:
     out["skipped"].append(why)
     print(f"  failed: {why}", flush=True)
@@ -497,7 +517,7 @@ def main() -> int:
     t_start = time.monotonic()
     load_before = report.loadavg()
     res: dict = {"cases": [], "scaling": None, "scaling_grpc": None, "scaling_stream": None, "memory": [],
-                 "llm_scale": None}
+                 "llm_scale": None, "shadow": None}
     print(f"bench: {'quick' if s.quick else 'full'} mode, {s.repeats} × {s.duration_s:g} s per side"
           f"{'' if s.floor else ' (no floor)'}, "
           f"results in {results_dir}", flush=True)
@@ -547,6 +567,10 @@ def main() -> int:
             res["scaling_stream"] = scaling(runner, stack, s, budget, None, streamed,
                                             lambda st: st.gateway.target("v2_grpc"),
                                             channels=s.scaling_channels, clients=s.scaling_clients)
+        if s.wants("shadow"):
+            print("Cut-over, TF Serving REST small predict: triton, legacy, shadow (bench/shadow.py):", flush=True)
+            stack.stop_gateway()  # the row's own gateways in its place
+            res["shadow"] = shadow_row(s, budget, stack)
         if llm_scale_rows(s):
             print("LLM at scale (model_repository_trtllm/, one worker):", flush=True)
             res["llm_scale"] = llm_scale(s, budget, stack.tmp, results_dir / "logs")

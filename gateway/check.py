@@ -108,7 +108,29 @@ async def collect(settings: Settings, upstream: Upstream) -> Report:
             items = [ctx.error("*", f"check failed: {type(e).__name__}: {e}")]
         for item in items:
             (report.rows if isinstance(item, Row) else report.findings).append(item)
+        legacy = getattr(config, "legacy", None)
+        if legacy is not None:
+            report.dialects[-1]["legacy"] = await _legacy(d.name, legacy, report)
     return report
+
+
+async def _legacy(dialect: str, legacy, report: Report) -> dict[str, Any]:
+    """The dialect's legacy server (docs/migration.md): its HTTP side probed, its routes summarised."""
+    from gateway.cutover.legacy_http import LegacyHttp
+
+    out: dict[str, Any] = {"http": legacy.http, "grpc": legacy.grpc, "route": legacy.route,
+                           "models": {name: m.route or legacy.route for name, m in legacy.models.items()}}
+    if legacy.http:
+        client = LegacyHttp(dialect, legacy)
+        try:
+            out["http_reachable"] = await client.probe("/")
+        finally:
+            await client.close()
+        if not out["http_reachable"]:
+            report.findings.append(Finding("warning", dialect, "legacy.http",
+                                           f"legacy server {legacy.http} not reachable: requests of models on the "
+                                           "legacy, shadow and canary routes that it answers will fail"))
+    return out
 
 
 async def run(settings: Settings) -> Report:
@@ -141,6 +163,12 @@ def render_table(report: Report) -> str:
         rows = [r for r in report.rows if r.dialect == d["name"]]
         if not d["enabled"]:
             continue
+        if d.get("legacy"):
+            lg = d["legacy"]
+            state = {True: "reachable", False: "NOT reachable"}.get(lg.get("http_reachable"), "not probed")
+            routed = ", ".join(f"{n}: {r}" for n, r in lg["models"].items()) or "none listed"
+            lines.append(f"  legacy {lg['http'] or ''} {lg['grpc'] or ''}".rstrip() + f": {state}; default route "
+                         f"{lg['route']}; models: {routed}")
         if not rows:
             lines.append("  (nothing exposed)")
             continue

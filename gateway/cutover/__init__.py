@@ -22,7 +22,7 @@ import logging
 
 from gateway.observe import metrics
 
-from .compare import Answer, Comparison, compare, failure
+from .compare import Answer, Comparison, Wire, compare, failure
 from .record import Recorder
 from .routing import Decision, Policy, Routes, metadata_getter
 from .settings import LegacySettings, RouteSettings
@@ -31,7 +31,7 @@ from .shadow import Pending, Shadow
 log = logging.getLogger("gateway.cutover")
 
 __all__ = ["Answer", "Comparison", "Cutover", "Decision", "LegacySettings", "Pending", "Policy", "RouteSettings",
-           "compare", "failure", "metadata_getter", "open"]
+           "Wire", "compare", "failure", "metadata_getter", "open"]
 
 
 class Cutover:

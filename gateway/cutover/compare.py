@@ -24,6 +24,7 @@ sampled request that both answered is ``skipped``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,6 +46,27 @@ class Answer:
     @property
     def failed(self) -> bool:
         return self.status != "ok"
+
+
+@dataclass(slots=True)
+class Wire:
+    """An answer as it came, not yet decoded: its status, its bytes, and how to decode them. Two
+    Wires with the same status and bytes are a match without decoding either (``resolve``)."""
+
+    status: str
+    body: bytes
+    decode: Callable[[], Answer]
+
+
+def resolve(side) -> Answer:
+    """An Answer from what a dialect handed over: an Answer, a Wire, or a function giving one."""
+    if isinstance(side, Wire):
+        return side.decode()
+    return side() if callable(side) else side
+
+
+def same_bytes(a, b) -> bool:
+    return isinstance(a, Wire) and isinstance(b, Wire) and a.status == b.status and a.body == b.body
 
 
 def failure(status: str, error: str, body: bytes = b"") -> Answer:

@@ -6,36 +6,39 @@
     pending.settle(answer_or_thunk)                                      # hands the client's side over
 
 ``background`` is a coroutine function giving the other side's ``Answer`` (its errors decoded as
-the dialect renders them). It starts at once, in a task of its own, so both sides run at the same
-time; the client's answer is never waited for by it, nor it by the client. ``settle`` takes the
-client's side as an ``Answer`` or as a function that decodes it, called in the background task
-(the decoding is no part of the client's time).
+the dialect renders them). It runs in a task of its own once the client's side is settled, that
+is once the client's answer is about to be written: the client's request never shares the loop,
+the upstream connection or the model's queue with its own shadow, and nothing the shadow does
+can reach the client's answer. ``settle`` takes the client's side as an ``Answer`` or as a
+function that decodes it, called in the background task (the decoding is no part of the client's
+time), or as a ``Wire`` (status, bytes, decoder): when both sides are Wires with the same status and
+bytes, the answers match without either being decoded (the common case of a byte-exact dialect).
 
 Bounds: at most ``shadow_concurrency`` background tasks per model in each worker (a request over
 it is ``dropped`` and counted, never queued); each runs under ``shadow_timeout_s`` of its own (a
 side that does not answer by then is that side's error), in a ``Call`` of its own (the request id
 of the client's, the shadow's deadline), so the client's deadline, metrics and access line are the
-client's alone. A client side never settled by the deadline (the client went away) is ``dropped``.
+client's alone. A client side never settled within its own deadline (the client went away) is
+``dropped``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 
 from gateway.call import Call, current, enter
 from gateway.core.errors import GatewayError
 from gateway.observe import metrics
 
-from .compare import Answer, compare, failure
+from .compare import Answer, Wire, compare, failure, resolve, same_bytes
 from .record import Recorder
 from .routing import Decision
 
 log = logging.getLogger("gateway.cutover")
 MAX_MODELS = 1024  # per worker: the per-model counters are bounded like the metrics' model labels
-Background = Callable[[], Awaitable[Answer]]
+Background = Callable[[], Awaitable[Answer | Wire]]
 
 
 class Pending:
@@ -46,8 +49,9 @@ class Pending:
     def __init__(self, future: asyncio.Future):
         self._future = future
 
-    def settle(self, answer: Answer | Callable[[], Answer]) -> None:
-        """The client's answer (or a function decoding it, run in the background task); once."""
+    def settle(self, answer: Answer | Wire | Callable[[], Answer]) -> None:
+        """The client's answer: an Answer, a Wire (its bytes, decoded in the background task only
+        when they differ from the other side's), or a function decoding it; once."""
         if not self._future.done():
             self._future.set_result(answer)
 
@@ -73,7 +77,8 @@ class Shadow:
         future = loop.create_future()
         call = current()
         rid = call.request_id if call is not None else ""
-        task = loop.create_task(self._run(model, decision, request, background, future, rid))
+        wait = max(policy.shadow_timeout_s, call.remaining(True) if call is not None else 0.0)
+        task = loop.create_task(self._run(model, decision, request, background, future, rid, wait))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return Pending(future)
@@ -83,11 +88,16 @@ class Shadow:
         metrics.observe_migration(self.dialect, model, route, outcome)
 
     async def _run(self, model: str, decision: Decision, request: bytes, background: Background,
-                   future: asyncio.Future, rid: str) -> None:
+                   future: asyncio.Future, rid: str, wait: float) -> None:
         policy = decision.policy
         timeout = policy.shadow_timeout_s
-        end = time.monotonic() + timeout
         try:
+            try:  # the client's side first: the background starts once the client is answered
+                async with asyncio.timeout(wait):  # the client's own deadline, or the shadow's when longer
+                    mine = await future
+            except TimeoutError:
+                metrics.observe_migration(self.dialect, model, decision.route, "dropped")
+                return
             enter(Call(rid, "shadow", timeout, timeout))  # this task's context only
             side = decision.background
             try:
@@ -100,17 +110,17 @@ class Shadow:
             except Exception as exc:  # noqa: BLE001 - the background side's bug is counted, never raised
                 log.warning("%s %s: the %s side failed in the background: %r", self.dialect, model, side, exc)
                 other = failure("INTERNAL", f"{type(exc).__name__}")
-            try:
-                async with asyncio.timeout(max(end - time.monotonic(), 0.0) + timeout):
-                    mine = await future
-            except TimeoutError:
-                metrics.observe_migration(self.dialect, model, decision.route, "dropped")
+            if same_bytes(mine, other):  # the same status and bytes: equal in every value, nothing to decode
+                metrics.observe_migration(self.dialect, model, decision.route, "match")
                 return
-            if callable(mine):
-                try:
-                    mine = mine()
-                except Exception as exc:  # noqa: BLE001 - an answer the dialect cannot read is counted
-                    mine = failure("UNREADABLE", f"{type(exc).__name__}: {exc}")
+            try:
+                mine = resolve(mine)
+            except Exception as exc:  # noqa: BLE001 - an answer the dialect cannot read is counted
+                mine = failure("UNREADABLE", f"{type(exc).__name__}: {exc}")
+            try:
+                other = resolve(other)
+            except Exception as exc:  # noqa: BLE001
+                other = failure("UNREADABLE", f"{type(exc).__name__}: {exc}")
             legacy, triton = (mine, other) if decision.answer == "legacy" else (other, mine)
             self.judge(model, decision.route, decision.policy, request, legacy, triton)
         except asyncio.CancelledError:  # the worker is stopping

@@ -37,6 +37,16 @@ def _tf_models(front: bool) -> dict:
     return models
 
 
+MINDIE = {"models": {"tiny_llm": {"profile": "trtllm", "tokenizer": "words", "max_tokens": 512,
+                                  "max_new_tokens": 20}}}
+
+
+def _grps_models(front: bool) -> dict:
+    if front:
+        return {name: {"triton_model": "half_plus_two", "triton_version": "123"} for name in ("pert-1", "pert_legacy-1")}
+    return {name: {"triton_model": "cutover_perturbed", "triton_version": "1"} for name in ("pert-1", "pert_legacy-1")}
+
+
 def _ports() -> dict[str, int]:
     return {name: free_port() for name in HTTP}
 
@@ -44,8 +54,10 @@ def _ports() -> dict[str, int]:
 @pytest.fixture(scope="module")
 def legacy(triton, tmp_path_factory):
     """The stand-in legacy server: a gateway speaking TF Serving REST, GRPS HTTP and MindIE."""
-    cfg = gateway_config(triton.grpc_target, _ports(), {
-        "dialects": {"tfserving": {"models": _tf_models(front=False)}}})
+    cfg = gateway_config(triton.grpc_target, _ports(), {"dialects": {
+        "tfserving": {"models": _tf_models(front=False)},
+        "grps": {"models": _grps_models(front=False)},
+        "mindie": {**MINDIE, "aliases": {"legacy_only": "tiny_llm"}}}})
     gw = start_gateway(cfg, tmp_path_factory.mktemp("legacy"))
     yield gw
     stop_gateway(gw)
@@ -59,8 +71,17 @@ def _front_config(triton_target: str, legacy_gw, mig: str, **tf_legacy) -> dict:
                      "pert_c100": {"route": "canary", "canary_percent": 100, "reverse_shadow": True},
                      "pert_sticky": {"route": "canary", "canary_percent": 50, "sticky": "header:x-user"}}}
     tf.update(tf_legacy)
-    return gateway_config(triton_target, _ports(), {
-        "workers": 2, "dialects": {"tfserving": {"models": _tf_models(front=True), "legacy": tf}}})
+    common = {"shadow_timeout_s": 20, "mismatches": {"path": mig, "per_model": 50}, "ready_after": 20}
+    grps = {"http": legacy_gw.url("grps_http"), **common,
+            "models": {"saved_model_half_plus_three-123": {"route": "shadow"}, "pert-1": {"route": "shadow"},
+                       "pert_legacy-1": {"route": "legacy"}, "tiny_llm-1": {"route": "legacy"},
+                       "grps_echo-1": {"route": "legacy"}}}
+    mindie = {"http": legacy_gw.url("mindie_http"), **common,
+              "models": {"legacy_only": {"route": "legacy"}, "tiny_llm": {"route": "shadow"}}}
+    return gateway_config(triton_target, _ports(), {"workers": 2, "dialects": {
+        "tfserving": {"models": _tf_models(front=True), "legacy": tf},
+        "grps": {"models": _grps_models(front=True), "legacy": grps},
+        "mindie": {**MINDIE, "legacy": mindie}}})
 
 
 @pytest.fixture(scope="module")
@@ -137,11 +158,13 @@ def test_legacy_route_passes_request_and_answer_unchanged(front, legacy, method,
 
 def test_triton_route_is_todays_path(front, legacy):
     """A model on no legacy route, and canary at 100 %: Triton answers (y exact, y2 present)."""
-    for model in ("half_plus_two", "pert_c100"):
-        status, _, body = curl(front.url("tfserving_rest"), f"/v1/models/{model}:predict", columns([1.0]))
-        assert status == 200, body
-        outs = json.loads(body)["outputs"]
-        assert outs["y"] == [2.5] and outs["y2"] == [3.5]
+    status, _, body = curl(front.url("tfserving_rest"), "/v1/models/saved_model_half_plus_three:predict",
+                           predict([1.0, 2.0, 5.0]))
+    assert (status, body) == (200, b'{\n    "predictions": [3.5, 4.0, 5.5\n    ]\n}')  # TF Serving's own bytes
+    status, _, body = curl(front.url("tfserving_rest"), "/v1/models/pert_c100:predict", columns([1.0]))
+    assert status == 200, body
+    outs = json.loads(body)["outputs"]
+    assert outs["y"] == [2.5] and outs["y2"] == [3.5]
     status, _, body = curl(front.url("tfserving_rest"), "/v1/models/pert_c0:predict", columns([1.0]))
     assert json.loads(body) == json.loads(curl(legacy.url("tfserving_rest"), "/v1/models/pert_c0:predict",
                                                columns([1.0]))[2])
@@ -348,3 +371,110 @@ def test_shadow_with_a_slow_or_failing_triton_answers_as_legacy(legacy, tmp_path
         if hole:
             hole.close()
 
+
+
+# -- GRPS HTTP (requests, as GRPS's own http_client.py) ---------------------------------------------
+def grps(gw, doc=None, data: bytes | None = None, params=None, headers=None, stream=False):
+    import requests
+
+    url = gw.url("grps_http") + "/grps/v1/infer/predict"
+    if doc is not None:
+        return requests.post(url, json=doc, params=params, headers=headers, timeout=60, stream=stream)
+    return requests.post(url, data=data, params=params, headers=headers, timeout=60, stream=stream)
+
+
+def gtensor_x(x: list[float], model: str) -> dict:
+    return {"model": model, "gtensors": {"tensors": [
+        {"name": "x", "dtype": "DT_FLOAT32", "shape": [len(x)], "flat_float32": x}]}}
+
+
+def _same(a, b) -> None:
+    assert (a.status_code, a.headers.get("content-type"), a.content) == \
+        (b.status_code, b.headers.get("content-type"), b.content)
+
+
+@pytest.mark.parametrize("case", ["gtensors", "bin_data", "error", "unknown"])
+def test_grps_legacy_route_passes_unchanged(front, legacy, case):
+    if case == "gtensors":
+        args = {"doc": gtensor_x([1.0, 2.0], "pert_legacy-1")}
+    elif case == "bin_data":
+        args = {"data": bytes(range(256)) * 4, "headers": {"content-type": "application/octet-stream"},
+                "params": {"model": "grps_echo-1"}}
+    elif case == "error":
+        args = {"doc": gtensor_x([5000.0], "pert_legacy-1")}
+    else:
+        args = {"doc": {"model": "pert_legacy-1", "str_data": "not a tensor"}}
+    got, direct = grps(front, **args), grps(legacy, **args)
+    _same(got, direct)
+    if case == "gtensors":
+        assert [t["name"] for t in got.json()["gtensors"]["tensors"]] == ["y", "y3"]  # the legacy model's
+
+
+def test_grps_legacy_stream_relayed_chunk_by_chunk(front, legacy):
+    args = {"doc": {"model": "tiny_llm-1", "str_data": "hello"}, "params": {"streaming": "true"}, "stream": True}
+    with grps(front, **args) as r:
+        assert r.status_code == 200 and r.headers.get("transfer-encoding") == "chunked"
+        chunks = [c for c in r.iter_content(chunk_size=None)]
+    with grps(legacy, **args) as r:
+        direct = b"".join(r.iter_content(chunk_size=None))
+    assert b"".join(chunks) == direct and len(chunks) >= 4  # as they came, not one block
+
+
+def test_grps_shadow_identical_and_perturbed(front, legacy):
+    before = migration(front, "grps")
+    for i in range(8):
+        doc = gtensor_x([float(i), 0.5], "saved_model_half_plus_three-123")
+        _same(grps(front, doc), grps(legacy, doc))
+        doc = gtensor_x([float(i), 0.5], "pert-1")
+        _same(grps(front, doc), grps(legacy, doc))
+    m1, m2 = ("saved_model_half_plus_three-123", "shadow", "match"), ("pert-1", "shadow", "mismatch")
+    want = {m1: before.get(m1, 0) + 8, m2: before.get(m2, 0) + 8}
+    got = wait_counts(front, want, "grps")
+    assert {k: got.get(k, 0) for k in want} == want
+    lines = [json.loads(x) for x in (front.mig / "grps-mismatches.jsonl").read_text().splitlines()]
+    outs = [x for x in lines if x["model"] == "pert-1"][-1]["outputs"]
+    assert outs["y"]["reason"] == "values" and abs(outs["y"]["max_abs"] - 0.001) < 1e-4
+    assert outs["y2"]["reason"] == "missing in legacy" and outs["y3"]["reason"] == "missing in triton"
+
+
+# -- MindIE / OpenAI (the openai SDK) ----------------------------------------------------------------
+PROMPT = [{"role": "user", "content": "tell me about the cut over"}]
+
+
+def oai(gw):
+    import openai
+
+    return openai.OpenAI(base_url=gw.url("mindie_http") + "/v1", api_key="unused", max_retries=0)
+
+
+def test_mindie_legacy_route_whole_and_streamed(front, legacy):
+    """``legacy_only`` is an alias only the legacy server has: answered through the front, it was relayed."""
+    with oai(front) as f, oai(legacy) as lg:
+        whole = f.chat.completions.create(model="legacy_only", messages=PROMPT, max_tokens=6, temperature=0)
+        direct = lg.chat.completions.create(model="legacy_only", messages=PROMPT, max_tokens=6, temperature=0)
+        assert whole.model == "legacy_only" and whole.choices[0].message.content == direct.choices[0].message.content
+        assert whole.usage.completion_tokens == direct.usage.completion_tokens == 6
+        chunks = list(f.chat.completions.create(model="legacy_only", messages=PROMPT, max_tokens=6, temperature=0,
+                                                stream=True))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text == direct.choices[0].message.content and len(chunks) >= 6  # event by event
+        import openai
+
+        with pytest.raises(openai.UnprocessableEntityError) as e:  # the legacy server's own error, unchanged
+            f.chat.completions.create(model="legacy_only", messages=PROMPT, top_p=1.5)
+        assert e.value.body == "Parameter top_p must be in (0.0,1.0], got 1.5."
+
+
+def test_mindie_shadow_greedy_compared_sampled_skipped(front):
+    before = migration(front, "mindie")
+    with oai(front) as f:
+        for _ in range(3):
+            r = f.chat.completions.create(model="tiny_llm", messages=PROMPT, max_tokens=5, temperature=0)
+            assert r.usage.completion_tokens == 5
+        f.chat.completions.create(model="tiny_llm", messages=PROMPT, max_tokens=5, temperature=0.7)
+        list(f.chat.completions.create(model="tiny_llm", messages=PROMPT, max_tokens=5, stream=True, temperature=0))
+    match, skipped = ("tiny_llm", "shadow", "match"), ("tiny_llm", "shadow", "skipped")
+    want = {match: before.get(match, 0) + 3, skipped: before.get(skipped, 0) + 2}
+    got = wait_counts(front, want, "mindie")
+    assert {k: got.get(k, 0) for k in want} == want
+    assert not got.get(("tiny_llm", "shadow", "mismatch"))

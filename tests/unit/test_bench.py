@@ -961,3 +961,14 @@ def test_skipped_rows_are_all_named():
            "scaling": {"skipped": ["16 workers: needed about 30 s, 2 s left"]}, "scaling_grpc": None}
     assert skipped_rows(res) == ["A (conc 8): needed about 20 s, 3 s of the budget left",
                                  "scaling: 16 workers: needed about 30 s, 2 s left"]
+
+
+def test_the_shadow_row_renders_its_routes_and_says_when_skipped():
+    from bench import shadow
+
+    row = {"concurrency": 1, "route": "shadow", "requests": 10, "errors": 0, "rps": 3.3, "p50_ms": 1.5,
+           "p99_ms": 4.0, "cpu_us": 2000.0}
+    text = "\n".join(shadow.markdown({"repeats": 2, "duration_s": 3.0, "rows": [row], "migration": {"match": 10}}))
+    assert "| 1 | shadow | 10 | 0 |" in text and "'match': 10" in text
+    assert shadow.markdown({"skipped": "no time"})[-1] == "skipped: no time"
+    assert shadow.need_s(3.0, 2) > 2 * 3 * len(shadow.CONCURRENCY) * 3.0

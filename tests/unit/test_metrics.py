@@ -155,6 +155,10 @@ async def scraped():
             with pytest.raises(GatewayError):
                 await real.model_metadata("nope")
             answers = await _one_of_each(ports)
+            # the cut-over's series, observed here as a shadow comparison would (end to end with a real
+            # legacy server: tests/contract/test_cutover_http.py)
+            metrics.observe_migration("tfserving", "llm", "shadow", "mismatch", [("y", 0.001, 0.0004)], "spelling")
+            metrics.LEGACY_UP.labels("tfserving", "http").set(1)
             async with aiohttp.ClientSession() as http:
                 async with http.get(f"http://127.0.0.1:{ports['admin_http']}/metrics") as r:
                     text = (await r.read()).decode()
@@ -277,7 +281,8 @@ def test_the_dashboard_charts_what_the_issue_asks():
                  "gateway_upstream_request_duration_seconds_bucket", "gateway_inflight_requests",
                  "gateway_request_bytes_total", "gateway_response_bytes_total",
                  "gen_ai_server_time_to_first_token_seconds_bucket", "gen_ai_server_time_per_output_token_seconds_bucket",
-                 "gen_ai_client_token_usage_sum", "gateway_upstream_ready", "gateway_build_info"):
+                 "gen_ai_client_token_usage_sum", "gateway_upstream_ready", "gateway_build_info",
+                 "gateway_migration_total", "gateway_migration_max_error"):
         assert name in queries, name
 
 

@@ -23,7 +23,7 @@ import orjson
 
 from gateway.call import current
 from gateway.core.errors import GatewayError
-from gateway.cutover import Answer, failure, httprelay
+from gateway.cutover import Answer, Wire, failure, httprelay
 
 from . import codec
 
@@ -55,6 +55,8 @@ async def predict_http(svc, cut, request, local, streaming: bool):
     if call is not None:
         call.model = model
     body = bytes(request.body or b"")
+    if d.shadow:  # a large body's buffer is given back once the client is answered: the background keeps a copy
+        request.body = body
     if d.answer == "legacy":
         if streaming:
             if d.shadow:
@@ -69,7 +71,7 @@ async def predict_http(svc, cut, request, local, streaming: bool):
                 pending.fail(err.kind.value, err.message)
             raise
         if pending is not None:
-            pending.settle(lambda: decode(reply.status, reply.header("content-type"), reply.body))
+            pending.settle(_wire(reply.status, reply.header("content-type"), reply.body))
         return True, httprelay.answer(reply)
     if not d.shadow or streaming:
         if d.shadow:
@@ -83,8 +85,7 @@ async def predict_http(svc, cut, request, local, streaming: bool):
             pending.settle(_error(svc, err))
         raise
     if pending is not None:
-        out = bytes(resp.body or b"")
-        pending.settle(lambda: decode(resp.status, resp.content_type, out))
+        pending.settle(_wire(resp.status, resp.content_type, bytes(resp.body or b"")))
     return True, resp
 
 
@@ -99,12 +100,16 @@ async def _triton(request, local) -> Answer:
         resp = await local(request)
     except GatewayError as err:
         return _error(svc, err)
-    return decode(resp.status, resp.content_type, bytes(resp.body or b""))
+    return _wire(resp.status, resp.content_type, bytes(resp.body or b""))
 
 
-async def _legacy(cut, request, body: bytes) -> Answer:
+async def _legacy(cut, request, body: bytes) -> Wire:
     reply = await httprelay.forward(cut, request, body)
-    return decode(reply.status, reply.header("content-type"), reply.body)
+    return _wire(reply.status, reply.header("content-type"), reply.body)
+
+
+def _wire(status: int, content_type: str | None, body: bytes) -> Wire:
+    return Wire(f"{status} {content_type or ''}", body, lambda: decode(status, content_type, body))
 
 
 def decode(status: int, content_type: str | None, body: bytes) -> Answer:

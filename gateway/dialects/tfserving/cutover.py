@@ -26,7 +26,7 @@ import numpy as np
 
 from gateway.call import current
 from gateway.core.errors import GatewayError
-from gateway.cutover import Answer, failure, httprelay
+from gateway.cutover import Answer, Wire, failure, httprelay
 from gateway.edge import httpbody
 
 from . import errors, jsonio
@@ -55,7 +55,7 @@ async def rest(service, cut, request, route, model: str, dispatch):
                 pending.fail(*_rendered(err))
             raise
         if pending is not None:
-            pending.settle(lambda: decode(reply.status, reply.body))
+            pending.settle(_wire(reply.status, reply.body))
         return httprelay.answer(reply)
     if not compared:
         return None
@@ -64,11 +64,10 @@ async def rest(service, cut, request, route, model: str, dispatch):
         out = await dispatch(service, request)
     except GatewayError as err:
         if pending is not None:
-            status, words, raw = _rendered(err)
-            pending.settle(failure(status, words, raw))
+            pending.settle(_wire(*errors.http_error(err)))
         raise
     if pending is not None:
-        pending.settle(lambda: decode(200, out))
+        pending.settle(_wire(200, out))
     return httpbody.raw(out, content_type=JSON)
 
 
@@ -77,18 +76,23 @@ def _rendered(err: GatewayError) -> tuple[str, str, bytes]:
     return str(status), _words(body), body
 
 
-async def _triton(service, request, dispatch) -> Answer:
+async def _triton(service, request, dispatch) -> Wire:
     """The gateway's own answer from Triton, as the client would have had it."""
     try:
         out = await dispatch(service, request)
     except GatewayError as err:
-        return failure(*_rendered(err))
-    return decode(200, out)
+        status, body = errors.http_error(err)
+        return _wire(status, body)
+    return _wire(200, out)
 
 
-async def _legacy(cut, request, body: bytes) -> Answer:
+async def _legacy(cut, request, body: bytes) -> Wire:
     reply = await httprelay.forward(cut, request, body)
-    return decode(reply.status, reply.body)
+    return _wire(reply.status, reply.body)
+
+
+def _wire(status: int, body: bytes) -> Wire:
+    return Wire(str(status), bytes(body), lambda: decode(status, body))
 
 
 def _words(body: bytes) -> str:

@@ -200,6 +200,31 @@ def test_shadow_never_waits_is_bounded_and_has_its_own_deadline(tmp_path):
     assert 'gateway_migration_max_error{dialect="unit",kind="abs",model="diff",output="y"} 1.0' in text
 
 
+def test_equal_wires_match_without_decoding_and_unequal_ones_are_decoded():
+    from gateway.cutover import Wire
+
+    def never():
+        raise AssertionError("decoded")
+
+    async def main():
+        cut = Cutover("wire", legacy(route="shadow"))
+        d = cut.choose("m")
+
+        async def same():
+            return Wire("200", b'{"y":[1.0]}', never)
+
+        cut.shadow.start("m", d, b"r", same).settle(Wire("200", b'{"y":[1.0]}', never))
+
+        async def other():
+            return Wire("200", b'{"y":[1.5]}', lambda: ans(y=np.array([1.5])))
+
+        cut.shadow.start("m", d, b"r", other).settle(Wire("200", b'{"y":[1.0]}', lambda: ans(y=np.array([1.0]))))
+        await cut.close()
+
+    asyncio.run(main())
+    assert counts("wire", "m") == {"match": 1, "mismatch": 1}
+
+
 def test_no_legacy_section_no_cutover():
     assert open_cutover("tfserving", None) is None
 
@@ -240,3 +265,44 @@ def test_report_reads_the_figures_and_gives_a_verdict():
     out = render(sorted(models.values(), key=lambda m: m.model), 10)
     assert "100.00 %" in out and "33.33 %" in out and "y: abs 0.001" in out
     json.dumps([m.counts for m in models.values()])
+
+
+# -- the legacy HTTP client and gateway check ------------------------------------------------------
+async def test_legacy_client_relays_bytes_and_headers_and_check_probes_it():
+    from aiohttp import web
+
+    from gateway.check import Report, _legacy
+    from gateway.cutover.legacy_http import LegacyHttp
+    from tests.support import free_port
+
+    seen = {}
+
+    async def handler(request):
+        seen["headers"] = dict(request.headers)
+        seen["body"] = await request.read()
+        return web.Response(body=b"\x00raw\xff", status=418, headers={"X-Legacy": "1", "Content-Type": "app/x"})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        conf = legacy(http=f"http://127.0.0.1:{port}", headers={"x-team": "ml"})
+        client = LegacyHttp("t", conf)
+        reply = await client.call("POST", "/v1/models/m:predict?x=1", [("Content-Type", "application/json"),
+                                                                     ("Connection", "keep-alive"), ("X-Mine", "a")],
+                                  b'{"instances": [1]}')
+        await client.close()
+        assert (reply.status, reply.body, reply.header("x-legacy"), reply.header("content-type")) == \
+            (418, b"\x00raw\xff", "1", "app/x")
+        assert seen["body"] == b'{"instances": [1]}' and seen["headers"]["X-Mine"] == "a"
+        assert seen["headers"]["x-team"] == "ml" and "User-Agent" not in seen["headers"]
+        report = Report("x")
+        ok = await _legacy("tfserving", conf, report)
+        assert ok["http_reachable"] and not report.findings
+    finally:
+        await runner.cleanup()
+    down = await _legacy("tfserving", legacy(http=f"http://127.0.0.1:{free_port()}", route="shadow"), report)
+    assert down["http_reachable"] is False and report.findings[0].level == "warning"
