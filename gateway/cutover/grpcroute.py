@@ -31,7 +31,7 @@ from gateway.core.errors import _FROM_GRPC, ErrorKind, GatewayError
 from gateway.dialect import GrpcStatus, RelayedStatus
 from gateway.upstream.relay import GrpcRelay, Relayed
 
-from .compare import Answer, failure
+from .compare import Answer, Wire, failure
 from .routing import Routes, metadata_getter
 from .shadow import Shadow
 
@@ -85,6 +85,21 @@ class GrpcCutover:
         got.body = data
         return got
 
+    def relayed_wire(self, method: str, r: Relayed) -> Wire | Answer:
+        """The legacy answer as handed to the comparison: its bytes, decoded only when they differ."""
+        if not r.ok:
+            return failure(r.code.name, r.details)
+        return Wire("ok", r.message, lambda: self.relayed_answer(method, r))
+
+    def own_wire(self, method: str, answer) -> Wire:
+        data = _bytes(answer)
+
+        def decode() -> Answer:
+            got = self.read(method, data)
+            got.body = data
+            return got
+        return Wire("ok", data, decode)
+
     def stream_answer(self, method: str, messages: list[bytes] | None, end: Answer | None = None) -> Answer:
         """A stream's messages as one Answer: each message's outputs under ``<i>/``; the first
         message read as an error, or ``end`` (how the stream ended, not OK), is the answer."""
@@ -104,14 +119,14 @@ class GrpcCutover:
 
     # -- background sides --------------------------------------------------------------------------
     def _legacy_unary(self, method: str, path: str, data: bytes, metadata: tuple):
-        async def run() -> Answer:
-            return self.relayed_answer(method, await self.relay.unary(path, data, metadata))
+        async def run() -> Wire | Answer:
+            return self.relayed_wire(method, await self.relay.unary(path, data, metadata))
         return run
 
     def _triton_unary(self, method: str, triton, data: bytes):
-        async def run() -> Answer:
+        async def run() -> Wire | Answer:
             try:
-                return self.own_answer(method, await triton(data, None))
+                return self.own_wire(method, await triton(data, None))
             except GatewayError as err:
                 return self.rendered_answer(method, err)
         return run
@@ -181,7 +196,7 @@ class GrpcCutover:
                 pending = self.shadow.start(model, d, data, self._triton_unary(method, triton, data))
             r = await self.relay.unary(path, data, self._md(call))  # cancelled: never settled, the runner drops it at its deadline
             if pending is not None:
-                pending.settle(lambda: self.relayed_answer(method, r))
+                pending.settle(self.relayed_wire(method, r))
             if r.initial:
                 await context.send_initial_metadata(r.initial)
             if not r.ok:
