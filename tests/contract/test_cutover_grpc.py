@@ -13,6 +13,10 @@ log, and that a failing or slow Triton side under ``shadow`` leaves the client's
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 import urllib.request
 
@@ -36,7 +40,8 @@ from gateway._proto.tensorflow_serving.apis import (
 )
 from gateway.cutover.record import read as read_mismatches
 from gateway.cutover.report import collect, parse, render
-from tests.support import free_port, gateway_config, start_gateway, stop_gateway
+from tests import acceptance
+from tests.support import ROOT, free_port, gateway_config, start_gateway, stop_gateway
 
 SUCCESS, FAILURE = grps_pb2.Status.SUCCESS, grps_pb2.Status.FAILURE
 
@@ -307,6 +312,28 @@ def test_tf_other_methods_shadowed_and_compared(tf, tf_legacy, front):
     front_models = model_service_pb2_grpc.ModelServiceStub(tf.channel)
     legacy_models = model_service_pb2_grpc.ModelServiceStub(tf_legacy.channel)
     assert front_models.GetModelStatus(status, 30) == legacy_models.GetModelStatus(status, 30)
+
+
+def test_tf_real_tensorflow_serving_api_client_on_every_route(front, legacy):
+    """tensorflow-serving-api's own stubs (the wheel, tests/legacy/tfserving_cutover_client.py):
+    on ``legacy``, ``shadow`` and a perturbed ``shadow`` the answers are the legacy server's,
+    field for field; on ``triton`` the front's own (not the perturbed legacy's)."""
+    env = dict(os.environ, PYTHONPATH=f"{acceptance.compiled_tensorflow_protos()}:{ROOT / '.run' / 'legacy-clients'}")
+    models = ["relay", "relay_gone", "same", "off", "direct"]
+
+    def run(gw) -> dict:
+        done = subprocess.run([sys.executable, str(ROOT / "tests" / "legacy" / "tfserving_cutover_client.py"),
+                               gw.target("tfserving_grpc"), *models], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    via_front, direct = run(front), run(legacy)
+    for model in ("relay", "relay_gone", "same", "off"):
+        assert via_front[model] == direct[model], model
+    assert via_front["relay_gone"][0] == "NOT_FOUND"
+    assert via_front["relay"][1] == "tfs-relay"  # the client's request id, back once
+    assert via_front["direct"][0] != direct["direct"][0]  # triton: the front's half_plus_two, not cutover_perturbed
 
 
 # -- GRPS gRPC ---------------------------------------------------------------------------------------------
