@@ -194,3 +194,17 @@ async def test_shadow_a_hung_or_failing_triton_never_changes_the_clients_answer(
                 assert _count("triton_error") == before  # still waiting, nothing counted yet
                 hold.set()
             await _until(lambda: _count("triton_error") == before + 1)
+
+
+async def test_gateway_check_probes_the_legacy_grpc_server(legacy):
+    from gateway.check import Report, _legacy
+    from gateway.cutover.settings import LegacySettings
+
+    _, target = legacy
+    report = Report("x")
+    up = await _legacy("tfserving", LegacySettings(grpc=target, route="shadow"), report)
+    assert up["grpc_reachable"] is True and not report.findings
+    dead = LegacySettings(grpc=f"127.0.0.1:{free_port()}", route="shadow", connect_timeout_s=1)
+    down = await _legacy("tfserving", dead, report)
+    assert down["grpc_reachable"] is False
+    assert [(f.level, f.name) for f in report.findings] == [("warning", "legacy.grpc")]
