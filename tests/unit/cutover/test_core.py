@@ -306,3 +306,51 @@ async def test_legacy_client_relays_bytes_and_headers_and_check_probes_it():
         await runner.cleanup()
     down = await _legacy("tfserving", legacy(http=f"http://127.0.0.1:{free_port()}", route="shadow"), report)
     assert down["http_reachable"] is False and report.findings[0].level == "warning"
+
+
+async def test_legacy_client_speaks_mtls(tmp_path):
+    """``legacy.tls`` as upstream.tls: the legacy server's CA trusted, a client certificate presented."""
+    import ssl
+
+    import trustme
+    from aiohttp import web
+
+    from gateway.core.errors import GatewayError
+    from gateway.cutover.legacy_http import LegacyHttp
+    from tests.support import free_port
+
+    ca = trustme.CA()
+    server, client = ca.issue_cert("127.0.0.1"), ca.issue_cert("gateway.example")
+    paths = {}
+    for name, pem in (("ca", ca.cert_pem), ("cert", client.cert_chain_pems[0]), ("key", client.private_key_pem)):
+        paths[name] = tmp_path / f"{name}.pem"
+        pem.write_to_path(str(paths[name]))
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.configure_cert(ctx)
+    ca.configure_trust(ctx)
+    ctx.verify_mode = ssl.CERT_REQUIRED  # mTLS: no client certificate, no answer
+
+    async def handler(request):
+        peer = request.transport.get_extra_info("peercert")
+        return web.Response(text=str(dict(x[0] for x in peer["subject"]).get("commonName", peer["subjectAltName"])))
+
+    app = web.Application()
+    app.router.add_get("/who", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port, ssl_context=ctx).start()
+    try:
+        url = f"https://127.0.0.1:{port}"
+        mtls = LegacyHttp("t", legacy(http=url, tls={"ca_file": str(paths["ca"]), "cert_file": str(paths["cert"]),
+                                                      "key_file": str(paths["key"])}))
+        reply = await mtls.call("GET", "/who", [], b"")
+        await mtls.close()
+        assert reply.status == 200 and b"gateway.example" in reply.body
+        no_cert = LegacyHttp("t", legacy(http=url, tls={"ca_file": str(paths["ca"])}))
+        with pytest.raises(GatewayError) as e:
+            await no_cert.call("GET", "/who", [], b"")
+        await no_cert.close()
+        assert e.value.kind.value == "unavailable"
+    finally:
+        await runner.cleanup()
