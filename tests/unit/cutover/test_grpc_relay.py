@@ -208,3 +208,43 @@ async def test_gateway_check_probes_the_legacy_grpc_server(legacy):
     down = await _legacy("tfserving", dead, report)
     assert down["grpc_reachable"] is False
     assert [(f.level, f.name) for f in report.findings] == [("warning", "legacy.grpc")]
+
+
+async def test_mtls_to_the_legacy_grpc_server(tmp_path):
+    """``legacy.tls`` as upstream.tls on the gRPC relay: the legacy server's CA trusted, a client
+    certificate presented (the server requires one); without it, no answer."""
+    import trustme
+
+    from gateway.cutover.settings import LegacySettings
+    from gateway.upstream.relay import GrpcRelay
+
+    ca = trustme.CA()
+    server_cert, client_cert = ca.issue_cert("legacy.example"), ca.issue_cert("gateway.example")
+    paths = {}
+    for name, pem in (("ca", ca.cert_pem), ("cert", client_cert.cert_chain_pems[0]),
+                      ("key", client_cert.private_key_pem)):
+        paths[name] = str(tmp_path / f"{name}.pem")
+        pem.write_to_path(paths[name])
+    creds = grpc.ssl_server_credentials(
+        [(server_cert.private_key_pem.bytes(), b"".join(p.bytes() for p in server_cert.cert_chain_pems))],
+        root_certificates=ca.cert_pem.bytes(), require_client_auth=True)
+    server = grpc.aio.server()
+    handler = Legacy()
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_secure_port("127.0.0.1:0", creds)
+    await server.start()
+    path = "/tensorflow.serving.PredictionService/Predict"
+    try:
+        tls = {"ca_file": paths["ca"], "cert_file": paths["cert"], "key_file": paths["key"],
+               "server_name": "legacy.example"}
+        relay = GrpcRelay(LegacySettings(grpc=f"127.0.0.1:{port}", route="legacy", tls=tls, timeout_s=5))
+        got = await relay.unary(path, _request("m"), (("x-request-id", "t"),))
+        await relay.close()
+        assert got.ok and got.message == ANSWER_BYTES
+        no_cert = GrpcRelay(LegacySettings(grpc=f"127.0.0.1:{port}", route="legacy", timeout_s=5,
+                                           tls={"ca_file": paths["ca"], "server_name": "legacy.example"}))
+        refused = await no_cert.unary(path, _request("m"), (("x-request-id", "t"),))
+        await no_cert.close()
+        assert refused.code is grpc.StatusCode.UNAVAILABLE and len(handler.seen) == 1
+    finally:
+        await server.stop(0)
