@@ -40,6 +40,17 @@ Read = Callable[[str, bytes], Answer]
 _OWN = "x-request-id"  # the edge writes it (the legacy server was sent the same id)
 
 
+def client_address(peer: str) -> str:
+    """The client's address of a gRPC peer (``ipv4:10.0.0.7:51234`` -> ``10.0.0.7``, ``ipv6:[::1]:5``
+    -> ``::1``): ``sticky: client`` keeps one client on one side over all its connections."""
+    kind, _, rest = (peer or "").partition(":")
+    if kind == "ipv6" and rest.startswith("["):
+        return rest[1:rest.find("]")]
+    if kind == "ipv4":
+        return rest.rpartition(":")[0]
+    return peer or ""
+
+
 def _bytes(answer) -> bytes:
     return answer if answer.__class__ is bytes else answer.SerializeToString()
 
@@ -168,7 +179,7 @@ class GrpcCutover:
         model = self.model_of(method, data)
         if model and call is not None and not call.model:
             call.model = model
-        peer = context.peer() if context is not None else ""
+        peer = client_address(context.peer()) if context is not None else ""
         return call, model, self.routes.choose(model, metadata_getter(call.metadata if call else ()), peer)
 
     # -- handlers ------------------------------------------------------------------------------------
@@ -271,4 +282,4 @@ def for_listener(state, read: Read, render, model_of, keys) -> GrpcCutover | Non
     return GrpcCutover(cut.dialect, cut.routes, cut.shadow, relay, read, render, model_of, keys is not None)
 
 
-__all__ = ["GrpcCutover", "MAX_STREAM_MESSAGES", "for_listener"]
+__all__ = ["GrpcCutover", "MAX_STREAM_MESSAGES", "client_address", "for_listener"]

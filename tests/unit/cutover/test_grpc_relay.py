@@ -248,3 +248,12 @@ async def test_mtls_to_the_legacy_grpc_server(tmp_path):
         assert refused.code is grpc.StatusCode.UNAVAILABLE and len(handler.seen) == 1
     finally:
         await server.stop(0)
+
+
+def test_sticky_client_address_leaves_out_the_port():
+    from gateway.cutover.grpcroute import client_address
+
+    assert client_address("ipv4:10.0.0.7:51234") == "10.0.0.7"
+    assert client_address("ipv6:[::1]:5") == "::1"
+    assert client_address("unix:/tmp/s") == "unix:/tmp/s"
+    assert client_address("") == ""
