@@ -23,6 +23,7 @@ import urllib.request
 import grpc
 import numpy as np
 import pytest
+import yaml
 
 from gateway._proto import grps_pb2, grps_pb2_grpc
 from gateway._proto.grps_pb2 import DataType, GenericTensor, GrpsMessage
@@ -334,6 +335,29 @@ def test_tf_real_tensorflow_serving_api_client_on_every_route(front, legacy):
     assert via_front["relay_gone"][0] == "NOT_FOUND"
     assert via_front["relay"][1] == "tfs-relay"  # the client's request id, back once
     assert via_front["direct"][0] != direct["direct"][0]  # triton: the front's half_plus_two, not cutover_perturbed
+
+
+def test_tf_route_change_in_the_file_applies_without_restart(tf, front):
+    """``direct`` moved from triton to legacy by editing the front's YAML, and back: the next calls
+    follow (the routes are reloaded from the file, gateway/cutover/routing.py)."""
+    y = lambda: list(tf.Predict(_predict("direct", (2.0,)), 30).outputs["y"].float_val)  # noqa: E731
+    assert y() == [3.0]  # Triton's half_plus_two
+    original = front.config_path.read_text()
+    doc = yaml.safe_load(original)
+    doc["dialects"]["tfserving"]["legacy"]["models"]["direct"] = {"route": "legacy"}
+    try:
+        front.config_path.write_text(yaml.safe_dump(doc))
+        end = time.monotonic() + 10
+        while y() == [3.0]:
+            assert time.monotonic() < end, "the route change was not picked up"
+            time.sleep(0.1)
+        assert y() == pytest.approx([3.001])  # cutover_perturbed, through the legacy server
+    finally:
+        front.config_path.write_text(original)
+    end = time.monotonic() + 10
+    while y() != [3.0]:
+        assert time.monotonic() < end, "the route change back was not picked up"
+        time.sleep(0.1)
 
 
 # -- GRPS gRPC ---------------------------------------------------------------------------------------------
