@@ -15,6 +15,7 @@ from __future__ import annotations
 from sanic.response import HTTPResponse
 
 from gateway.call import stream_headers
+from gateway.core.errors import ErrorKind, GatewayError
 
 from .legacy_http import LegacyReply
 
@@ -29,9 +30,17 @@ def client(request) -> str:
     return getattr(request, "ip", "") or ""
 
 
+def _client(cut):
+    """The legacy HTTP client; a dialect whose legacy section names only a gRPC target has none."""
+    if cut.http is None:
+        raise GatewayError(ErrorKind.UNAVAILABLE,
+                           f"no legacy HTTP server: dialects.{cut.dialect}.legacy.http is not set")
+    return cut.http
+
+
 async def forward(cut, request, body: bytes | None = None) -> LegacyReply:
     data = request.body if body is None else body
-    return await cut.http.call(request.method, target(request), request.headers.items(), bytes(data or b""))
+    return await _client(cut).call(request.method, target(request), request.headers.items(), bytes(data or b""))
 
 
 def answer(reply: LegacyReply) -> HTTPResponse:
@@ -46,7 +55,7 @@ def answer(reply: LegacyReply) -> HTTPResponse:
 async def stream(cut, request, body: bytes | None = None) -> None:
     """Relay a streamed answer: the legacy status and headers, then each chunk as it arrives."""
     data = request.body if body is None else body
-    async with cut.http.stream(request.method, target(request), request.headers.items(), bytes(data or b"")) as s:
+    async with _client(cut).stream(request.method, target(request), request.headers.items(), bytes(data or b"")) as s:
         content_type = None
         headers = {}
         for k, v in s.headers:

@@ -14,7 +14,8 @@ Bearer <api_key_file's key>`` when the client sent no Authorization. Answers are
 (``content-encoding`` passes with the bytes it describes).
 
 One pooled ``aiohttp.ClientSession`` per worker (``max_connections``), TLS / mTLS from ``tls`` as
-the Triton upstream has it. Each call's deadline is the current request's (``gateway.call``),
+the Triton upstream has it. A whole answer is read up to ``max_answer_bytes``, past it the call fails
+(a stream is relayed as it comes, under its deadline). Each call's deadline is the current request's (``gateway.call``),
 capped by ``timeout_s``; connecting has ``connect_timeout_s``. A legacy server that cannot be
 reached is UNAVAILABLE, one that does not answer in time DEADLINE_EXCEEDED: the dialect renders
 them in its own envelope.
@@ -130,12 +131,24 @@ class LegacyHttp:
         timeout = self._timeout(False)
         try:
             async with self._request(method, target, headers, body, timeout) as resp:
-                data = await resp.read()
-                return LegacyReply(resp.status, _headers_in(resp), data)
+                return LegacyReply(resp.status, _headers_in(resp), await self._read(resp))
         except TimeoutError:
             raise GatewayError(ErrorKind.DEADLINE_EXCEEDED, "Deadline Exceeded (legacy server)") from None
         except aiohttp.ClientError as exc:
             raise GatewayError(ErrorKind.UNAVAILABLE, f"legacy server unavailable: {exc}") from None
+
+    async def _read(self, resp: aiohttp.ClientResponse) -> bytes:
+        """The whole answer, at most ``max_answer_bytes`` (past it: UPSTREAM_FAILED, nothing more read)."""
+        limit = self.conf.max_answer_bytes
+        if (resp.content_length or 0) > limit:
+            raise _too_large(limit)
+        parts, size = [], 0
+        async for chunk in resp.content.iter_any():
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            parts.append(chunk)
+        return b"".join(parts)
 
     @contextlib.asynccontextmanager
     async def stream(self, method: str, target: str, headers: Iterable[tuple[str, str]],
@@ -159,6 +172,10 @@ class LegacyHttp:
                     return resp.status < 500
         except (TimeoutError, aiohttp.ClientError, OSError):
             return False
+
+
+def _too_large(limit: int) -> GatewayError:
+    return GatewayError(ErrorKind.UPSTREAM_FAILED, f"legacy server answer larger than {limit} bytes (max_answer_bytes)")
 
 
 class LegacyStream:

@@ -36,8 +36,8 @@ from .settings import LegacySettings, RouteSettings
 
 log = logging.getLogger("gateway.cutover")
 
-_CONNECTION = ("http", "grpc", "timeout_s", "connect_timeout_s", "max_connections", "tls", "api_key_file",
-               "headers")
+_CONNECTION = ("http", "grpc", "timeout_s", "connect_timeout_s", "max_connections", "max_answer_bytes", "tls",
+               "api_key_file", "headers")
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,6 +78,7 @@ class LegacySettings(Strict):
     timeout_s: Seconds = 30.0
     connect_timeout_s: Seconds = 5.0
     max_connections: Annotated[int, Field(ge=1)] = 256  # pooled HTTP connections per worker
+    max_answer_bytes: Annotated[int, Field(ge=1)] = 256 << 20  # a whole legacy answer larger: an error
     tls: UpstreamTls | None = None
     api_key_file: str | None = None  # one line: the key (Authorization: Bearer), read at start
     headers: dict[str, str] = {}  # sent with every legacy call (a client's own header wins)

@@ -33,7 +33,9 @@ def attach(app: Sanic, edge: Edge, svc: GrpsService) -> None:
     app.ctx.grps = svc
     edge.route(app, _health, "/grps/v1/health/<op:online|offline|live|ready>", METHODS, "health")
     # bin_data: one copy; the fast lane where streaming is asked in the query (which the lane leaves to sanic)
-    edge.route(app, _predict, "/grps/v1/infer/predict", METHODS, "predict", buffered=True,
+    # without dialects.grps.legacy the predict route is Triton's path itself (no layer for the cut-over)
+    edge.route(app, _predict if svc.cutover is not None else _predict_triton, "/grps/v1/infer/predict", METHODS,
+               "predict", buffered=True,
                fast=svc.cfg.streaming.ctrl_mode == "query_param")
     edge.route(app, _server_metadata, "/grps/v1/metadata/server", METHODS, "server_metadata")
     edge.route(app, _model_metadata, "/grps/v1/metadata/model", METHODS, "model_metadata")
@@ -85,13 +87,11 @@ async def _model_metadata(request: Request):
 
 
 async def _predict(request: Request):
-    cut = _svc(request).cutover
-    if cut is not None:  # dialects.grps.legacy: the model's route may be another than triton
-        handled, resp = await cutover.predict_http(_svc(request), cut, request, _predict_triton,
-                                                   _asks_streaming(request, _svc(request)))
-        if handled:
-            return resp
-    return await _predict_triton(request)
+    """A predict with dialects.grps.legacy set: the model's route may be another than triton."""
+    svc = _svc(request)
+    handled, resp = await cutover.predict_http(svc, svc.cutover, request, _predict_triton,
+                                               _asks_streaming(request, svc))
+    return resp if handled else await _predict_triton(request)
 
 
 def _asks_streaming(request: Request, svc: GrpsService) -> bool:

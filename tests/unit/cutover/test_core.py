@@ -354,3 +354,52 @@ async def test_legacy_client_speaks_mtls(tmp_path):
         assert e.value.kind.value == "unavailable"
     finally:
         await runner.cleanup()
+
+
+async def test_legacy_answer_over_its_bound_is_an_error_not_a_buffer():
+    from aiohttp import web
+
+    from gateway.core.errors import GatewayError
+    from gateway.cutover.legacy_http import LegacyHttp
+    from tests.support import free_port
+
+    async def handler(request):
+        resp = web.StreamResponse()  # chunked: no length to refuse early
+        await resp.prepare(request)
+        for _ in range(64):
+            await resp.write(b"x" * 1024)
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/big", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        client = LegacyHttp("t", legacy(http=f"http://127.0.0.1:{port}", max_answer_bytes=16 * 1024))
+        with pytest.raises(GatewayError) as e:
+            await client.call("GET", "/big", [], b"")
+        assert "max_answer_bytes" in e.value.message
+        whole = LegacyHttp("t", legacy(http=f"http://127.0.0.1:{port}"))
+        assert len((await whole.call("GET", "/big", [], b"")).body) == 64 * 1024
+        await client.close()
+        await whole.close()
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_legacy_section_with_grpc_only_answers_http_with_a_clear_error():
+    from gateway.core.errors import GatewayError
+    from gateway.cutover import httprelay
+
+    cut = Cutover("tfserving", LegacySettings.model_validate({"grpc": "127.0.0.1:1", "route": "legacy"}))
+
+    class Req:
+        method, path, query_string, body = "POST", "/v1/models/m:predict", "", b"{}"
+        headers = {}
+
+    with pytest.raises(GatewayError) as e:
+        await httprelay.forward(cut, Req())
+    assert e.value.kind.value == "unavailable" and "legacy.http is not set" in e.value.message
+    await cut.close()
