@@ -36,8 +36,7 @@ log = logging.getLogger("gateway.cutover")
 # what the client's metadata may not carry on: grpc's own headers, and the id we stamp ourselves
 _DROP = frozenset({"user-agent", "te", "content-type", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding",
                    "grpc-internal-encoding-request", "host", "x-request-id"})
-OPTIONS = (("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
-           ("grpc.enable_retries", 0), ("grpc.keepalive_time_ms", 30_000))
+OPTIONS = (("grpc.max_send_message_length", -1), ("grpc.enable_retries", 0), ("grpc.keepalive_time_ms", 30_000))
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +93,9 @@ class GrpcRelay:
         self.tls = conf.tls
         self.timeout_s = conf.timeout_s  # a ceiling on a unary call's deadline
         self.connect_timeout_s = getattr(conf, "connect_timeout_s", 5.0)
+        # an answer message larger than ``max_answer_bytes`` is RESOURCE_EXHAUSTED, never buffered whole
+        limit = min(getattr(conf, "max_answer_bytes", 256 << 20), 2**31 - 1)
+        self.options = (*OPTIONS, ("grpc.max_receive_message_length", limit))
         self.extra = tuple((k.lower(), v) for k, v in (conf.headers or {}).items())
         self.api_key = None
         if conf.api_key_file:
@@ -105,9 +107,9 @@ class GrpcRelay:
         if self._channel is None:
             if self.tls is not None:
                 creds, extra = channel_credentials(self.tls)
-                self._channel = grpc.aio.secure_channel(self.target, creds, options=OPTIONS + extra)
+                self._channel = grpc.aio.secure_channel(self.target, creds, options=self.options + extra)
             else:
-                self._channel = grpc.aio.insecure_channel(self.target, options=OPTIONS)
+                self._channel = grpc.aio.insecure_channel(self.target, options=self.options)
         return self._channel
 
     def metadata(self, client_metadata, request_id: str, drop_authorization: bool = False) -> tuple:

@@ -257,3 +257,20 @@ def test_sticky_client_address_leaves_out_the_port():
     assert client_address("ipv6:[::1]:5") == "::1"
     assert client_address("unix:/tmp/s") == "unix:/tmp/s"
     assert client_address("") == ""
+
+
+async def test_an_answer_over_max_answer_bytes_is_resource_exhausted(legacy):
+    from gateway.cutover.settings import LegacySettings
+    from gateway.upstream.relay import GrpcRelay
+
+    _, target = legacy
+    small = GrpcRelay(LegacySettings(grpc=target, route="legacy", max_answer_bytes=len(ANSWER_BYTES) - 1))
+    big = GrpcRelay(LegacySettings(grpc=target, route="legacy", max_answer_bytes=len(ANSWER_BYTES)))
+    path = "/tensorflow.serving.PredictionService/Predict"
+    try:
+        refused = await small.unary(path, _request("m"), (("x-request-id", "t"),))
+        assert refused.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert (await big.unary(path, _request("m"), (("x-request-id", "t"),))).message == ANSWER_BYTES
+    finally:
+        await small.close()
+        await big.close()
