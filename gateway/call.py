@@ -57,7 +57,7 @@ class Call:
     """One request as the edge sees it."""
 
     __slots__ = ("request_id", "route", "model", "start", "deadline", "stream_deadline", "failed", "trace",
-                 "metadata")
+                 "metadata", "trailing")
 
     def __init__(self, request_id: str, route: str, timeout: float, stream_timeout: float,
                  client_timeout: float | None = None):
@@ -67,6 +67,7 @@ class Call:
         self.failed = ""  # an error kind a handler answered in-band (a stream that failed midway)
         self.trace = None  # the request's server span, a gateway.observe.tracing.Traced (tracing on)
         self.metadata = ()  # a gRPC call's invocation metadata, read once by the edge (grpc builds it anew per read)
+        self.trailing = ()  # a gRPC answer's trailing metadata before the edge's own (a relayed legacy answer's)
         self.start = now = time.monotonic()
         if client_timeout is not None:
             timeout, stream_timeout = min(timeout, client_timeout), min(stream_timeout, client_timeout)

@@ -115,7 +115,7 @@ async def collect(settings: Settings, upstream: Upstream) -> Report:
 
 
 async def _legacy(dialect: str, legacy, report: Report) -> dict[str, Any]:
-    """The dialect's legacy server (docs/migration.md): its HTTP side probed, its routes summarised."""
+    """The dialect's legacy server (docs/migration.md): its HTTP and gRPC sides probed, its routes summarised."""
     from gateway.cutover.legacy_http import LegacyHttp
 
     out: dict[str, Any] = {"http": legacy.http, "grpc": legacy.grpc, "route": legacy.route,
@@ -130,6 +130,18 @@ async def _legacy(dialect: str, legacy, report: Report) -> dict[str, Any]:
             report.findings.append(Finding("warning", dialect, "legacy.http",
                                            f"legacy server {legacy.http} not reachable: requests of models on the "
                                            "legacy, shadow and canary routes that it answers will fail"))
+    if legacy.grpc:
+        from gateway.upstream.relay import GrpcRelay
+
+        relay = GrpcRelay(legacy)
+        try:
+            out["grpc_reachable"] = await relay.probe()
+        finally:
+            await relay.close()
+        if not out["grpc_reachable"]:
+            report.findings.append(Finding("warning", dialect, "legacy.grpc",
+                                           f"legacy gRPC server {legacy.grpc} not reachable: gRPC requests of models "
+                                           "on the legacy, shadow and canary routes that it answers will fail"))
     return out
 
 

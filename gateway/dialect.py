@@ -47,6 +47,17 @@ class GrpcStatus(NamedTuple):
     trailing: tuple[tuple[str, str | bytes], ...] = ()
 
 
+class RelayedStatus(GatewayError):
+    """A non-OK status another gRPC server answered (the legacy side of a cutover), for the edge to
+    answer with as it is, whatever the dialect's own rendering: its code, words and trailing metadata."""
+
+    __slots__ = ("status",)
+
+    def __init__(self, kind: ErrorKind, status: GrpcStatus):
+        super().__init__(kind, status.message)
+        self.status = status
+
+
 class ErrorRendering(Protocol):
     """How one dialect writes a GatewayError; every ErrorKind must be rendered (a test checks)."""
 

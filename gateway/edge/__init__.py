@@ -12,7 +12,9 @@
                  when shorter (gRPC deadline, or a dialect's own field via ``Call.shorten``)
     handler      the dialect's code; it may name the model (``current().model = ...``)
     errors       GatewayError (or anything unexpected, logged, as INTERNAL) rendered by the
-                 dialect's ErrorRendering, on HTTP and gRPC alike
+                 dialect's ErrorRendering, on HTTP and gRPC alike; a RelayedStatus (another
+                 server's gRPC status, the cutover's legacy route) is answered as it is, and
+                 ``Call.trailing`` (that server's trailing metadata) goes before the request id
     metrics      one observation per request: dialect, listener, route, model, outcome, status, bytes;
                  and one access log line (``access_log``, gateway/observe/logs.py)
     tracing      with ``tracing.enabled``, one server span per request continuing the caller's W3C
@@ -38,7 +40,7 @@ from sanic.exceptions import SanicException
 from gateway.access import AUTHORIZATION, UNAUTHENTICATED_MESSAGE, ApiKeys, bearer
 from gateway.call import REQUEST_ID, Admission, Call, current, enter, leave, request_id
 from gateway.core.errors import ErrorKind, GatewayError
-from gateway.dialect import ErrorRendering, GrpcStatus
+from gateway.dialect import ErrorRendering, GrpcStatus, RelayedStatus
 from gateway.edge import httpbody
 from gateway.edge.fastlane import FAST
 from gateway.observe import logs, metrics, tracing
@@ -253,7 +255,7 @@ class Edge:
                 self._grpc_end(call, token, outcome, failure, request, _size(answer))
             if isinstance(failure, GrpcStatus):
                 await _abort(context, failure, trailing)
-            context.set_trailing_metadata(trailing)
+            context.set_trailing_metadata(call.trailing + trailing if call.trailing else trailing)
             return answer
 
         return handler
@@ -291,7 +293,7 @@ class Edge:
                 await _abort(context, failure, trailing)
             if failure is not None:
                 yield failure
-            context.set_trailing_metadata(trailing)
+            context.set_trailing_metadata(call.trailing + trailing if call.trailing else trailing)
 
         return handler
 
@@ -306,7 +308,9 @@ class Edge:
         (GRPS)); the answer is None when the request is gone or the process is stopping: the caller
         re-raises."""
         outcome, err = self._failed(exc)
-        return outcome, (None if err is None else self.errors.grpc(err))
+        if err is None:
+            return outcome, None
+        return outcome, (err.status if isinstance(err, RelayedStatus) else self.errors.grpc(err))
 
 
 _access_enabled = logs.ACCESS.isEnabledFor

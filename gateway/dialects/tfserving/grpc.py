@@ -18,6 +18,7 @@ from google.protobuf.message import DecodeError
 from gateway._proto.tensorflow_serving.apis import (
     classification_pb2,
     get_model_metadata_pb2,
+    get_model_status_pb2,
     inference_pb2,
     model_service_pb2_grpc,
     predict_pb2,
@@ -27,10 +28,11 @@ from gateway._proto.tensorflow_serving.apis import (
 from gateway.call import current
 from gateway.core.bounded import clip
 from gateway.core.errors import invalid, unimplemented
+from gateway.cutover import grpcroute
 from gateway.edge import Edge
 from gateway.process import offload
 
-from . import protocodec
+from . import cutover_grpc, protocodec
 from .codec import tf_type
 from .errors import Unparsable
 from .mapping import ServableRef, Target
@@ -220,18 +222,68 @@ def _message_bytes(answer) -> bytes:
     return answer if answer.__class__ is bytes else answer.SerializeToString()
 
 
+def _parsing(fn, cls):
+    """``fn(request, context)`` as a handler of the request's bytes (the cutover's handlers take bytes)."""
+    async def handler(data: bytes, context):
+        try:
+            request = cls.FromString(data)
+        except DecodeError:
+            raise Unparsable(cls.DESCRIPTOR.full_name) from None
+        return await fn(request, context)
+    return handler
+
+
+_REQUESTS = {"Classify": classification_pb2.ClassificationRequest, "Regress": regression_pb2.RegressionRequest,
+             "MultiInference": inference_pb2.MultiInferenceRequest,
+             "GetModelMetadata": get_model_metadata_pb2.GetModelMetadataRequest,
+             "GetModelStatus": get_model_status_pb2.GetModelStatusRequest}
+
+
+def _cutover(edge: Edge, service: Service, cut) -> dict:
+    """Every RPC behind the cutover's routes (``dialects.tfserving.legacy.grpc`` set): each takes
+    its request's bytes, which the legacy route relays unchanged (gateway/cutover/grpcroute.py)."""
+    prediction, models = PredictionServicer(service), ModelServicer(service)
+    own = {"Predict": prediction.Predict, "GetModelStatus": _parsing(models.GetModelStatus, _REQUESTS["GetModelStatus"])}
+    for m in ("Classify", "Regress", "MultiInference", "GetModelMetadata"):
+        own[m] = _parsing(getattr(prediction, m), _REQUESTS[m])
+    wrapped = {m: edge.unary(m, cut.unary(m, cutover_grpc.path(m), fn)) for m, fn in own.items()}
+    wrapped["HandleReloadConfigRequest"] = edge.unary("HandleReloadConfigRequest", models.HandleReloadConfigRequest,
+                                                      _model_name)
+    return wrapped
+
+
+def _raw(handlers: dict, methods) -> None:
+    for m in methods:  # bytes in, a message or bytes out
+        handlers[m] = handlers[m]._replace(request_deserializer=None, response_serializer=_message_bytes)
+
+
 def attach(server: grpc.aio.Server, edge: Edge, service: Service) -> None:
-    prediction = _behind(edge, PredictionServicer(service),
-                         ("Predict", "Classify", "Regress", "MultiInference", "GetModelMetadata"))
+    cut = grpcroute.for_listener(service, cutover_grpc.answer, service.errors.grpc,
+                                 cutover_grpc.model_of, edge.keys)
+    if cut is not None:
+        wrapped = _cutover(edge, service, cut)
+        prediction = SimpleNamespace(**{m: wrapped[m] for m in ("Predict", "Classify", "Regress", "MultiInference",
+                                                                "GetModelMetadata")})
+        models = SimpleNamespace(GetModelStatus=wrapped["GetModelStatus"],
+                                 HandleReloadConfigRequest=wrapped["HandleReloadConfigRequest"])
+    else:
+        prediction = _behind(edge, PredictionServicer(service),
+                             ("Predict", "Classify", "Regress", "MultiInference", "GetModelMetadata"))
+        models = _behind(edge, ModelServicer(service), ("GetModelStatus", "HandleReloadConfigRequest"))
     kept = _Handlers()  # the generated handlers, Predict's serializer taking bytes too
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(prediction, kept)
     # Predict takes the request's bytes (it parses those without a learned form itself) and answers
-    # a message or the bytes ``protocodec.predict_answer`` wrote
-    kept.handlers["Predict"] = kept.handlers["Predict"]._replace(request_deserializer=None,
-                                                                 response_serializer=_message_bytes)
+    # a message or the bytes ``protocodec.predict_answer`` wrote; under the cutover every RPC does
+    _raw(kept.handlers, kept.handlers if cut is not None else ("Predict",))
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(kept.service, kept.handlers),))
-    models = _behind(edge, ModelServicer(service), ("GetModelStatus", "HandleReloadConfigRequest"))
-    model_service_pb2_grpc.add_ModelServiceServicer_to_server(models, server)
+    if cut is not None:
+        kept_models = _Handlers()
+        model_service_pb2_grpc.add_ModelServiceServicer_to_server(models, kept_models)
+        _raw(kept_models.handlers, ("GetModelStatus",))
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(kept_models.service,
+                                                                              kept_models.handlers),))
+    else:
+        model_service_pb2_grpc.add_ModelServiceServicer_to_server(models, server)
 
 
 __all__ = ["attach"]
