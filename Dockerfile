@@ -5,12 +5,24 @@
 # (sources for the plan-building Job) onto a clean base, and runs as an unprivileged numeric user
 # (Kubernetes runAsNonRoot can check it).
 #
+# The venv holds what the gateway imports and no more: tritonclient[grpc] (its V2 protobuf modules;
+# not [all]: no cuda-python, no perf-analyzer, no HTTP client), no pip or setuptools (nothing
+# installs at run time), no numpy test suite, and the extension modules that carry debug sections
+# without them (`strip --strip-debug`: uvloop 13 MB, ml_dtypes 24 MB, ... ship them); never the
+# libraries auditwheel grafted into `*.libs/` (patchelf's layout: strip breaks numpy's OpenBLAS),
+# and the build ends by importing the gateway from the venv, so a broken module fails the build.
+# Development and tests install tritonclient[all] (pyproject's `dev` extra; make install).
+#
 # The base is pinned to a full version tag. To pin it by digest as well (reproducible builds),
 # resolve the digest on a machine that can reach Docker Hub and pass it in, e.g.
 #   docker buildx imagetools inspect python:3.11.14-slim-bookworm --format '{{json .Manifest.Digest}}'
 #   docker build --build-arg PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:<digest> .
 # (docs/deploy.md, "Pinning images").
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+# The runtime stage's base: the same Python at the same path as the build's (the venv links to it).
+# Where the build base carries what only a build needs (make compose-test's stand-in made from
+# Debian's packages has python3-dev), a slimmer one: --build-arg RUNTIME_IMAGE=...
+ARG RUNTIME_IMAGE=python:3.11.14-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
@@ -28,9 +40,14 @@ COPY gateway gateway
 # copies the venv alone, so no layer of the shipped image holds it.
 COPY requirements/build-ca /tmp/build-ca
 RUN if [ -f /tmp/build-ca/pip-ca.pem ]; then export PIP_CERT=/tmp/build-ca/pip-ca.pem; fi; \
-    /opt/venv/bin/pip install -c requirements/constraints.txt .
+    /opt/venv/bin/pip install -c requirements/constraints.txt . \
+    && /opt/venv/bin/pip uninstall -y -q pip setuptools \
+    && rm -rf /opt/venv/lib/python3*/site-packages/numpy/*/tests /opt/venv/lib/python3*/site-packages/numpy/tests \
+    && find /opt/venv -name '*.so' -type f ! -path '*.libs/*' -exec sh -c \
+        'for f; do if readelf -S "$f" | grep -q "[.]debug_info"; then strip --strip-debug "$f"; fi; done' sh {} + \
+    && cd / && /opt/venv/bin/python -c "import gateway.app, gateway.cli, numpy, uvloop, grpc, simdjson, yaml"
 
-FROM ${PYTHON_IMAGE} AS runtime
+FROM ${RUNTIME_IMAGE} AS runtime
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/venv/bin:$PATH
 RUN groupadd --system --gid 10001 gateway && useradd --system --uid 10001 --gid 10001 --no-create-home gateway
 COPY --from=build /opt/venv /opt/venv

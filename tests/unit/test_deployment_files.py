@@ -347,3 +347,21 @@ def test_the_kubernetes_gateway_loads_its_config_with_its_environment(monkeypatc
     s = config.load(ROOT / "config" / "docker.yaml", env=env)
     assert (s.workers, s.workers_auto) == (2, True)
     assert s.upstream.grpc == "dns:///triton-headless:8001"
+
+
+def test_the_image_installs_tritonclient_grpc_alone_which_is_all_the_gateway_imports():
+    """The runtime venv (Dockerfile: `pip install .`) gets tritonclient[grpc], not [all] (cuda-python,
+    perf-analyzer, the HTTP client): so the gateway may import tritonclient.grpc's protobuf modules only."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert [d for d in project["dependencies"] if d.startswith("tritonclient")] == ["tritonclient[grpc]==2.73.0"]
+    assert "tritonclient[all]==2.73.0" in project["optional-dependencies"]["dev"]  # the tests' real clients
+    imports = set()
+    for path in (ROOT / "gateway").rglob("*.py"):
+        for line in path.read_text().splitlines():
+            if m := re.match(r"\s*(?:from (tritonclient\S*) import (.+)|import (tritonclient\S*))", line):
+                imports.add((m.group(1) or m.group(3), m.group(2) or ""))
+    assert imports and all(module == "tritonclient.grpc" for module, _ in imports), imports
+    names = {n.strip() for _, names in imports for n in names.split(",")}
+    assert names <= {"service_pb2", "service_pb2_grpc", "model_config_pb2"}, names
