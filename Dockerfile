@@ -6,11 +6,15 @@
 # (Kubernetes runAsNonRoot can check it).
 #
 # The venv holds what the gateway imports and no more: tritonclient[grpc] (its V2 protobuf modules;
-# not [all]: no cuda-python, no perf-analyzer, no HTTP client), no pip or setuptools (nothing
-# installs at run time), no numpy test suite, and the extension modules that carry debug sections
-# without them (`strip --strip-debug`: uvloop 13 MB, ml_dtypes 24 MB, ... ship them); never the
-# libraries auditwheel grafted into `*.libs/` (patchelf's layout: strip breaks numpy's OpenBLAS),
-# and the build ends by importing the gateway from the venv, so a broken module fails the build.
+# not [all]: no cuda-python, no perf-analyzer, no HTTP client), not huggingface-hub and what only it
+# needs (hf-xet, fsspec, filelock, tqdm: tokenizers requires it for from_pretrained, the gateway reads
+# tokenizer.json files: gateway/llm/hf.py), no pip or setuptools (nothing installs at run time), no
+# numpy test suite, no C/C++/Cython sources, headers, static libraries or type stubs (pysimdjson
+# ships 8 MB of them), and the extension modules stripped as Debian strips its shared libraries
+# (`strip --strip-unneeded`: uvloop ships 13 MB of debug sections, ml_dtypes 24 MB); never one
+# patchelf touched (auditwheel: those with an RPATH, and the libraries in `*.libs/`; strip breaks
+# their layout, numpy's OpenBLAS then fails to load); the build ends by importing the gateway from
+# the venv, so a broken module fails the build.
 # Development and tests install tritonclient[all] (pyproject's `dev` extra; make install).
 #
 # The base is pinned to a full version tag. To pin it by digest as well (reproducible builds),
@@ -41,11 +45,14 @@ COPY gateway gateway
 COPY requirements/build-ca /tmp/build-ca
 RUN if [ -f /tmp/build-ca/pip-ca.pem ]; then export PIP_CERT=/tmp/build-ca/pip-ca.pem; fi; \
     /opt/venv/bin/pip install -c requirements/constraints.txt . \
-    && /opt/venv/bin/pip uninstall -y -q pip setuptools \
-    && rm -rf /opt/venv/lib/python3*/site-packages/numpy/*/tests /opt/venv/lib/python3*/site-packages/numpy/tests \
-    && find /opt/venv -name '*.so' -type f ! -path '*.libs/*' -exec sh -c \
-        'for f; do if readelf -S "$f" | grep -q "[.]debug_info"; then strip --strip-debug "$f"; fi; done' sh {} + \
-    && cd / && /opt/venv/bin/python -c "import gateway.app, gateway.cli, numpy, uvloop, grpc, simdjson, yaml"
+    && /opt/venv/bin/pip uninstall -y -q huggingface-hub hf-xet fsspec filelock tqdm pip setuptools \
+    && cd /opt/venv/lib/python3*/site-packages \
+    && rm -rf numpy/*/tests numpy/tests \
+    && find . -type f \( -name '*.c' -o -name '*.cpp' -o -name '*.h' -o -name '*.pyx' -o -name '*.pxd' -o -name '*.a' \
+        -o -name '*.pyi' \) -delete \
+    && find . -name '*.so' -type f ! -path '*.libs/*' -exec sh -c \
+        'for f; do readelf -d "$f" | grep -q "RPATH\|RUNPATH" || strip --strip-unneeded "$f"; done' sh {} + \
+    && cd / && /opt/venv/bin/python -c "import gateway.app, gateway.cli, gateway.llm.hf, numpy, uvloop, grpc, simdjson, yaml, tokenizers"
 
 FROM ${RUNTIME_IMAGE} AS runtime
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/venv/bin:$PATH
