@@ -184,7 +184,7 @@ choose_base() {
     # extension; venv: ensurepip; `python` as in the slim image); the Triton CPU image runs on it too
     log "making the build base $BASE from $RUNTIME_BASE (apt: python3-venv python3-dev python-is-python3)"
     printf '%s\n' "FROM $RUNTIME_BASE" \
-        'RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-venv python3-dev python-is-python3 && rm -rf /var/lib/apt/lists/*' \
+        'RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-venv python3-dev python-is-python3 && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin' \
         | docker build -q -t "$BASE" - >"$WORK/build-base.log" 2>&1 \
         || { tail -30 "$WORK/build-base.log" >&2; die "making the build base failed (log: $WORK/build-base.log)"; }
     echo "base: $BASE ($(docker image inspect -f '{{.Size}}' "$BASE" | awk '{printf "%.0f MB", $1/1e6}'))"
