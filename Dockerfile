@@ -34,7 +34,9 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 # built .so in the venv (it links against libc alone), so no compiler reaches the image
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-RUN python -m venv /opt/venv
+# python3, not python: the venv's interpreter links to the one that made it, and a runtime base
+# may have no `python` (Debian's python3 without python-is-python3)
+RUN python3 -m venv /opt/venv
 COPY pyproject.toml ./
 COPY requirements/constraints.txt requirements/
 COPY gateway gateway
@@ -58,6 +60,8 @@ FROM ${RUNTIME_IMAGE} AS runtime
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/venv/bin:$PATH
 RUN groupadd --system --gid 10001 gateway && useradd --system --uid 10001 --gid 10001 --no-create-home gateway
 COPY --from=build /opt/venv /opt/venv
+# the venv runs on this base: its interpreter links resolve and the gateway imports
+RUN /opt/venv/bin/python -c "import gateway.app, gateway.cli"
 WORKDIR /app
 COPY config config
 COPY model_repository model_repository

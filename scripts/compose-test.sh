@@ -155,7 +155,7 @@ choose_base() {
     BASE=$STANDIN_BASE RUNTIME_BASE=$STANDIN_RUNTIME
     local rebuild=${COMPOSE_TEST_REBUILD_BASE:-0}
     if [[ $rebuild != 1 ]] && docker image inspect "$RUNTIME_BASE" >/dev/null 2>&1; then
-        echo "runtime base: $RUNTIME_BASE (cannot pull $PYTHON_PINNED; made earlier from Debian's packages)"
+        echo "cannot pull $PYTHON_PINNED: the bases made earlier from Debian's packages"
     else
         log "cannot pull $PYTHON_PINNED: making a bookworm runtime base from Debian's packages (debootstrap)"
         command -v debootstrap >/dev/null || as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap
@@ -257,7 +257,7 @@ check_configs() {
 report_image() {
     local size max=${COMPOSE_TEST_IMAGE_MAX_MB:-250}
     size=$(docker image inspect -f '{{.Size}}' "$GATEWAY_IMAGE")
-    log "$GATEWAY_IMAGE: $(( size / 1000000 )) MB ($size bytes; base $RUNTIME_BASE: $(( $(docker image inspect -f '{{.Size}}' "$RUNTIME_BASE") / 1000000 )) MB)"
+    log "$GATEWAY_IMAGE: $(awk "BEGIN {printf \"%.0f\", $size / 1e6}") MB ($size bytes; base $RUNTIME_BASE: $(docker image inspect -f '{{.Size}}' "$RUNTIME_BASE" | awk '{printf "%.0f", $1 / 1e6}') MB)"
     docker history --no-trunc --format '{{.Size}}\t{{.CreatedBy}}' "$GATEWAY_IMAGE" \
         | awk -F'\t' '$1 != "0B" { c = $2; sub(/^\/bin\/sh -c (#\(nop\) )? */, "", c); printf "  %10s  %.110s\n", $1, c }'
     if (( max > 0 && size > max * 1000000 )); then
