@@ -19,7 +19,9 @@ exact; floats within ``|t - l| <= atol + rtol * |l|`` (numpy.isclose, NaN equal 
 on one side only is a mismatch (``missing in triton`` / ``missing in legacy``). An error on one side
 only is that side's error (``legacy_error`` / ``triton_error``); the same error on both is a match.
 LLM answers: the status always; token counts and text only where the request was greedy; a
-sampled request that both answered is ``skipped``.
+sampled request that both answered is ``skipped``. An answer its dialect did not keep for comparing
+(``Answer.skipped``: why, e.g. a stream longer than its bound) is ``skipped`` with that note, unless
+a side failed.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Answer:
     text: str | None = None  # LLM: the generated text
     tokens: tuple[int, ...] | None = None  # LLM: (prompt tokens, completion tokens)
     greedy: bool = True  # LLM: the request was greedy (temperature 0 / do_sample false)
+    skipped: str = ""  # why this answer is not compared (e.g. a stream past its bound): counted skipped
 
     @property
     def failed(self) -> bool:
@@ -108,6 +111,8 @@ def compare(legacy: Answer, triton: Answer, rtol: float, atol: float) -> Compari
         if legacy.failed:
             return Comparison("legacy_error", note=f"legacy {legacy.status}: {legacy.error}")
         return Comparison("triton_error", note=f"triton {triton.status}: {triton.error}")
+    if legacy.skipped or triton.skipped:
+        return Comparison("skipped", note=legacy.skipped or triton.skipped)
     if legacy.text is not None or triton.text is not None or legacy.tokens is not None:
         return _compare_text(legacy, triton)
     outs: dict[str, Diff] = {}

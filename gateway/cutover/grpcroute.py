@@ -114,8 +114,8 @@ class GrpcCutover:
     def stream_answer(self, method: str, messages: list[bytes] | None, end: Answer | None = None) -> Answer:
         """A stream's messages as one Answer: each message's outputs under ``<i>/``; the first
         message read as an error, or ``end`` (how the stream ended, not OK), is the answer."""
-        if messages is None:  # not compared: the comparator's "not comparable" answer, counted skipped
-            return Answer(text="", greedy=False)
+        if messages is None:  # more than MAX_STREAM_MESSAGES were not kept: not compared, counted skipped
+            return Answer(skipped=f"stream longer than {MAX_STREAM_MESSAGES} messages: not compared")
         outputs, fields = {}, []
         for i, data in enumerate(messages):
             one = self.read(method, data)

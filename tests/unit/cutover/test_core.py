@@ -403,3 +403,16 @@ async def test_a_legacy_section_with_grpc_only_answers_http_with_a_clear_error()
         await httprelay.forward(cut, Req())
     assert e.value.kind.value == "unavailable" and "legacy.http is not set" in e.value.message
     await cut.close()
+
+
+def test_a_stream_past_its_bound_is_skipped_and_says_so():
+    from gateway.cutover.grpcroute import MAX_STREAM_MESSAGES, GrpcCutover
+
+    cut = GrpcCutover("grps", None, None, None, lambda _m, _d: ans(y=[1]), None, None)
+    long, short = cut.stream_answer("PredictStreaming", None), cut.stream_answer("PredictStreaming", [b"x"])
+    for legacy, triton in ((long, short), (short, long), (long, long)):
+        got = compare(legacy, triton, 1e-5, 1e-5)
+        assert got.outcome == "skipped" and "sampled" not in got.note
+        assert got.note == f"stream longer than {MAX_STREAM_MESSAGES} messages: not compared"
+    # an error on the other side is still that side's error
+    assert compare(long, failure("INTERNAL", "boom"), 1e-5, 1e-5).outcome == "triton_error"
