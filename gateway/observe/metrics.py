@@ -92,7 +92,8 @@ MIGRATION = Counter("gateway_migration_total",
                     ["dialect", "model", "route", "outcome"])
 MIGRATION_FORMAT = Counter("gateway_migration_format_total",
                            "Compared answers whose values agree but whose bytes differ: field_order (JSON field "
-                           "order) or spelling (float spelling, layout)", ["dialect", "model", "kind"])
+                           "order), spelling (JSON float spelling) or layout (protobuf: a layout a client sees, "
+                           "not a map's order)", ["dialect", "model", "kind"])
 MIGRATION_ERROR = Gauge("gateway_migration_max_error",
                         "The largest error seen per output between legacy and Triton answers (kind: abs or rel)",
                         ["dialect", "model", "output", "kind"], multiprocess_mode="max")
