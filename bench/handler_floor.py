@@ -251,7 +251,7 @@ async def grps_gateway_loop(n: int) -> float:
     svc = GrpsService(GatewayContext(Settings(), up), grps_config.GrpsSettings())
     app = SimpleNamespace(ctx=SimpleNamespace(grps=svc))
     edge = Edge("grps", "grps_http", svc.errors, Admission(1024), 30.0, 600.0)
-    endpoint = edge.http("predict", grps_http._predict)
+    endpoint = edge.http("predict", grps_http._predict_triton)  # the route without a legacy section
     first = await endpoint(GrpsRequest(app))
     assert first.status == 200 and b'"out2"' in first.body, first.body
     t0 = time.thread_time()

@@ -239,6 +239,11 @@ def markdown(res: dict) -> str:
 
         lines += shadow.markdown(res["shadow"])
 
+    if res.get("shadow_grpc"):
+        from bench import shadow_grpc
+
+        lines += shadow_grpc.markdown(res["shadow_grpc"])
+
     if res.get("llm_scale"):
         from bench import llmscale
 

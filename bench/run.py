@@ -40,7 +40,8 @@ Environment (defaults: full / BENCH_QUICK=1):
                            llm_openai, scaling, scaling_grpc, scaling_stream, llm_added, llm_streams,
                            llm_tokenize: the last three on a stack of their own, bench/llmscale.py;
                            shadow: the cut-over row, two more gateways beside the bench's Triton,
-                           bench/shadow.py)
+                           bench/shadow.py; shadow_grpc: the same on TF Serving gRPC, bench/shadow_grpc.py,
+                           run only when named: the default run's plan stays under 15 minutes)
   BENCH_RESULTS            output folder (bench/results)
   BENCH_STREAM_MUX=1|0     the gateway with upstream.stream_mux on or off (unset: the default, off)
   BENCH_UPSTREAM_TRANSPORT=grpc|h2  the gateway's upstream.transport (unset: the default, h2)
@@ -64,11 +65,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import cases as cases_mod
-from bench import grpcload, llmload, llmscale, procstat, report, shadow, stats, wrk
+from bench import grpcload, llmload, llmscale, procstat, report, shadow, shadow_grpc, stats, wrk
 from bench.stack import Stack, StackDied, cpu_list, http
 from tests.support import ROOT
 
 MIB = 1024 * 1024
+
+
+# rows run only when BENCH_ONLY names them (the default run's plan stays under 15 minutes without them)
+ASKED_ONLY = frozenset({"shadow_grpc"})
 
 
 @dataclass(frozen=True)
@@ -124,6 +129,8 @@ class Settings:
         )
 
     def wants(self, key: str) -> bool:
+        if key in ASKED_ONLY:
+            return key in self.only
         return not self.only or key in self.only
 
 
@@ -283,7 +290,7 @@ def plan_seconds(s: Settings, cases: list[cases_mod.Case]) -> float:
     total = sum(case_need(c, s) for c in cases if s.wants(c.key))
     first, each = scaling_need(s)
     rows = sum(s.wants(k) for k in ("scaling", "scaling_grpc", "scaling_stream"))
-    shadow_need = shadow.need_s(s.duration_s, s.repeats) if s.wants("shadow") else 0.0
+    shadow_need = sum(mod.need_s(s.duration_s, s.repeats) for key, mod in SHADOW_ROWS if s.wants(key))
     return total + rows * (first + each * len(s.scaling_workers)) + llm_scale_need(s) + shadow_need
 
 
@@ -303,8 +310,9 @@ def skipped_rows(res: dict) -> list[str]:
         out += [f"{key}: {why}" for why in (res.get(key) or {}).get("skipped", [])]
     if (res.get("llm_scale") or {}).get("skipped"):
         out.append(f"{', '.join(res['llm_scale'].get('rows', []))}: {res['llm_scale']['skipped']}")
-    if (res.get("shadow") or {}).get("skipped"):
-        out.append(f"shadow: {res['shadow']['skipped']}")
+    for key, _mod in SHADOW_ROWS:
+        if (res.get(key) or {}).get("skipped"):
+            out.append(f"{key}: {res[key]['skipped']}")
     return out
 
 
@@ -483,15 +491,20 @@ def llm_scale(s: Settings, budget: Budget, tmp: Path, log_dir: Path) -> dict:
     return out
 
 
-def shadow_row(s: Settings, budget: Budget, stack: Stack) -> dict:
-    """bench/shadow.py: the shadow route beside triton and legacy; skipped (and said) when it does not fit."""
-    need = shadow.need_s(s.duration_s, s.repeats)
+# the cut-over rows: (BENCH_ONLY key, module), each module with need_s, run and markdown
+SHADOW_ROWS = (("shadow", shadow), ("shadow_grpc", shadow_grpc))
+
+
+def shadow_row(s: Settings, budget: Budget, stack: Stack, mod=shadow) -> dict:
+    """bench/shadow.py (or shadow_grpc.py): the shadow route beside triton and legacy; skipped (and
+    said) when it does not fit."""
+    need = mod.need_s(s.duration_s, s.repeats)
     if budget.left() < need:
         out = {"skipped": f"needed about {need:.0f} s, {budget.left():.0f} s of the budget left"}
         print(f"  skipped: {out['skipped']}", flush=True)
         return out
     try:
-        return shadow.run(stack.triton.grpc_target, stack.tmp, s.duration_s, s.repeats)
+        return mod.run(stack.triton.grpc_target, stack.tmp, s.duration_s, s.repeats)
     except Exception as e:  # noqa: BLE001 - reported as skipped, with why; the results are still written
         out = {"skipped": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
         print(f"  skipped: {out['skipped']}", flush=True)
@@ -517,7 +530,7 @@ def main() -> int:
     t_start = time.monotonic()
     load_before = report.loadavg()
     res: dict = {"cases": [], "scaling": None, "scaling_grpc": None, "scaling_stream": None, "memory": [],
-                 "llm_scale": None, "shadow": None}
+                 "llm_scale": None, "shadow": None, "shadow_grpc": None}
     print(f"bench: {'quick' if s.quick else 'full'} mode, {s.repeats} × {s.duration_s:g} s per side"
           f"{'' if s.floor else ' (no floor)'}, "
           f"results in {results_dir}", flush=True)
@@ -567,10 +580,14 @@ def main() -> int:
             res["scaling_stream"] = scaling(runner, stack, s, budget, None, streamed,
                                             lambda st: st.gateway.target("v2_grpc"),
                                             channels=s.scaling_channels, clients=s.scaling_clients)
+        if any(s.wants(key) for key, _mod in SHADOW_ROWS):
+            stack.stop_gateway()  # the rows' own gateways in its place
         if s.wants("shadow"):
             print("Cut-over, TF Serving REST small predict: triton, legacy, shadow (bench/shadow.py):", flush=True)
-            stack.stop_gateway()  # the row's own gateways in its place
             res["shadow"] = shadow_row(s, budget, stack)
+        if s.wants("shadow_grpc"):
+            print("Cut-over, TF Serving gRPC small Predict: triton, legacy, shadow (bench/shadow_grpc.py):", flush=True)
+            res["shadow_grpc"] = shadow_row(s, budget, stack, shadow_grpc)
         if llm_scale_rows(s):
             print("LLM at scale (model_repository_trtllm/, one worker):", flush=True)
             res["llm_scale"] = llm_scale(s, budget, stack.tmp, results_dir / "logs")

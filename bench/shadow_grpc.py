@@ -9,6 +9,7 @@ Closed-loop grpc.aio callers in this process (one channel, ``callers`` calls in 
 alternated; client latency p50 / p99 and the front gateway's CPU per request (its utime + stime).
 
     .venv/bin/python -m bench.shadow_grpc        # alone, on its own Triton (about a minute)
+    BENCH_ONLY=shadow_grpc make bench             # the row of `make bench` (bench/run.py)
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import grpc
 import numpy as np
 
 from bench import procstat
-from bench.shadow import ROUTES, _counts, _folder, _legacy_models, _models, _pct
+from bench.shadow import ROUTES, _counts, _folder, _legacy_models, _models, _pct, need_s
 
 CONCURRENCY = (1, 8)
 PREDICT = "/tensorflow.serving.PredictionService/Predict"
@@ -112,12 +113,20 @@ def run(triton_target: str, tmp: Path, duration_s: float, repeats: int) -> dict:
 
 
 def markdown(sc: dict) -> list[str]:
-    lines = ["| callers | route | requests | errors | p50 ms | p99 ms | front CPU µs/req |",
-             "|---|---|---|---|---|---|---|"]
+    from bench.report import num
+
+    lines = ["", "## Cut-over: TF Serving gRPC small Predict on the shadow route (one front worker)", ""]
+    if sc.get("skipped"):
+        return lines + [f"skipped: {sc['skipped']}"]
+    lines += [f"Closed-loop grpc.aio callers, {sc['repeats']} × {sc['duration_s']:g} s per route, alternated; the "
+              "legacy server is a second gateway (bench/shadow_grpc.py). CPU: the front gateway's alone. "
+              f"Comparisons counted: {sc.get('migration', {})}.", "",
+              "| callers | route | requests | errors | p50 ms | p99 ms | front CPU µs/req |",
+              "|---|---|---|---|---|---|---|"]
     for r in sc["rows"]:
-        lines.append(f"| {r['concurrency']} | {r['route']} | {r['requests']} | {r['errors']} | {r['p50_ms']:.2f} | "
-                     f"{r['p99_ms']:.2f} | {r['cpu_us']:.0f} |")
-    return lines + ["", f"comparisons counted: {sc.get('migration', {})}"]
+        lines.append(f"| {r['concurrency']} | {r['route']} | {r['requests']} | {r['errors']} | {num(r['p50_ms'])} | "
+                     f"{num(r['p99_ms'])} | {num(r['cpu_us'])} |")
+    return lines
 
 
 def main() -> int:
@@ -140,6 +149,8 @@ def main() -> int:
     print(json.dumps(res, indent=1))
     return 0
 
+
+__all__ = ["CONCURRENCY", "markdown", "need_s", "run"]
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -11,15 +11,21 @@ and ``compare(legacy, triton, rtol, atol)`` gives a ``Comparison``:
     outcome   match | mismatch | legacy_error | triton_error | skipped
     outputs   {name: Diff(reason, max_abs, max_rel, count)} for every output that differs, and the
               float outputs that matched within tolerance with their (non-zero) error
-    format    "" | "field_order" | "spelling": the values agree, the bytes do not (JSON field order,
-              or float spelling / layout), reported apart from value differences
+    format    "" | "field_order" | "spelling" | "layout": the values agree, the bytes do not (JSON
+              field order, or float spelling; a protobuf answer: a layout a client can see, e.g.
+              ``float_val`` against ``tensor_content``), reported apart from value differences
 
 Rules: statuses and error words exact; shapes and dtypes exact; integers, booleans, strings (bytes)
 exact; floats within ``|t - l| <= atol + rtol * |l|`` (numpy.isclose, NaN equal to NaN); an output
 on one side only is a mismatch (``missing in triton`` / ``missing in legacy``). An error on one side
 only is that side's error (``legacy_error`` / ``triton_error``); the same error on both is a match.
-LLM answers: the status always; token counts and text only where the request was greedy; a
-sampled request that both answered is ``skipped``.
+A protobuf answer (``canonical`` set: its message serialized deterministically) has no field
+order or spelling: bytes that differ only where no client can see it (the order of a map's
+entries, which protobuf leaves to each process) are a plain match; canonical forms that differ
+are ``layout``. LLM answers: the status always; token counts and text only where the request was greedy; a
+sampled request that both answered is ``skipped``. An answer its dialect did not keep for comparing
+(``Answer.skipped``: why, e.g. a stream longer than its bound) is ``skipped`` with that note, unless
+a side failed.
 """
 
 from __future__ import annotations
@@ -39,9 +45,11 @@ class Answer:
     outputs: dict[str, np.ndarray] | None = None
     body: bytes = b""  # the answer's bytes as written (format check, recorded payloads)
     fields: tuple[str, ...] = ()  # the outputs' names in the order the wire holds them
+    canonical: bytes | None = None  # protobuf: the message serialized deterministically (None: JSON)
     text: str | None = None  # LLM: the generated text
     tokens: tuple[int, ...] | None = None  # LLM: (prompt tokens, completion tokens)
     greedy: bool = True  # LLM: the request was greedy (temperature 0 / do_sample false)
+    skipped: str = ""  # why this answer is not compared (e.g. a stream past its bound): counted skipped
 
     @property
     def failed(self) -> bool:
@@ -108,6 +116,8 @@ def compare(legacy: Answer, triton: Answer, rtol: float, atol: float) -> Compari
         if legacy.failed:
             return Comparison("legacy_error", note=f"legacy {legacy.status}: {legacy.error}")
         return Comparison("triton_error", note=f"triton {triton.status}: {triton.error}")
+    if legacy.skipped or triton.skipped:
+        return Comparison("skipped", note=legacy.skipped or triton.skipped)
     if legacy.text is not None or triton.text is not None or legacy.tokens is not None:
         return _compare_text(legacy, triton)
     outs: dict[str, Diff] = {}
@@ -124,7 +134,10 @@ def compare(legacy: Answer, triton: Answer, rtol: float, atol: float) -> Compari
     outcome = "mismatch" if any(d.reason for d in outs.values()) else "match"
     fmt = ""
     if outcome == "match" and legacy.body != triton.body:
-        fmt = "field_order" if legacy.fields != triton.fields else "spelling"
+        if legacy.canonical is not None and triton.canonical is not None:  # protobuf: map order is no format
+            fmt = "layout" if legacy.canonical != triton.canonical else ""
+        else:
+            fmt = "field_order" if legacy.fields != triton.fields else "spelling"
     return Comparison(outcome, outs, fmt)
 
 

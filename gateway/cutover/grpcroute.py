@@ -114,9 +114,9 @@ class GrpcCutover:
     def stream_answer(self, method: str, messages: list[bytes] | None, end: Answer | None = None) -> Answer:
         """A stream's messages as one Answer: each message's outputs under ``<i>/``; the first
         message read as an error, or ``end`` (how the stream ended, not OK), is the answer."""
-        if messages is None:  # not compared: the comparator's "not comparable" answer, counted skipped
-            return Answer(text="", greedy=False)
-        outputs, fields = {}, []
+        if messages is None:  # more than MAX_STREAM_MESSAGES were not kept: not compared, counted skipped
+            return Answer(skipped=f"stream longer than {MAX_STREAM_MESSAGES} messages: not compared")
+        outputs, fields, canonical = {}, [], []
         for i, data in enumerate(messages):
             one = self.read(method, data)
             if one.failed:
@@ -124,9 +124,12 @@ class GrpcCutover:
             for name, arr in (one.outputs or {}).items():
                 outputs[f"{i}/{name}"] = arr
                 fields.append(f"{i}/{name}")
+            canonical.append(one.canonical)
         if end is not None and end.failed:
             return end
-        return Answer(outputs=outputs, body=b"".join(messages), fields=tuple(fields))
+        # protobuf messages: no field order or spelling; each canonical form length-prefixed (no two streams alike)
+        whole = None if None in canonical else b"".join(len(c).to_bytes(4, "big") + c for c in canonical)
+        return Answer(outputs=outputs, body=b"".join(messages), fields=tuple(fields), canonical=whole)
 
     # -- background sides --------------------------------------------------------------------------
     def _legacy_unary(self, method: str, path: str, data: bytes, metadata: tuple):

@@ -6,7 +6,9 @@
                                                # handler then returns None (the edge's streamed answer)
 
 The request goes as the client sent it: method, path and query, body bytes, headers (hop-by-hop
-ones aside, legacy_http). The answer keeps its status, body bytes and headers; the edge adds
+ones aside, legacy_http), but for a listener with ``api_keys`` (``app.ctx.api_keys``, set by
+gateway/edge/http.py): there the client's Authorization is the gateway's own key and is not sent on
+(``legacy.api_key_file``'s key goes instead). The answer keeps its status, body bytes and headers; the edge adds
 ``x-request-id`` as for every answer.
 """
 
@@ -38,9 +40,15 @@ def _client(cut):
     return cut.http
 
 
+def keyed(request) -> bool:
+    """Whether the request came through a listener with ``api_keys`` (its Authorization is the gateway's key)."""
+    return bool(getattr(getattr(getattr(request, "app", None), "ctx", None), "api_keys", False))
+
+
 async def forward(cut, request, body: bytes | None = None) -> LegacyReply:
     data = request.body if body is None else body
-    return await _client(cut).call(request.method, target(request), request.headers.items(), bytes(data or b""))
+    return await _client(cut).call(request.method, target(request), request.headers.items(), bytes(data or b""),
+                                   keyed(request))
 
 
 def answer(reply: LegacyReply) -> HTTPResponse:
@@ -55,7 +63,8 @@ def answer(reply: LegacyReply) -> HTTPResponse:
 async def stream(cut, request, body: bytes | None = None) -> None:
     """Relay a streamed answer: the legacy status and headers, then each chunk as it arrives."""
     data = request.body if body is None else body
-    async with _client(cut).stream(request.method, target(request), request.headers.items(), bytes(data or b"")) as s:
+    async with _client(cut).stream(request.method, target(request), request.headers.items(), bytes(data or b""),
+                                   keyed(request)) as s:
         content_type = None
         headers = {}
         for k, v in s.headers:

@@ -10,8 +10,11 @@ path, if any, is put in front of it. Headers go both ways as they are but the ho
 (RFC 9110 7.6.1: connection, keep-alive, te, trailer, transfer-encoding, upgrade, proxy-*), host
 and content-length; nothing is added that the client did not send (no User-Agent, Accept or
 Accept-Encoding of aiohttp's own), except ``headers`` from the settings and ``Authorization:
-Bearer <api_key_file's key>`` when the client sent no Authorization. Answers are not decompressed
-(``content-encoding`` passes with the bytes it describes).
+Bearer <api_key_file's key>`` when the request carries no Authorization on. ``drop_authorization``
+(the request came through a listener with ``api_keys``): the client's Authorization is the gateway's
+own key, never sent to another server; the legacy server gets ``api_key_file``'s key, or none.
+Without it the client's Authorization passes unchanged (the legacy server checks it). Answers are
+not decompressed (``content-encoding`` passes with the bytes it describes).
 
 One pooled ``aiohttp.ClientSession`` per worker (``max_connections``), TLS / mTLS from ``tls`` as
 the Triton upstream has it. A whole answer is read up to ``max_answer_bytes``, past it the call fails
@@ -99,11 +102,11 @@ class LegacyHttp:
             await self._session.close()
             self._session = None
 
-    def headers_out(self, headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    def headers_out(self, headers: Iterable[tuple[str, str]], drop_authorization: bool = False) -> list[tuple[str, str]]:
         out, auth = [], False
         for k, v in headers:
             lk = k.lower()
-            if lk in HOP_BY_HOP:
+            if lk in HOP_BY_HOP or (drop_authorization and lk == "authorization"):
                 continue
             auth |= lk == "authorization"
             out.append((k, v))
@@ -121,16 +124,18 @@ class LegacyHttp:
         left = call.remaining(stream)
         return max(left if stream else min(left, self.conf.timeout_s), 0.001)
 
-    def _request(self, method: str, target: str, headers, body: bytes, timeout: float):
+    def _request(self, method: str, target: str, headers, body: bytes, timeout: float, drop_authorization: bool = False):
         session = self._session or self._open()
-        return session.request(method, self.prefix + target, headers=self.headers_out(headers), data=body or None,
+        return session.request(method, self.prefix + target, headers=self.headers_out(headers, drop_authorization),
+                               data=body or None,
                                timeout=aiohttp.ClientTimeout(total=timeout, connect=self.conf.connect_timeout_s),
                                allow_redirects=False, server_hostname=self._server_name, compress=None)
 
-    async def call(self, method: str, target: str, headers: Iterable[tuple[str, str]], body: bytes) -> LegacyReply:
+    async def call(self, method: str, target: str, headers: Iterable[tuple[str, str]], body: bytes,
+                   drop_authorization: bool = False) -> LegacyReply:
         timeout = self._timeout(False)
         try:
-            async with self._request(method, target, headers, body, timeout) as resp:
+            async with self._request(method, target, headers, body, timeout, drop_authorization) as resp:
                 return LegacyReply(resp.status, _headers_in(resp), await self._read(resp))
         except TimeoutError:
             raise GatewayError(ErrorKind.DEADLINE_EXCEEDED, "Deadline Exceeded (legacy server)") from None
@@ -152,11 +157,11 @@ class LegacyHttp:
 
     @contextlib.asynccontextmanager
     async def stream(self, method: str, target: str, headers: Iterable[tuple[str, str]],
-                     body: bytes) -> AsyncIterator[LegacyStream]:
+                     body: bytes, drop_authorization: bool = False) -> AsyncIterator[LegacyStream]:
         """The answer as it comes: status and headers at once, then its body's chunks as received."""
         timeout = self._timeout(True)
         try:
-            async with self._request(method, target, headers, body, timeout) as resp:
+            async with self._request(method, target, headers, body, timeout, drop_authorization) as resp:
                 yield LegacyStream(resp)
         except TimeoutError:
             raise GatewayError(ErrorKind.DEADLINE_EXCEEDED, "Deadline Exceeded (legacy server)") from None

@@ -8,6 +8,7 @@
           timeout_s: 30                         # deadline of one legacy call (the client's when shorter)
           tls: {ca_file: ca.pem}                # TLS to the legacy server; cert_file + key_file: mTLS
           api_key_file: legacy.key              # sent as Authorization: Bearer <key> when the client sent none
+                                                # (a listener with api_keys: the client's is never passed on)
           route: shadow                         # the dialect-wide default: triton | legacy | shadow | canary
           canary_percent: 10                    # canary: this share answered by Triton
           sticky: header:x-user-id              # canary: by this header (or "client": the client address)

@@ -42,6 +42,9 @@ def make_app(name: str, settings: Settings, edge: Edge | None = None) -> Sanic:
             "TOUCHUP": False,  # run once per process by the worker (edge/sanicx.touch_up), not once per app
         }
     )
+    # the listener checks API keys: a request relayed to a legacy server drops the client's
+    # Authorization, the gateway's own key (gateway/cutover/httprelay.py)
+    app.ctx.api_keys = edge is not None and edge.keys is not None
     if edge is not None:
         app.error_handler.add(Exception, edge.on_framework_error)
     return app

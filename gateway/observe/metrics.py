@@ -87,11 +87,13 @@ BUILD_INFO = Gauge("gateway_build_info", "Always 1; the labels say which gateway
 # cutting over from a legacy server (gateway/cutover): each compared (or dropped, skipped) request
 MIGRATION = Counter("gateway_migration_total",
                     "Requests on a legacy route by outcome: match, mismatch, legacy_error, triton_error, dropped "
-                    "(the shadow did not fit), skipped (not comparable: a sampled LLM request)",
+                    "(the shadow did not fit), skipped (not comparable: a sampled LLM request, a stream past 4096 "
+                    "messages)",
                     ["dialect", "model", "route", "outcome"])
 MIGRATION_FORMAT = Counter("gateway_migration_format_total",
                            "Compared answers whose values agree but whose bytes differ: field_order (JSON field "
-                           "order) or spelling (float spelling, layout)", ["dialect", "model", "kind"])
+                           "order), spelling (JSON float spelling) or layout (protobuf: a layout a client sees, "
+                           "not a map's order)", ["dialect", "model", "kind"])
 MIGRATION_ERROR = Gauge("gateway_migration_max_error",
                         "The largest error seen per output between legacy and Triton answers (kind: abs or rel)",
                         ["dialect", "model", "output", "kind"], multiprocess_mode="max")

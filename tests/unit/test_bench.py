@@ -972,3 +972,25 @@ def test_the_shadow_row_renders_its_routes_and_says_when_skipped():
     assert "| 1 | shadow | 10 | 0 |" in text and "'match': 10" in text
     assert shadow.markdown({"skipped": "no time"})[-1] == "skipped: no time"
     assert shadow.need_s(3.0, 2) > 2 * 3 * len(shadow.CONCURRENCY) * 3.0
+
+
+def test_the_grpc_shadow_row_is_a_make_bench_row_as_the_http_one():
+    """``BENCH_ONLY=shadow_grpc`` selects bench/shadow_grpc.py's row (planned, run, reported, skipped
+    with why), as ``BENCH_ONLY=shadow`` does bench/shadow.py's; only when named."""
+    from bench import run, shadow, shadow_grpc
+
+    assert dict(run.SHADOW_ROWS) == {"shadow": shadow, "shadow_grpc": shadow_grpc}
+    only = Settings.from_env({"BENCH_ONLY": "shadow_grpc"})
+    assert only.wants("shadow_grpc") and not only.wants("shadow")
+    assert not Settings.from_env({}).wants("shadow_grpc")  # named only: the default run stays under 15 minutes
+    assert plan_seconds(only, []) == shadow_grpc.need_s(only.duration_s, only.repeats) > 0
+    both = Settings.from_env({"BENCH_ONLY": "shadow,shadow_grpc"})
+    assert plan_seconds(both, []) == 2 * plan_seconds(only, [])
+    assert skipped_rows({"cases": [], "shadow_grpc": {"skipped": "no time"}}) == ["shadow_grpc: no time"]
+    row = {"concurrency": 8, "route": "shadow", "requests": 12, "errors": 0, "rps": 2.0, "p50_ms": 1.5,
+           "p99_ms": 4.0, "cpu_us": 1361.0}
+    res = _results() | {"shadow_grpc": {"repeats": 2, "duration_s": 3.0, "rows": [row], "migration": {"match": 12}}}
+    md = report.markdown(res)
+    assert "## Cut-over: TF Serving gRPC small Predict on the shadow route" in md
+    assert "| 8 | shadow | 12 | 0 |" in md and "'match': 12" in md
+    assert shadow_grpc.markdown({"skipped": "no time"})[-1] == "skipped: no time"

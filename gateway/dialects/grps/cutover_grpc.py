@@ -7,6 +7,8 @@ own readers (``codec.tensor_from_generic``, ``codec.gmap_values``):
     gmap                        each key as a one-element tensor of its map's type
 
 The request's model (``GrpsMessage.model``, field 2) is read from its bytes, without parsing the rest.
+The Answer's ``canonical`` form is the message serialized deterministically (``gmap`` in key order,
+not in the order of each process's own): answers differing only there are the same to every client.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def answer(method: str, data: bytes):
             outputs[key] = np.array([value], dtype=object if v2 == "BYTES" else None)
     if msg.model:
         outputs["model"] = np.array([msg.model.encode()], dtype=object)
-    return Answer(outputs=outputs, fields=tuple(outputs))
+    return Answer(outputs=outputs, fields=tuple(outputs), canonical=msg.SerializeToString(deterministic=True))
 
 
 __all__ = ["answer", "model_of", "path"]

@@ -11,7 +11,10 @@ own reader (``protocodec.tensor_from_proto``) into ``{name: Tensor}``:
                       the whole message as one ``message`` BYTES tensor (its JSON, keys
                       sorted): equal or not, nothing finer to say
 
-and the request's model name is read from its bytes (``model_of``) without parsing the rest.
+and the request's model name is read from its bytes (``model_of``) without parsing the rest. The
+Answer's ``canonical`` form: the message serialized deterministically (a map's entries in key order,
+which upb otherwise writes in an order of each process's own), the sorted-key JSON for the whole
+messages (their packed Any as well): two answers differing only there are the same to every client.
 """
 
 from __future__ import annotations
@@ -150,10 +153,16 @@ def tensors(method: str, data: bytes) -> dict[str, Tensor]:
     return READERS[method](data)
 
 
+MESSAGES = {"Predict": predict_pb2.PredictResponse, "Classify": classification_pb2.ClassificationResponse,
+            "Regress": regression_pb2.RegressionResponse, "MultiInference": inference_pb2.MultiInferenceResponse}
+
+
 def answer(method: str, data: bytes) -> Answer:
     """An OK answer's bytes as the comparator's Answer (gateway.cutover.compare)."""
     outs = tensors(method, data)
-    return Answer(outputs={name: t.data for name, t in outs.items()}, fields=tuple(outs))
+    cls = MESSAGES.get(method)
+    canonical = outs["message"].data[0] if cls is None else cls.FromString(data).SerializeToString(deterministic=True)
+    return Answer(outputs={name: t.data for name, t in outs.items()}, fields=tuple(outs), canonical=canonical)
 
 
 __all__ = ["PATHS", "answer", "model_of", "path", "tensors"]

@@ -403,3 +403,49 @@ async def test_a_legacy_section_with_grpc_only_answers_http_with_a_clear_error()
         await httprelay.forward(cut, Req())
     assert e.value.kind.value == "unavailable" and "legacy.http is not set" in e.value.message
     await cut.close()
+
+
+def test_a_stream_past_its_bound_is_skipped_and_says_so():
+    from gateway.cutover.grpcroute import MAX_STREAM_MESSAGES, GrpcCutover
+
+    cut = GrpcCutover("grps", None, None, None, lambda _m, _d: ans(y=[1]), None, None)
+    long, short = cut.stream_answer("PredictStreaming", None), cut.stream_answer("PredictStreaming", [b"x"])
+    for legacy, triton in ((long, short), (short, long), (long, long)):
+        got = compare(legacy, triton, 1e-5, 1e-5)
+        assert got.outcome == "skipped" and "sampled" not in got.note
+        assert got.note == f"stream longer than {MAX_STREAM_MESSAGES} messages: not compared"
+    # an error on the other side is still that side's error
+    assert compare(long, failure("INTERNAL", "boom"), 1e-5, 1e-5).outcome == "triton_error"
+
+
+def test_protobuf_answers_have_no_field_order_or_spelling_json_ones_do():
+    """Two PredictResponses with the same outputs, the ``outputs`` map's entries written in either
+    order (upb writes a map in an order of each process's own): a plain match, no format counted.
+    A layout a client can see (``float_val`` against ``tensor_content``) is still reported apart."""
+    from gateway._proto.tensorflow_serving.apis import predict_pb2
+    from gateway.dialects.tfserving.cutover_grpc import answer
+
+    def entry(name: str, values, packed: bool = False) -> bytes:
+        one = predict_pb2.PredictResponse()
+        one.outputs[name].dtype = 1  # DT_FLOAT
+        one.outputs[name].tensor_shape.dim.add(size=len(values))
+        if packed:
+            one.outputs[name].tensor_content = np.asarray(values, dtype=F32).tobytes()
+        else:
+            one.outputs[name].float_val.extend(values)
+        return one.SerializeToString()
+
+    spec = predict_pb2.PredictResponse(model_spec={"name": "same"}).SerializeToString()
+    y, y2 = entry("y", [2.5, 3.0]), entry("y2", [3.5, 4.0])
+    first, second = answer("Predict", spec + y + y2), answer("Predict", spec + y2 + y)
+    first.body, second.body = spec + y + y2, spec + y2 + y  # as the grpc route sets them
+    assert first.body != second.body
+    got = compare(first, second, 1e-5, 1e-5)
+    assert (got.outcome, got.format) == ("match", "")
+    packed = answer("Predict", spec + entry("y", [2.5, 3.0], packed=True) + y2)
+    packed.body = spec + entry("y", [2.5, 3.0], packed=True) + y2
+    assert (compare(first, packed, 1e-5, 1e-5).outcome, compare(first, packed, 1e-5, 1e-5).format) == ("match", "layout")
+    # JSON answers keep both notions
+    a = Answer(outputs={"y": np.array([1.0])}, body=b'{"y": [1.0]}', fields=("y",))
+    b = Answer(outputs={"y": np.array([1.0])}, body=b'{"y": [1.00]}', fields=("y",))
+    assert compare(a, b, 0, 0).format == "spelling"
