@@ -148,7 +148,7 @@ def test_models_are_counted_from_the_repository(tmp_path):
         (tmp_path / name).mkdir()
     (tmp_path / "README").write_text("")
     assert localtriton.count_models(tmp_path) == 2
-    assert localtriton.count_models(ROOT / "model_repository") == 11
+    assert localtriton.count_models(ROOT / "model_repository") == 12
 
 
 def test_not_ready_in_time_names_the_models_still_loading_and_the_setting(tmp_path):
