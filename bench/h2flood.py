@@ -14,10 +14,12 @@ minus the warmed baseline. The done-when target (issue 52): p99 < 1 s, no good c
 
     hpack_bomb        a call's fields put in HPACK's dynamic table (a 1 KiB value), then header
                       blocks of 16 KiB made only of its one-byte index, on 4 connections
-    settings_flood    SETTINGS frames as fast as they go, the ACKs never read
+    settings_flood    SETTINGS frames as fast as they go on 4 connections, the ACKs never read
     rapid_reset_req   HEADERS+DATA (a whole unary request) then RST_STREAM, new streams, not reading
     rapid_reset       HEADERS then RST_STREAM at once, 150k streams (CVE-2023-44487)
     data_past_window  DATA well past the advertised stream/connection windows, WINDOW_UPDATEs ignored
+    windows_obeyed    8 unary calls on one connection each announcing 96 MiB, DATA only within the
+                      windows granted (a client that obeys flow control)
     zero_window       INITIAL_WINDOW_SIZE 0, 100 calls asking 10 x 1 MiB answers, never read
     continuation_0    HEADERS without END_HEADERS then empty CONTINUATION frames, endlessly
     continuation_1    the same with 1-byte CONTINUATION frames
@@ -63,12 +65,14 @@ def cpu(pid: int) -> float:
 
 
 # -- the well-behaved client (its own process: the attackers' GIL is not its latency) --------------
-def _good_client(port: int, stop, out) -> None:
+def _good_client(port: int, ready, stop, out) -> None:
     import grpc
 
     latencies, failures, errors = [], 0, []
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         call = channel.unary_unary(UNARY)
+        call(b"warm", timeout=30)  # connected before the attack begins
+        ready.set()
         while not stop.is_set():
             t0 = time.perf_counter()
             try:
@@ -125,12 +129,22 @@ def hpack_bomb(port, until):
 
 def settings_flood(port, until):
     frames = R.settings((R.HEADER_TABLE_SIZE, 4096), (R.INITIAL_WINDOW_SIZE, 65535), (R.MAX_FRAME_SIZE, 16384)) * 1000
-    s, n = _conn(port), 0
-    s.settimeout(1)
-    while time.monotonic() < until and _send(s, frames):
-        n += 1000
-    s.close()
-    return f"{n} SETTINGS"
+    counts = []
+
+    def one():
+        s, n = _conn(port), 0
+        s.settimeout(1)
+        while time.monotonic() < until and _send(s, frames):
+            n += 1000
+        s.close()
+        counts.append(n)
+
+    threads = [threading.Thread(target=one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return f"{sum(counts)} SETTINGS on 4 connections, the ACKs never read"
 
 
 def _rapid(port, until, with_request: bool, cap: int):
@@ -186,6 +200,42 @@ def data_past_window(port, until):
         sid += 2
     s.close()
     return f"{sent // MiB} MiB sent on {conns} connection(s)"
+
+
+def windows_obeyed(port, until):
+    """8 unary calls each announcing a 96 MiB message, DATA sent only within the windows granted."""
+    s = _conn(port, extra=b"".join(R.frame(R.HEADERS, R.END_HEADERS, sid, R.request_block(UNARY)) for sid in range(1, 17, 2)))
+    got, _ = R.read_frames(s, quiet=0.2, limit=2)
+    initial = next((v for f in got if f.kind == R.SETTINGS and not f.flags & R.ACK
+                    for k, v in (struct.unpack_from(">HI", f.payload, i) for i in range(0, len(f.payload) - 5, 6))
+                    if k == R.INITIAL_WINDOW_SIZE), 65535)
+    windows = dict.fromkeys(range(1, 17, 2), initial)
+    conn = 65535 + sum(int.from_bytes(f.payload, "big") for f in got if f.kind == R.WINDOW_UPDATE and f.sid == 0)
+    started, sent, chunk = set(), 0, 16384
+    while time.monotonic() < until:
+        for sid in windows:
+            while windows[sid] >= chunk and conn >= chunk:
+                head = b"\x00" + struct.pack(">I", 96 * MiB) if sid not in started else b""
+                started.add(sid)
+                if not _send(s, R.frame(R.DATA, 0, sid, head + b"\x00" * (chunk - len(head)))):
+                    return f"{sent // MiB} MiB sent within the windows, then the server closed"
+                windows[sid] -= chunk
+                conn -= chunk
+                sent += chunk
+        got, closed = R.read_frames(s, quiet=0.02, limit=0.05)
+        for f in got:
+            if f.kind == R.WINDOW_UPDATE and len(f.payload) == 4:
+                inc = int.from_bytes(f.payload, "big")
+                if f.sid == 0:
+                    conn += inc
+                elif f.sid in windows:
+                    windows[f.sid] += inc
+            elif f.kind == R.RST_STREAM:
+                windows.pop(f.sid, None)
+        if closed or not windows:
+            break
+    s.close()
+    return f"{sent // MiB} MiB sent within the windows granted on 8 calls"
 
 
 def zero_window(port, until):
@@ -345,7 +395,7 @@ def slow_reader(port, until):
     return f"{got // 1024} KiB read at 64 KiB/s"
 
 
-ATTACKS = {f.__name__: f for f in (hpack_bomb, settings_flood, rapid_reset_req, rapid_reset, data_past_window, zero_window,
+ATTACKS = {f.__name__: f for f in (hpack_bomb, settings_flood, rapid_reset_req, rapid_reset, data_past_window, windows_obeyed, zero_window,
                                    continuation_0, continuation_1, max_frame_1, length_4gb, malformed, streams_over,
                                    idle_streams, slow_reader)}
 
@@ -356,13 +406,14 @@ def measure(kind: str, attack: str, seconds: float) -> dict:
     try:
         for _ in range(20):  # warmed: the first calls' allocations are not the attack's
             R.good_call(target.port, b"warm")
-        time.sleep(0.2)
-        base, cpu0 = rss(target.pid), cpu(target.pid)
         ctx = multiprocessing.get_context("spawn")
-        stop, out = ctx.Event(), ctx.Queue()
-        good = ctx.Process(target=_good_client, args=(target.port, stop, out))
+        ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
+        good = ctx.Process(target=_good_client, args=(target.port, ready, stop, out))
         good.start()
-        time.sleep(1.0)  # its channel connected before the attack begins
+        if not ready.wait(60):
+            raise RuntimeError("the good client did not connect")
+        time.sleep(0.3)
+        base, cpu0 = rss(target.pid), cpu(target.pid)
         peak, done, note = base, threading.Event(), {}
 
         def run():

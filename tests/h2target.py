@@ -95,30 +95,31 @@ _SKIP = (type, asyncio.AbstractEventLoop, asyncio.Future, asyncio.Handle, asynci
 
 
 def held_bytes(root) -> int:
-    """The bytes an h2serve ``Server`` holds for its connections, whatever its classes name them:
-    every bytes-like object reachable from it (attributes, containers), plus each transport's
-    write buffer. Functions, tasks, loops, handlers and sockets are not walked."""
+    """The memory an h2serve ``Server`` holds for its connections, whatever its classes name it:
+    ``sys.getsizeof`` of every object reachable from them (attributes, containers, buffers; an
+    object shared counts once), plus each transport's write buffer. Functions, tasks, loops,
+    handlers and sockets are not walked."""
     total, seen, todo = 0, set(), [root]
-    while todo and len(seen) < 500_000:
+    while todo and len(seen) < 1_000_000:
         obj = todo.pop()
-        if id(obj) in seen or obj is None or isinstance(obj, (int, float, bool, _SKIP)) or callable(obj) and not hasattr(obj, "__dict__"):
+        if id(obj) in seen or obj is None or isinstance(obj, (bool, _SKIP)) or callable(obj) and not hasattr(obj, "__dict__"):
             continue
         seen.add(id(obj))
-        if isinstance(obj, (bytes, bytearray, str)):
-            total += len(obj)
-        elif isinstance(obj, memoryview):
-            total += obj.nbytes
-        elif isinstance(obj, asyncio.BaseTransport):
+        if isinstance(obj, asyncio.BaseTransport):
             if hasattr(obj, "get_write_buffer_size"):
                 total += obj.get_write_buffer_size()
-        elif isinstance(obj, dict):
+            continue
+        total += obj.nbytes if isinstance(obj, memoryview) else sys.getsizeof(obj)
+        if isinstance(obj, (bytes, bytearray, str, memoryview, int, float)):
+            continue
+        if isinstance(obj, dict):
             todo.extend(obj.keys())
             todo.extend(obj.values())
         elif isinstance(obj, (list, tuple, set, frozenset, collections.deque)):
             todo.extend(obj)
         else:
             if hasattr(obj, "__dict__"):
-                todo.extend(vars(obj).values())
+                todo.append(vars(obj))
             for cls in type(obj).__mro__:
                 for name in getattr(cls, "__slots__", ()):
                     todo.append(getattr(obj, name, None))
