@@ -6,7 +6,7 @@ frames in ``data_received`` and each call is one task running the handler the li
 found through the same generic handlers grpc's server asks (``GenericRpcHandler.service`` ->
 ``RpcMethodHandler``, its (de)serializers and behaviour kind), so every service a listener's
 ``attach`` adds (TF Serving, GRPS, the V2 passthrough, grpc.health.v1) is served unchanged. Its
-context (gateway/edge/h2rpc.py) is what the handlers use of ``grpc.aio.ServicerContext``.
+context (gateway/h2/rpc.py) is what the handlers use of ``grpc.aio.ServicerContext``.
 
 What the client gets is what grpc.aio's server gives it:
 
@@ -45,7 +45,9 @@ from typing import NamedTuple
 
 import grpc
 
-from gateway.core.h2wire import (
+from gateway.h2 import rpc as h2rpc
+from gateway.h2.rpc import RESPONSE_HEADERS, TRAILERS_ONLY, Rpc, trailers
+from gateway.h2.wire import (
     ACK,
     DATA,
     DEFAULT_WINDOW,
@@ -71,8 +73,6 @@ from gateway.core.h2wire import (
     header_frames,
     settings,
 )
-from gateway.edge import h2rpc
-from gateway.edge.h2rpc import RESPONSE_HEADERS, TRAILERS_ONLY, Rpc, trailers
 from gateway.observe import fastpaths
 
 ON = fastpaths.declare("grpc_server_h2", [] if Decoder is not None else ["hpack"])
@@ -206,7 +206,7 @@ class Connection(Framing):
             data = data[24:]
         self.frames(data)
 
-    # -- frames read (h2wire.Framing) -----------------------------------------------------------
+    # -- frames read (wire.Framing) -------------------------------------------------------------
     def on_data(self, sid: int, flags: int, payload: bytes, length: int) -> None:
         rpc = self.calls.get(sid)
         if rpc is None or rpc.half_closed:

@@ -1,5 +1,5 @@
 """HTTP/2 as gRPC uses it, the pieces both ends written on the event loop share: the client of
-Triton (gateway/upstream/h2call.py) and the gRPC listener's server (gateway/edge/h2serve.py).
+Triton (gateway/h2/client.py) and the gRPC listener's server (gateway/h2/server.py).
 
 Frame kinds, flags and error codes (RFC 9113), the 9-byte frame head, HPACK literal fields without
 indexing (RFC 7541 6.2.2: no table state on either side, so a block can be encoded once and kept),
@@ -134,8 +134,8 @@ class Headers:
 
 
 class Framing(asyncio.Protocol):
-    """What both ends written on the loop do with the frames they read (gateway/upstream/h2call.py's
-    ``Connection``, gateway/edge/h2serve.py's): whole frames cut from the bytes read (``frames``),
+    """What both ends written on the loop do with the frames they read (gateway/h2/client.py's
+    ``Connection``, gateway/h2/server.py's): whole frames cut from the bytes read (``frames``),
     the connection's window given back as DATA is read, padding and priority taken off, a header
     block continued by CONTINUATION frames put together, SETTINGS acknowledged. What a frame means
     to one end is its ``on_*`` method's."""

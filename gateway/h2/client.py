@@ -40,7 +40,7 @@ from urllib.parse import unquote
 
 import grpc
 
-from gateway.core.h2wire import (
+from gateway.h2.wire import (
     ACK,
     CANCEL,
     DATA,
@@ -62,9 +62,9 @@ from gateway.core.h2wire import (
     literal,
     string,
 )
-from gateway.core.h2wire import FRAME as _FRAME
-from gateway.core.h2wire import SETTING as _SETTING
-from gateway.core.h2wire import U32 as _U32
+from gateway.h2.wire import FRAME as _FRAME
+from gateway.h2.wire import SETTING as _SETTING
+from gateway.h2.wire import U32 as _U32
 from gateway.observe import fastpaths
 
 ON = fastpaths.declare("upstream_h2", [] if Decoder is not None else ["hpack"])
@@ -183,7 +183,7 @@ class Connection(Framing):
         self.heard = True
         self.frames(data)
 
-    # -- frames read (h2wire.Framing) -----------------------------------------------------------
+    # -- frames read (wire.Framing) -------------------------------------------------------------
     def on_data(self, sid: int, flags: int, payload: bytes, length: int) -> None:
         st = self.streams.get(sid)
         if st is None:

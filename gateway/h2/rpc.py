@@ -1,4 +1,4 @@
-"""One gRPC call served by gateway/edge/h2serve.py: its state on the connection and the context its
+"""One gRPC call served by gateway/h2/server.py: its state on the connection and the context its
 handler gets, with what our handlers and grpc's own servicers (health, reflection) use of
 ``grpc.aio.ServicerContext``, answering as grpc.aio's server does.
 
@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import grpc
 
-from gateway.core.h2wire import literal, string
+from gateway.h2.wire import literal, string
 
 _STATUS = {c: str(c.value[0]).encode() for c in grpc.StatusCode}
 RESPONSE_HEADERS = b"\x88" + literal(31, "application/grpc") + literal("grpc-accept-encoding", "identity, deflate, gzip")
