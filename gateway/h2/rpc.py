@@ -94,7 +94,7 @@ class Rpc:
     __slots__ = ("conn", "sid", "method", "handler", "metadata", "deadline", "encoding", "buf", "messages",
                  "reader", "half_closed", "task", "timer", "window", "out", "unacked", "status", "message",
                  "trailing", "headers_sent", "ended", "cancelled_", "expired", "callbacks", "drained",
-                 "__weakref__")
+                 "held", "inwin", "__weakref__")
 
     def __init__(self, conn, sid: int, method: str, handler, metadata, deadline: float | None,
                  encoding: str | None, window: int):
@@ -123,6 +123,8 @@ class Rpc:
         self.expired = False
         self.callbacks: list | None = None
         self.drained: asyncio.Future | None = None  # a streaming handler waiting for its answers to go out
+        self.held = 0  # request bytes held (partial and unread messages)
+        self.inwin = 0  # what the client may still send on this stream (our window)
 
     # -- the request's messages (stream_unary, stream_stream) -------------------------------
     async def read(self):
