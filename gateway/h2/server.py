@@ -74,6 +74,7 @@ from gateway.h2.wire import (
     PROTOCOL_ERROR,
     REFUSED_STREAM,
     RESETS,
+    SELF_DEPENDENT,
     RST_STREAM,
     STREAM_CLOSED,
     U32,
@@ -298,7 +299,7 @@ class Connection(Framing):
             if self.flood(RESETS):  # Rapid Reset (CVE-2023-44487)
                 return
             self._cancelled(rpc)
-            self.closed_ids[sid] = False
+            self.closed_ids[sid] = True  # the client closed it: what it sends on it after is STREAM_CLOSED
 
     # GOAWAY from the client: it opens no more streams, those in flight go on (Framing.on_goaway)
 
@@ -347,11 +348,15 @@ class Connection(Framing):
             if ended is None:  # a new stream's id below one already used
                 return self.on_error(PROTOCOL_ERROR)
             if ended:
-                return self.stream_error(sid, STREAM_CLOSED)
+                return self.on_error(STREAM_CLOSED)
             if end:  # the trailers of a stream we answered already
                 self.closed_ids[sid] = True
             return
         self.last_sid = sid
+        if flags & SELF_DEPENDENT or ":bad" in own or not own.get(":path") or ":method" not in own \
+                or ":scheme" not in own:  # a malformed request (RFC 9113 8.1.1, 8.2, 8.3.1)
+            self._closed(sid, bool(end))
+            return self.stream_error(sid, PROTOCOL_ERROR)
         if self.going_away:
             self.transport.write(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
             self._closed(sid, False)
@@ -378,8 +383,6 @@ class Connection(Framing):
             rpc.timer = loop.call_at(loop.time() + (deadline - time.monotonic()), self._expire, rpc)
         if end:
             self._half_close(rpc)
-        elif handler is UNIMPLEMENTED:
-            self._start(rpc)  # answered at once, as grpc's server answers it
 
     def _refuse(self, sid: int, code: grpc.StatusCode, details: str, end: int) -> None:
         """A call answered before it began (trailers-only). What the client still sends on it is

@@ -34,6 +34,7 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
 END_STREAM = ACK = 0x1
 END_HEADERS, PADDED, PRIORITY_FLAG = 0x4, 0x8, 0x20
+SELF_DEPENDENT = 0x100  # not on the wire: a HEADERS frame whose priority names its own stream (on_headers)
 NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0x0, 0x1, 0x2, 0x3
 STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL = 0x5, 0x6, 0x7, 0x8
 COMPRESSION_ERROR, ENHANCE_YOUR_CALM = 0x9, 0xB
@@ -316,6 +317,8 @@ class Framing(asyncio.Protocol):
             if flags & PRIORITY_FLAG:
                 if len(payload) < 5:
                     return self.on_error(FRAME_SIZE_ERROR)
+                if U32.unpack_from(payload)[0] & LAST_STREAM_ID == sid:  # a stream error, once the block is read
+                    flags |= SELF_DEPENDENT
                 payload = payload[5:]
             if flags & END_HEADERS:
                 self.on_headers(sid, flags, payload)
