@@ -295,11 +295,13 @@ class Connection(Framing):
         head = st.headers or {}
         status = head.get(":status", "200")
         if status != "200":
-            code = _STATUS_BY_HTTP.get(int(status) if status.isdigit() else 0, grpc.StatusCode.UNKNOWN)
+            code = _STATUS_BY_HTTP.get(int(status) if status.isascii() and status.isdigit() else 0,
+                                       grpc.StatusCode.UNKNOWN)
             return self._finish(sid, st, error(code, f"Received http2 header with status: {status}"))
         if trailers is None or "grpc-status" not in trailers:
             return self._finish(sid, st, error(grpc.StatusCode.UNKNOWN, "Stream removed"))
-        code = int(trailers["grpc-status"]) if trailers["grpc-status"].isdigit() else 2
+        text = trailers["grpc-status"]
+        code = int(text) if text.isascii() and text.isdigit() else 2
         if code:
             return self._finish(sid, st, error(_CODES.get(code, grpc.StatusCode.UNKNOWN),
                                                unquote(trailers.get("grpc-message", ""))))

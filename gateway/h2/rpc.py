@@ -97,13 +97,16 @@ def read_metadata(fields) -> tuple[dict[str, str], tuple[tuple[str, str | bytes]
 
 def timeout(text: str | None) -> float | None:
     """``grpc-timeout`` in seconds (None: absent or not one)."""
-    if not text or len(text) < 2 or not text[:-1].isdigit() or text[-1] not in _TIMEOUT_UNITS:
+    if (not text or len(text) < 2 or not text.isascii() or not text[:-1].isdigit()
+            or text[-1] not in _TIMEOUT_UNITS):
         return None
     return int(text[:-1]) * _TIMEOUT_UNITS[text[-1]]
 
 
-def decompress(encoding: str, data: bytes) -> bytes:
-    return zlib.decompress(data, 31 if encoding == "gzip" else 15)
+def decompress(encoding: str, data: bytes, limit: int) -> bytes:
+    """At most ``limit`` + 1 bytes of the message decompressed (a longer one is refused by its size,
+    not inflated whole: a gzip bomb)."""
+    return zlib.decompressobj(31 if encoding == "gzip" else 15).decompress(data, limit + 1)
 
 
 class Rpc:

@@ -427,7 +427,7 @@ class Connection(Framing):
                 if rpc.encoding is None:
                     return self._error(rpc, grpc.StatusCode.INTERNAL, "Compression bit set but no encoding configured")
                 try:
-                    msg = h2rpc.decompress(rpc.encoding, msg)
+                    msg = h2rpc.decompress(rpc.encoding, msg, limit)
                 except zlib.error:
                     return self._error(rpc, grpc.StatusCode.INTERNAL, "Failed to decompress the message")
                 if len(msg) > limit:
