@@ -43,12 +43,15 @@ _PAIR = struct.Struct(">II")
 
 def h2serve_module():
     """Where h2serve's ``Server`` lives (gateway/edge/h2serve.py, or the gateway/h2 package)."""
+    import gateway
+
+    home = Path(gateway.__file__).resolve().parent  # not another checkout's (an editable install's finder)
     for name in ("gateway.h2.serve", "gateway.h2.server", "gateway.edge.h2serve"):
         try:
             module = importlib.import_module(name)
         except ImportError:
             continue
-        if hasattr(module, "Server"):
+        if hasattr(module, "Server") and Path(module.__file__).resolve().is_relative_to(home):
             return module
     raise ImportError("no h2serve Server found")
 
