@@ -5,9 +5,10 @@ bombs, CONTINUATION games, window games, DATA past the advertised window. For ea
 
 - no exception leaves the server's frame handling (its log stays free of tracebacks and of
   asyncio's "Exception in callback" / "Fatal error" lines);
-- what the server holds for its connections (tests/h2target.py ``held_bytes``: every buffer
+- what the server holds for its connections (tests/h2target.py ``held_bytes``: every object
   reachable from them, the transports' write buffers included) stays within what the client sent
-  and a fixed allowance, so no small input makes it hold much more (an HPACK bomb would);
+  and the server advertised (its connection window), 5/4 of it for a growing buffer's slack, plus
+  a fixed allowance, so no small input makes it hold much more (an HPACK bomb would);
 - DATA past the windows the server advertised (SETTINGS_INITIAL_WINDOW_SIZE, WINDOW_UPDATE) is not
   taken silently: RST_STREAM or GOAWAY with an error code, or the connection closed;
 - the loop still answers a second, well-behaved connection.
@@ -177,7 +178,8 @@ def test_h2serve_survives_any_frame_sequence(listener, sequence):
             held, _ = target.held()
             advertised = 65535 + sum(int.from_bytes(f.payload[:4], "big") for f in got
                                       if f.kind == R.WINDOW_UPDATE and f.sid == 0 and len(f.payload) == 4)
-            assert held <= min(sent, advertised) + ALLOWANCE, f"holds {held} bytes after {sent} sent ({advertised} advertised)"
+            # a buffer that grows is over-allocated (bytearray: about 1/8), hence the 5/4
+            assert held <= min(sent, advertised) * 5 // 4 + ALLOWANCE, f"holds {held} bytes after {sent} sent ({advertised} advertised)"
             if burst is not None and not closed:
                 sid = burst[0]
                 granted = sum(int.from_bytes(f.payload[:4], "big") for f in got
