@@ -72,26 +72,30 @@ def read_metadata(fields) -> tuple[dict[str, str], tuple[tuple[str, str | bytes]
     """(the pseudo-headers and gRPC's own fields, the invocation metadata) of a request's headers.
     A malformed request (RFC 9113 8.2, 8.3: a name with capitals, a pseudo-header unknown,
     repeated or after a regular field, a connection-specific field, ``te`` other than
-    ``trailers``) has ``":bad"`` among its own fields."""
+    ``trailers``, ``:method``, ``:scheme`` or ``:path`` missing or empty) has ``"!bad"`` among its
+    own fields (decoded blocks are remembered: the checks cost once per block)."""
     own, md = {}, []
     regular = False
     for key, value in fields:
         if key[0] == ":":
             if regular or key not in _PSEUDO or key in own:
-                own[":bad"] = key
+                own["!bad"] = key
             own[key] = value
             continue
         regular = True
-        if not key.islower() and key != key.lower() or key in _CONNECTION_FIELDS:
-            own[":bad"] = key
         if key in _NOT_METADATA:
             if key == "te" and value != "trailers":
-                own[":bad"] = key
+                own["!bad"] = key
             own[key] = value
-        elif key.endswith("-bin"):
+            continue
+        if not key.islower() and key != key.lower() or key in _CONNECTION_FIELDS:
+            own["!bad"] = key
+        if key.endswith("-bin"):
             md.append((key, base64.b64decode(value + "=" * (-len(value) % 4))))
         else:
             md.append((key, value))
+    if not own.get(":path") or ":method" not in own or ":scheme" not in own:
+        own["!bad"] = ":path"
     return own, tuple(md)
 
 

@@ -353,8 +353,7 @@ class Connection(Framing):
                 self.closed_ids[sid] = True
             return
         self.last_sid = sid
-        if flags & SELF_DEPENDENT or ":bad" in own or not own.get(":path") or ":method" not in own \
-                or ":scheme" not in own:  # a malformed request (RFC 9113 8.1.1, 8.2, 8.3.1)
+        if "!bad" in own or flags & SELF_DEPENDENT:  # a malformed request (RFC 9113 8.1.1, 8.2, 8.3.1)
             self._closed(sid, bool(end))
             return self.stream_error(sid, PROTOCOL_ERROR)
         if self.going_away:
@@ -398,7 +397,9 @@ class Connection(Framing):
         self.held += kept
         free = self.held <= HOLD or rpc is self.lane or self._lane(rpc)
         if free:
-            self.credit(kept)
+            self.conn_unacked += kept
+            if self.conn_unacked >= CONN_WINDOW // 2:
+                self.credit(0)
         else:
             self.deferred += kept
         if streaming:  # its window given back as the handler reads its messages (Rpc.read)
@@ -489,7 +490,10 @@ class Connection(Framing):
             self._error(rpc, grpc.StatusCode.INTERNAL, "Unary call got %s request messages"
                         % ("no" if not rpc.messages and not rpc.buf else "more or less than one whole"))
         else:
-            self.release(rpc, rpc.held)  # the message is the handler's now
+            self.held -= rpc.held  # the message is the handler's now
+            rpc.held = 0
+            if self.deferred or self.lane is rpc:
+                self.release(rpc, 0)
             self._start(rpc)
 
     def _start(self, rpc: Rpc) -> None:
@@ -539,9 +543,13 @@ class Connection(Framing):
             del closed[next(iter(closed))]
 
     def _done(self, rpc: Rpc) -> None:
-        if self.calls.get(rpc.sid) is rpc:
-            del self.calls[rpc.sid]
-            self._closed(rpc.sid, rpc.half_closed)
+        sid = rpc.sid
+        if self.calls.get(sid) is rpc:
+            del self.calls[sid]
+            closed = self.closed_ids
+            closed[sid] = rpc.half_closed
+            if len(closed) > CLOSED_KEPT:
+                del closed[next(iter(closed))]
         if rpc.held:
             self.release(rpc, rpc.held)
         if rpc.timer is not None:

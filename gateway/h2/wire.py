@@ -255,38 +255,36 @@ class Framing(asyncio.Protocol):
             self.transport.resume_reading()
 
     def frames(self, data: bytes) -> None:
-        try:
-            self._frames(data)
-        except Exception:  # noqa: BLE001 - the last guard: nothing leaves data_received
-            log.exception("HTTP/2 connection ended on an internal error")
-            if not self.lost:
-                self.on_error(INTERNAL_ERROR)
-
-    def _frames(self, data: bytes) -> None:
         if self._buf:
             data = self._buf + data
         off, n, unpack = 0, len(data), FRAME.unpack_from
         limit = self.MAX_FRAME
         budget = self.FRAMES_PER_TURN
-        while n - off >= 9:
-            hi, lo, kind, flags, sid = unpack(data, off)
-            length = hi << 8 | lo
-            if length > limit:
-                return self.on_error(FRAME_SIZE_ERROR)
-            end = off + 9 + length
-            if end > n:
-                break
-            self._frame(kind, flags, sid & LAST_STREAM_ID, data[off + 9:end], length)
-            if self.lost:
-                return
-            off = end
-            budget -= 1
-            if not budget and n - off >= 9:  # the rest on the loop's next turn, reading paused till then
-                self._buf = data[off:]
-                if not self._paused & 2:
-                    self._pause(2)
-                    asyncio.get_running_loop().call_soon(self._next_turn)
-                return
+        try:
+            while n - off >= 9:
+                hi, lo, kind, flags, sid = unpack(data, off)
+                length = hi << 8 | lo
+                if length > limit:
+                    return self.on_error(FRAME_SIZE_ERROR)
+                end = off + 9 + length
+                if end > n:
+                    break
+                self._frame(kind, flags, sid & LAST_STREAM_ID, data[off + 9:end], length)
+                if self.lost:
+                    return
+                off = end
+                budget -= 1
+                if not budget and n - off >= 9:  # the rest on the loop's next turn, reading paused till then
+                    self._buf = data[off:]
+                    if not self._paused & 2:
+                        self._pause(2)
+                        asyncio.get_running_loop().call_soon(self._next_turn)
+                    return
+        except Exception:  # noqa: BLE001 - the last guard: nothing leaves data_received
+            log.exception("HTTP/2 connection ended on an internal error")
+            if not self.lost:
+                self.on_error(INTERNAL_ERROR)
+            return
         self._buf = data[off:] if off < n else b""
 
     def _frame(self, kind: int, flags: int, sid: int, payload: bytes, length: int) -> None:
@@ -305,7 +303,9 @@ class Framing(asyncio.Protocol):
             elif not length and not flags & END_STREAM and self.flood(EMPTY):
                 return
             if self.credit_on_read:
-                self.credit(length)
+                self.conn_unacked += length
+                if self.conn_unacked >= self.CONN_WINDOW // 2:
+                    self.credit(0)
             self.on_data(sid, flags, payload, length)
         elif kind == HEADERS:
             if not sid:
