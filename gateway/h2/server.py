@@ -267,16 +267,14 @@ class Connection(Framing):
     def on_data(self, sid: int, flags: int, payload: bytes, length: int) -> None:
         rpc = self.calls.get(sid)
         if rpc is None or rpc.half_closed:
-            self.credit(length)  # nothing of it kept
+            self.credit(len(payload))  # nothing of it kept (the padding was given back)
             if rpc is not None:  # half-closed (remote): the client ended it already
                 return self.stream_error(sid, STREAM_CLOSED)
             return self._late(sid, flags)
         rpc.inwin -= length
         if rpc.inwin < 0:
-            self.credit(length)
+            self.credit(len(payload))
             return self.stream_error(sid, FLOW_CONTROL_ERROR)
-        if length != len(payload):
-            self.credit(length - len(payload))  # the padding
         self._data(rpc, payload, length)
         if flags & END_STREAM and not rpc.ended:
             self._half_close(rpc)
