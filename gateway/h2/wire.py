@@ -153,12 +153,12 @@ class Headers:
                 if type(exc).__name__ == "OversizedHeaderListError":
                     raise HeaderListTooLarge from None
                 raise
-        if len(block) <= 1024 and indexed_only(block):
+        if not indexed_only(block):  # the table changed: what was remembered may read otherwise now
+            self._seen.clear()
+        elif len(block) <= 1024:
             if len(self._seen) > 64:
                 self._seen.clear()
             self._seen[block] = fields
-        elif not indexed_only(block):  # the table changed: what was remembered may read otherwise now
-            self._seen.clear()
         return fields
 
 
@@ -300,6 +300,8 @@ class Framing(asyncio.Protocol):
                 if not length or payload[0] >= length:
                     return self.on_error(PROTOCOL_ERROR)
                 payload = payload[1:length - payload[0]]
+                if not self.credit_on_read:
+                    self.credit(length - len(payload))  # the padding: nothing of it kept
             elif not length and not flags & END_STREAM and self.flood(EMPTY):
                 return
             if self.credit_on_read:
