@@ -367,8 +367,6 @@ class Framing(asyncio.Protocol):
             if length != 4:
                 return self.on_error(FRAME_SIZE_ERROR)
             increment = U32.unpack(payload)[0] & LAST_STREAM_ID
-            if sid and self.idle(sid):
-                return self.on_error(PROTOCOL_ERROR)
             if not increment:
                 if not sid:
                     return self.on_error(PROTOCOL_ERROR)
@@ -387,7 +385,7 @@ class Framing(asyncio.Protocol):
                 return self.on_error(PROTOCOL_ERROR)
             if length != 4:
                 return self.on_error(FRAME_SIZE_ERROR)
-            if self.idle(sid):
+            if sid not in self.by_id and self.idle(sid):
                 return self.on_error(PROTOCOL_ERROR)
             self.on_reset(sid, U32.unpack(payload)[0])
         elif kind == GOAWAY:
@@ -491,6 +489,8 @@ class Framing(asyncio.Protocol):
             st.window += increment
             if st.window > MAX_WINDOW:
                 return self.stream_error(sid, FLOW_CONTROL_ERROR)
+        elif self.idle(sid):  # (the idle check only for streams not open: none on the common path)
+            return self.on_error(PROTOCOL_ERROR)
         if self.pending:
             self._pump()
 
