@@ -421,7 +421,7 @@ class Connection(Framing):
                                    f"SERVER: Received message larger than max ({size} vs. {limit})")
             if len(buf) < 5 + size:
                 break
-            msg = bytes(buf[5:5 + size]) if buf.__class__ is bytearray else buf[5:5 + size]
+            msg = bytes(memoryview(buf)[5:5 + size]) if buf.__class__ is bytearray else buf[5:5 + size]  # one copy
             if buf[0]:
                 if rpc.encoding is None:
                     return self._error(rpc, grpc.StatusCode.INTERNAL, "Compression bit set but no encoding configured")
