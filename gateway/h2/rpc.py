@@ -119,7 +119,7 @@ class Rpc:
     __slots__ = ("conn", "sid", "method", "handler", "metadata", "deadline", "encoding", "buf", "messages",
                  "reader", "half_closed", "task", "timer", "window", "out", "unacked", "status", "message",
                  "trailing", "headers_sent", "ended", "cancelled_", "expired", "callbacks", "drained",
-                 "held", "inwin", "fill", "__weakref__")
+                 "held", "inwin", "__weakref__")
 
     def __init__(self, conn, sid: int, method: str, handler, metadata, deadline: float | None,
                  encoding: str | None, window: int):
@@ -150,7 +150,6 @@ class Rpc:
         self.drained: asyncio.Future | None = None  # a streaming handler waiting for its answers to go out
         self.held = 0  # request bytes held (partial and unread messages)
         self.inwin = 0  # what the client may still send on this stream (our window)
-        self.fill = 0  # a large message's bytes in ``buf``, made its whole size at once (0: none)
 
     # -- the request's messages (stream_unary, stream_stream) -------------------------------
     async def read(self):

@@ -96,7 +96,6 @@ CONN_WINDOW = 16 << 20  # and on the connection (Framing.CONN_WINDOW)
 HOLD = 16 << 20  # request bytes held per connection past which its window is given back only to the largest message
 MAX_PING_STRIKES = 2  # grpc core's default (grpc.http2.max_ping_strikes)
 PREFACE_TIMEOUT = 10.0  # seconds a new connection has to send the HTTP/2 preface
-BIG = 1 << 16  # a message this large, read over several frames, gets a buffer of its size at once
 CLOSED_KEPT = 256  # closed stream ids remembered per connection (a late frame on one: STREAM_CLOSED or ignored)
 
 
@@ -409,21 +408,6 @@ class Connection(Framing):
                 self.transport.write(frame(WINDOW_UPDATE, 0, rpc.sid, U32.pack(rpc.unacked)))
                 rpc.inwin += rpc.unacked
                 rpc.unacked = 0
-        if rpc.fill:  # a large message, filled in a buffer of its size (no growing, no copy out)
-            buf, fill = rpc.buf, rpc.fill
-            n = len(buf) - fill
-            if kept < n:
-                buf[fill:fill + kept] = payload
-                rpc.fill = fill + kept
-                return
-            buf[fill:] = memoryview(payload)[:n]
-            rpc.fill, rpc.buf = 0, b""
-            if not self._whole(rpc, buf[0], bytes(memoryview(buf)[5:]), streaming):
-                return
-            payload = payload[n:]
-            if payload and not streaming:
-                return self._error(rpc, grpc.StatusCode.INTERNAL,
-                                   "Unary call got more or less than one whole request messages")
         if rpc.buf:  # a message begun in an earlier frame: the bytes gathered in one buffer
             rpc.buf += payload
             buf = rpc.buf
@@ -436,14 +420,8 @@ class Connection(Framing):
                 return self._error(rpc, grpc.StatusCode.RESOURCE_EXHAUSTED,
                                    f"SERVER: Received message larger than max ({size} vs. {limit})")
             if len(buf) < 5 + size:
-                if size >= BIG:  # its own buffer, of its size
-                    big = bytearray(5 + size)
-                    big[:len(buf)] = buf
-                    rpc.fill = len(buf)
-                    rpc.buf = big
-                    buf = None
                 break
-            msg = bytes(buf[5:5 + size]) if buf.__class__ is bytearray else buf[5:5 + size]
+            msg = bytes(memoryview(buf)[5:5 + size]) if buf.__class__ is bytearray else buf[5:5 + size]  # one copy
             if buf[0]:
                 if rpc.encoding is None:
                     return self._error(rpc, grpc.StatusCode.INTERNAL, "Compression bit set but no encoding configured")
@@ -459,36 +437,12 @@ class Connection(Framing):
             if not streaming and (buf or len(rpc.messages) > 1):  # a unary call takes one message
                 return self._error(rpc, grpc.StatusCode.INTERNAL,
                                    "Unary call got more or less than one whole request messages")
-        if buf is not None:
-            rpc.buf = b"" if not buf else buf if buf.__class__ is bytearray else bytearray(buf)
+        rpc.buf = b"" if not buf else buf if buf.__class__ is bytearray else bytearray(buf)
         if streaming and rpc.messages:
             if rpc.task is None:  # started with its first message, as grpc.aio's server starts it in effect
                 self._start(rpc)
             elif rpc.reader is not None and not rpc.reader.done():
                 rpc.reader.set_result(None)
-
-    def _whole(self, rpc: Rpc, flag: int, msg: bytes, streaming: bool) -> bool:
-        """A large message read whole (``_data``'s own loop reads the others): to the call; False
-        when the call ended on it."""
-        limit = self.server.max_message
-        if flag:
-            if rpc.encoding is None:
-                self._error(rpc, grpc.StatusCode.INTERNAL, "Compression bit set but no encoding configured")
-                return False
-            try:
-                msg = h2rpc.decompress(rpc.encoding, msg, limit)
-            except zlib.error:
-                self._error(rpc, grpc.StatusCode.INTERNAL, "Failed to decompress the message")
-                return False
-            if len(msg) > limit:
-                self._error(rpc, grpc.StatusCode.RESOURCE_EXHAUSTED,
-                            f"SERVER: Received message larger than max ({len(msg)} vs. {limit})")
-                return False
-        rpc.messages.append(msg)
-        if not streaming and len(rpc.messages) > 1:
-            self._error(rpc, grpc.StatusCode.INTERNAL, "Unary call got more or less than one whole request messages")
-            return False
-        return True
 
     def _lane(self, rpc: Rpc) -> bool:
         """Over HOLD: whether ``rpc`` is the call whose message being read is the largest (the
@@ -516,7 +470,7 @@ class Connection(Framing):
 
     def consumed(self, rpc: Rpc, n: int) -> None:
         """A streaming call's handler read ``n`` bytes of its messages: given back to the client."""
-        self.release(rpc, max(0, min(n, rpc.held - (rpc.fill or len(rpc.buf)))))
+        self.release(rpc, max(0, min(n, rpc.held - len(rpc.buf))))
         rpc.unacked += n
         if rpc.unacked >= STREAM_WINDOW // 4 and not rpc.ended and not self.lost:
             self.transport.write(frame(WINDOW_UPDATE, 0, rpc.sid, U32.pack(rpc.unacked)))
