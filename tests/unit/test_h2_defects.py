@@ -135,9 +135,10 @@ def test_obedient_calls_announcing_96_mib_each_are_bounded(target):
             if closed:
                 break
         held, _ = target.held()
-    bound = (100 << 20) + (16 << 20) * 2 + 8 * (1 << 20)
-    assert held <= bound, f"{held >> 20} MiB held ({sent >> 20} MiB sent within the windows granted)"
-    assert sent <= bound + (1 << 20), f"{sent >> 20} MiB taken within the windows granted"
+    taken = (100 << 20) + (16 << 20) * 2 + 8 * (1 << 20)  # the documented bound on bytes taken
+    assert sent <= taken + (1 << 20), f"{sent >> 20} MiB taken within the windows granted"
+    # held: twice that at most, the message's buffer growing as it arrives (the docs say so)
+    assert held <= 2 * taken, f"{held >> 20} MiB held ({sent >> 20} MiB sent within the windows granted)"
     _still_serving(target)
 
 
