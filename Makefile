@@ -9,7 +9,7 @@ PIP_FLAGS ?= --disable-pip-version-check -q
 
 .PHONY: install browser run run-pd test test-unit test-contract test-latest compose-test proto onnx lint bench bench-pd bench-wrk clean \
 	migrate-env test-migrate
-.PHONY: instructions-check instructions-baseline valgrind
+.PHONY: instructions-check instructions-baseline valgrind bench-h2flood
 
 install: $(VENV)/.installed $(VENV)/.bench-installed $(TRITON_VENV)/.installed .run/legacy-clients/.installed .run/kserve-client/.installed browser
 
@@ -155,6 +155,12 @@ $(VENV)/.bench-installed: requirements/bench.txt $(VENV)/.installed
 	@touch $@
 
 # wrk, the HTTP load generator (Debian package).
+# HTTP/2 floods (issue 52) against a gRPC listener on h2serve and on grpc core's server, a good client
+# beside each: RSS growth, CPU, the good client's p99 and failures (bench/h2flood.py, docs/operations.md).
+# 127.0.0.1 only, about 6 min; H2FLOOD_ARGS e.g. "--kinds h2 --attacks hpack_bomb --seconds 10".
+bench-h2flood: $(VENV)/.installed
+	$(BIN)/python -m bench.h2flood $(H2FLOOD_ARGS)
+
 bench-wrk:
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; } \
 		|| { echo "error: wrk is missing and could not be installed: apt-get install -y wrk"; exit 1; }

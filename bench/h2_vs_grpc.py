@@ -3,7 +3,7 @@ by an HTTP/2 client on the event loop itself: client CPU per request.
 
 Modes: ``unary`` (gateway/upstream/direct.py on one grpc.aio channel), ``h2lib`` (the ``h2``
 library driving an ``asyncio.Protocol``: h2's state machine, its HPACK encoder and decoder, every
-call), ``h2raw`` (gateway/upstream/h2call.py, keepalive as the gateway has it: the request's header block encoded once, frames
+call), ``h2raw`` (gateway/h2/client.py, keepalive as the gateway has it: the request's header block encoded once, frames
 written with struct, only the answer's header blocks decoded, with ``hpack``). The client is a child
 process on uvloop, as a gateway worker is; bench/cases.py's small V2 request (four FP32 values to
 saved_model_half_plus_three) with an id of its own each. Per mode and concurrency: the client's
@@ -75,7 +75,7 @@ async def _h2lib(host: str, port: int):
 
 
 async def _h2raw(host: str, port: int):
-    from gateway.upstream import h2call
+    from gateway.h2 import client as h2call
     from gateway.upstream.client import keepalive
 
     loop = asyncio.get_running_loop()

@@ -20,9 +20,10 @@ from gateway.context import GatewayContext
 from gateway.core import bounded
 from gateway.dialect import Dialect, load
 from gateway.dialects import CATALOGUE
-from gateway.edge import Edge, h2serve, sanicx
+from gateway.edge import Edge, sanicx
 from gateway.edge.fastlane import FastLane
 from gateway.edge.http import make_app
+from gateway.h2 import server as h2serve
 from gateway.observe import fastpaths, metrics, tracing
 from gateway.ops import grpchealth
 from gateway.process import malloc
@@ -144,7 +145,7 @@ class Worker:
         self._grpc.append(server)
 
     async def _start_h2(self, lst: Listener, attach: Callable, edge: Edge, state) -> None:
-        """A plain-TCP gRPC listener served on this loop (gateway/edge/h2serve.py), with what
+        """A plain-TCP gRPC listener served on this loop (gateway/h2/server.py), with what
         ``grpc_server_options`` asks of grpc.aio's server: the message limit, the streams per
         connection, the keepalive policy; SO_REUSEPORT with the socket."""
         options = dict(grpc_server_options(self.settings, self.reuse_port))

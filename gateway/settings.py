@@ -122,7 +122,7 @@ class UpstreamSettings(Strict):
     shared_memory: SharedMemorySettings = SharedMemorySettings()
     stream_mux: StreamMuxSettings = StreamMuxSettings()
     # h2: the translating dialects' ModelInfer calls and the LLM/GRPS streams written as HTTP/2 frames on the event loop
-    #   (gateway/upstream/h2call.py), not through grpc.aio; plaintext host:port / ipv4: / ipv6: targets
+    #   (gateway/h2/client.py), not through grpc.aio; plaintext host:port / ipv4: / ipv6: targets
     #   only (TLS, unix: and round_robin over a dns: name keep grpc). docs/operations.md, "The upstream transport"
     transport: Literal["grpc", "h2"] = "h2"
 
@@ -213,7 +213,7 @@ class Settings:
     log_format: str = "auto"
     access_log: bool = True
     http_fast_path: bool = True  # gateway/edge/fastlane.py
-    # h2: plain-TCP gRPC listeners served as HTTP/2 frames on the worker's loop (gateway/edge/h2serve.py);
+    # h2: plain-TCP gRPC listeners served as HTTP/2 frames on the worker's loop (gateway/h2/server.py);
     #   grpc: grpc.aio's server. TLS listeners and tracing keep grpc.aio either way
     grpc_server: str = "h2"
     dialects: Mapping[str, BaseModel] = field(default_factory=dict)

@@ -81,6 +81,9 @@ UPSTREAM_SHM_BYTES = Counter("gateway_upstream_shared_memory_bytes",
                              "(upstream.shared_memory)")
 FAST_PATH = Gauge("gateway_fast_path", "1 when a fast path is on in this worker, 0 when off "
                   "(a library piece missing, or turned off in the settings)", ["path"], multiprocess_mode="min")
+H2_REFUSED = Counter("gateway_h2_refused_total",
+                     "HTTP/2 connections ended with GOAWAY ENHANCE_YOUR_CALM and streams refused, by reason "
+                     "(a flood, a limit: gateway/h2/wire.py)", ["reason"])
 BUILD_INFO = Gauge("gateway_build_info", "Always 1; the labels say which gateway build is running",
                    ["version", "commit", "python"], multiprocess_mode="max")
 

@@ -23,9 +23,10 @@ from tritonclient.grpc import service_pb2
 from gateway.call import current
 from gateway.core.errors import GRPC_STATUS, ErrorKind, GatewayError, from_grpc_code
 from gateway.core.tensors import InferRequest, InferResponse, ModelIndexEntry, ModelMetadata
+from gateway.h2 import client as h2call
 from gateway.observe import metrics, tracing
 
-from . import codec, direct, h2call, shm, streammux, wire
+from . import codec, direct, shm, streammux, wire
 
 # Unlimited message sizes on the upstream hop: the 4 MiB grpc default breaks real tensors.
 CHANNEL_OPTIONS = (
@@ -43,7 +44,7 @@ CHANNEL_OPTIONS = (
 
 
 def keepalive() -> h2call.Keepalive:
-    """CHANNEL_OPTIONS' keepalive for the h2 channel (gateway/upstream/h2call.py), so that both
+    """CHANNEL_OPTIONS' keepalive for the h2 channel (gateway/h2/client.py), so that both
     transports ping Triton alike: one place holds the figures."""
     opts = dict(CHANNEL_OPTIONS)
     return h2call.Keepalive(opts["grpc.keepalive_time_ms"] / 1000, opts["grpc.keepalive_timeout_ms"] / 1000,

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from gateway.access import channel_credentials
+from gateway.h2 import client as h2call
 from gateway.settings import Settings, upstream_addresses
 
-from . import h2call, shm
+from . import shm
 from .client import TritonUpstream, keepalive
 
 
@@ -30,7 +31,7 @@ def from_settings(settings: Settings, **overrides) -> TritonUpstream:
 
 def h2_off(settings: Settings) -> str | None:
     """Why ModelInfer calls do not go as HTTP/2 frames on the loop (``upstream.transport: h2``,
-    gateway/upstream/h2call.py): the setting that keeps them on grpc.aio; None: they do."""
+    gateway/h2/client.py): the setting that keeps them on grpc.aio; None: they do."""
     u = settings.upstream
     if u.transport != "h2":
         return "upstream.transport: grpc"

@@ -1,4 +1,4 @@
-"""ModelInfer as HTTP/2 frames on the loop (gateway/upstream/h2call.py, ``upstream.transport: h2``)
+"""ModelInfer as HTTP/2 frames on the loop (gateway/h2/client.py, ``upstream.transport: h2``)
 held to the grpc.aio unary path against the real Triton: the same requests, as wire bytes, give the
 same answer bytes or the same error (kind and text) through ``TritonUpstream.infer_bytes``; large
 requests and answers pass the flow-control windows; deadlines, a cancelled caller and a Triton that
@@ -17,9 +17,10 @@ import pytest
 from tritonclient.grpc import service_pb2
 
 from gateway.core.errors import ErrorKind, GatewayError
+from gateway.h2 import client as h2call
 from gateway.local import localtriton
 from gateway.settings import upstream_addresses
-from gateway.upstream import TritonUpstream, h2call
+from gateway.upstream import TritonUpstream
 from tests.contract.test_streammux import CASES, HPT, _answer, _f32, _req, _same
 from tests.contract.test_triton_restart import own_triton  # noqa: F401 - the fixture: a Triton of the test's own
 from tests.support import ROOT, free_port

@@ -1,4 +1,4 @@
-"""The gRPC listeners served by gateway/edge/h2serve.py (``grpc_server: h2``) held to grpc.aio's server
+"""The gRPC listeners served by gateway/h2/server.py (``grpc_server: h2``) held to grpc.aio's server
 (``grpc_server: grpc``): two gateways in front of the session's Triton, the same requests with the
 real grpcio client (TF Serving, GRPS, the V2 passthrough unary and ModelStreamInfer, grpc.health.v1)
 give the same answer bytes, codes, details and trailing metadata; through h2serve a client's
@@ -30,7 +30,7 @@ from gateway._proto.tensorflow_serving.apis import (
     regression_pb2,
 )
 from gateway.call import current
-from gateway.edge import h2serve
+from gateway.h2 import server as h2serve
 from gateway.upstream import TritonUpstream
 from tests.contract.test_passthrough import _llm_inputs
 from tests.support import ROOT, free_port, gateway_config, running_worker, start_gateway, stop_gateway

@@ -16,8 +16,9 @@ import pytest
 from gateway import call as calls
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.core.tensors import InferRequest, Tensor
+from gateway.h2 import client as h2call
 from gateway.local import localtriton
-from gateway.upstream import TritonUpstream, h2call
+from gateway.upstream import TritonUpstream
 from tests.contract.test_h2call import _kill, _pair, pair  # noqa: F401 - pair: the fixture (grpc.aio, h2)
 from tests.contract.test_triton_restart import own_triton  # noqa: F401 - the fixture: a Triton of the test's own
 from tests.contract.test_trtllm_repository import trtllm  # noqa: F401 - the fixture: the TensorRT-LLM-shaped Triton

@@ -1,4 +1,4 @@
-"""gateway/upstream/h2call.py: HTTP/2 frames on the loop give what a grpc.aio unary call gives.
+"""gateway/h2/client.py: HTTP/2 frames on the loop give what a grpc.aio unary call gives.
 
 A real grpc.aio server in this process (tests/unit/test_direct_call.py's) answers the h2 call and
 ``direct.unary`` alike: answers, errors (code and details, grpc-message's escapes read back),
@@ -24,7 +24,7 @@ import pytest
 from tritonclient.grpc import service_pb2
 
 from gateway.core.tensors import InferRequest
-from gateway.upstream import h2call
+from gateway.h2 import client as h2call
 from gateway.upstream.client import TritonUpstream
 from tests.support import free_port
 from tests.unit.test_direct_call import SERVICE, Server, _both

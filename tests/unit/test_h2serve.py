@@ -1,4 +1,4 @@
-"""gateway/edge/h2serve.py: a gRPC server of HTTP/2 frames on the loop answers as grpc.aio's does.
+"""gateway/h2/server.py: a gRPC server of HTTP/2 frames on the loop answers as grpc.aio's does.
 
 The same generic handlers are served by grpc.aio's server and by ``h2serve.Server``; the real
 grpcio client calls both and must hear the same thing (answers, codes, details, trailing metadata
@@ -24,7 +24,8 @@ import h2.settings
 import pytest
 from hpack import Decoder
 
-from gateway.edge import h2rpc, h2serve
+from gateway.h2 import rpc as h2rpc
+from gateway.h2 import server as h2serve
 from tests.support import free_port
 
 SERVICE = "t.S"

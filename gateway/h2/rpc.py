@@ -1,4 +1,4 @@
-"""One gRPC call served by gateway/edge/h2serve.py: its state on the connection and the context its
+"""One gRPC call served by gateway/h2/server.py: its state on the connection and the context its
 handler gets, with what our handlers and grpc's own servicers (health, reflection) use of
 ``grpc.aio.ServicerContext``, answering as grpc.aio's server does.
 
@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import grpc
 
-from gateway.core.h2wire import literal, string
+from gateway.h2.wire import literal, string
 
 _STATUS = {c: str(c.value[0]).encode() for c in grpc.StatusCode}
 RESPONSE_HEADERS = b"\x88" + literal(31, "application/grpc") + literal("grpc-accept-encoding", "identity, deflate, gzip")
@@ -64,28 +64,53 @@ def trailers(code: grpc.StatusCode, details: str, metadata) -> bytes:
     return block + metadata_fields(metadata) if metadata else block
 
 
+_PSEUDO = frozenset({":method", ":scheme", ":path", ":authority"})
+_CONNECTION_FIELDS = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"})
+
+
 def read_metadata(fields) -> tuple[dict[str, str], tuple[tuple[str, str | bytes], ...]]:
-    """(the pseudo-headers and gRPC's own fields, the invocation metadata) of a request's headers."""
+    """(the pseudo-headers and gRPC's own fields, the invocation metadata) of a request's headers.
+    A malformed request (RFC 9113 8.2, 8.3: a name with capitals, a pseudo-header unknown,
+    repeated or after a regular field, a connection-specific field, ``te`` other than
+    ``trailers``, ``:method``, ``:scheme`` or ``:path`` missing or empty) has ``"!bad"`` among its
+    own fields (decoded blocks are remembered: the checks cost once per block)."""
     own, md = {}, []
+    regular = False
     for key, value in fields:
-        if key[0] == ":" or key in _NOT_METADATA:
+        if key[0] == ":":
+            if regular or key not in _PSEUDO or key in own:
+                own["!bad"] = key
             own[key] = value
-        elif key.endswith("-bin"):
+            continue
+        regular = True
+        if key in _NOT_METADATA:
+            if key == "te" and value != "trailers":
+                own["!bad"] = key
+            own[key] = value
+            continue
+        if not key.islower() and key != key.lower() or key in _CONNECTION_FIELDS:
+            own["!bad"] = key
+        if key.endswith("-bin"):
             md.append((key, base64.b64decode(value + "=" * (-len(value) % 4))))
         else:
             md.append((key, value))
+    if not own.get(":path") or ":method" not in own or ":scheme" not in own:
+        own["!bad"] = ":path"
     return own, tuple(md)
 
 
 def timeout(text: str | None) -> float | None:
     """``grpc-timeout`` in seconds (None: absent or not one)."""
-    if not text or len(text) < 2 or not text[:-1].isdigit() or text[-1] not in _TIMEOUT_UNITS:
+    if (not text or len(text) < 2 or not text.isascii() or not text[:-1].isdigit()
+            or text[-1] not in _TIMEOUT_UNITS):
         return None
     return int(text[:-1]) * _TIMEOUT_UNITS[text[-1]]
 
 
-def decompress(encoding: str, data: bytes) -> bytes:
-    return zlib.decompress(data, 31 if encoding == "gzip" else 15)
+def decompress(encoding: str, data: bytes, limit: int) -> bytes:
+    """At most ``limit`` + 1 bytes of the message decompressed (a longer one is refused by its size,
+    not inflated whole: a gzip bomb)."""
+    return zlib.decompressobj(31 if encoding == "gzip" else 15).decompress(data, limit + 1)
 
 
 class Rpc:
@@ -94,7 +119,7 @@ class Rpc:
     __slots__ = ("conn", "sid", "method", "handler", "metadata", "deadline", "encoding", "buf", "messages",
                  "reader", "half_closed", "task", "timer", "window", "out", "unacked", "status", "message",
                  "trailing", "headers_sent", "ended", "cancelled_", "expired", "callbacks", "drained",
-                 "__weakref__")
+                 "held", "inwin", "__weakref__")
 
     def __init__(self, conn, sid: int, method: str, handler, metadata, deadline: float | None,
                  encoding: str | None, window: int):
@@ -123,6 +148,8 @@ class Rpc:
         self.expired = False
         self.callbacks: list | None = None
         self.drained: asyncio.Future | None = None  # a streaming handler waiting for its answers to go out
+        self.held = 0  # request bytes held (partial and unread messages)
+        self.inwin = 0  # what the client may still send on this stream (our window)
 
     # -- the request's messages (stream_unary, stream_stream) -------------------------------
     async def read(self):

@@ -40,31 +40,35 @@ from urllib.parse import unquote
 
 import grpc
 
-from gateway.core.h2wire import (
+from gateway.h2.wire import (
     ACK,
     CANCEL,
+    COMPRESSION_ERROR,
     DATA,
     END_HEADERS,
     END_STREAM,
     ENHANCE_YOUR_CALM,
+    FLOW_CONTROL_ERROR,
     GOAWAY,
     HEADERS,
     LAST_STREAM_ID,
     PING,
     PREFACE,
+    PROTOCOL_ERROR,
     RST_STREAM,
     SETTINGS,
     WINDOW_UPDATE,
     Decoder,
     Framing,
+    HeaderListTooLarge,
     Headers,
     frame,
     literal,
     string,
 )
-from gateway.core.h2wire import FRAME as _FRAME
-from gateway.core.h2wire import SETTING as _SETTING
-from gateway.core.h2wire import U32 as _U32
+from gateway.h2.wire import FRAME as _FRAME
+from gateway.h2.wire import SETTING as _SETTING
+from gateway.h2.wire import U32 as _U32
 from gateway.observe import fastpaths
 
 ON = fastpaths.declare("upstream_h2", [] if Decoder is not None else ["hpack"])
@@ -128,7 +132,7 @@ class Unprocessed(grpc.aio.AioRpcError):
 
 
 class _Stream:
-    __slots__ = ("future", "chunks", "headers", "unacked", "window", "out", "streaming", "end")
+    __slots__ = ("future", "chunks", "headers", "unacked", "window", "out", "streaming", "end", "inwin")
 
     def __init__(self, future: asyncio.Future, window: int, streaming: bool = False):
         self.future = future  # a streaming call's: set when DATA or the end comes, made anew by its reader
@@ -139,6 +143,7 @@ class _Stream:
         self.unacked = 0  # DATA bytes read and not yet given back with WINDOW_UPDATE
         self.window = window  # what we may still send
         self.out: collections.deque[memoryview] | None = None  # request bytes waiting for a window
+        self.inwin = STREAM_WINDOW  # what Triton may still send on it (our window)
 
 
 class Connection(Framing):
@@ -169,6 +174,7 @@ class Connection(Framing):
         super().connection_made(transport)  # TCP_NODELAY
         settings = b"".join(_SETTING.pack(k, v) for k, v in (
             (2, 0), (4, STREAM_WINDOW), (5, MAX_FRAME)))  # no push, our window, our frame size
+        self.recv_window = CONN_WINDOW
         transport.write(PREFACE + frame(SETTINGS, 0, 0, settings)
                         + frame(WINDOW_UPDATE, 0, 0, _U32.pack(CONN_WINDOW - 65535)))
         if self.keepalive_time < math.inf:
@@ -183,11 +189,28 @@ class Connection(Framing):
         self.heard = True
         self.frames(data)
 
-    # -- frames read (h2wire.Framing) -----------------------------------------------------------
+    # -- frames read (wire.Framing) -------------------------------------------------------------
+    def idle(self, sid: int) -> bool:
+        return not sid & 1 or sid >= self.next_sid  # (even: no push was asked for)
+
+    def stream_error(self, sid: int, code: int) -> None:
+        """A stream Triton broke the rules on: RST_STREAM with ``code``, its call INTERNAL."""
+        st = self.streams.get(sid)
+        if not self.lost:
+            self.transport.write(frame(RST_STREAM, 0, sid, _U32.pack(code)))
+        if st is not None:
+            st.chunks.clear()  # nothing of it is to be believed
+            self._finish(sid, st, error(grpc.StatusCode.INTERNAL, f"HTTP/2 stream error {code} from the server"))
+
     def on_data(self, sid: int, flags: int, payload: bytes, length: int) -> None:
         st = self.streams.get(sid)
         if st is None:
+            if self.idle(sid):
+                self.on_error(PROTOCOL_ERROR)
             return
+        st.inwin -= length
+        if st.inwin < 0:
+            return self.stream_error(sid, FLOW_CONTROL_ERROR)
         st.chunks.append(payload)
         if flags & END_STREAM:  # an answer without trailers
             self._end(sid, st, None)
@@ -200,6 +223,7 @@ class Connection(Framing):
         st.unacked += length
         if st.unacked >= STREAM_WINDOW // 2:
             self.transport.write(frame(WINDOW_UPDATE, 0, sid, _U32.pack(st.unacked)))
+            st.inwin += st.unacked
             st.unacked = 0
 
     def on_ping(self, payload: bytes, ack: bool) -> None:
@@ -234,6 +258,8 @@ class Connection(Framing):
 
     def on_error(self, code: int) -> None:
         """A frame Triton should not have sent: the connection given up (UNAVAILABLE for its calls)."""
+        if self.lost:
+            return
         self.transport.write(frame(GOAWAY, 0, 0, _U32.pack(0) + _U32.pack(code)))
         self.closed = self.lost = True
         self._stop_keepalive()
@@ -246,9 +272,16 @@ class Connection(Framing):
             self._wake_one()
 
     def on_headers(self, sid: int, flags: int, block: bytes) -> None:
-        fields = self._headers_in.decode(block)  # every block, the HPACK table follows Triton's
+        try:
+            fields = self._headers_in.decode(block)  # every block, the HPACK table follows Triton's
+        except HeaderListTooLarge:
+            return self.calm("header_list")
+        except Exception:  # noqa: BLE001 - hpack's errors: the connection's table is lost
+            return self.on_error(COMPRESSION_ERROR)
         st = self.streams.get(sid)
         if st is None:
+            if self.idle(sid):
+                self.on_error(PROTOCOL_ERROR)
             return
         if st.headers is None and not flags & END_STREAM:
             st.headers = fields
@@ -262,11 +295,13 @@ class Connection(Framing):
         head = st.headers or {}
         status = head.get(":status", "200")
         if status != "200":
-            code = _STATUS_BY_HTTP.get(int(status) if status.isdigit() else 0, grpc.StatusCode.UNKNOWN)
+            code = _STATUS_BY_HTTP.get(int(status) if status.isascii() and status.isdigit() else 0,
+                                       grpc.StatusCode.UNKNOWN)
             return self._finish(sid, st, error(code, f"Received http2 header with status: {status}"))
         if trailers is None or "grpc-status" not in trailers:
             return self._finish(sid, st, error(grpc.StatusCode.UNKNOWN, "Stream removed"))
-        code = int(trailers["grpc-status"]) if trailers["grpc-status"].isdigit() else 2
+        text = trailers["grpc-status"]
+        code = int(text) if text.isascii() and text.isdigit() else 2
         if code:
             return self._finish(sid, st, error(_CODES.get(code, grpc.StatusCode.UNKNOWN),
                                                unquote(trailers.get("grpc-message", ""))))
@@ -321,7 +356,7 @@ class Connection(Framing):
     def _pump(self) -> None:
         """Request bytes that waited for a window, as far as the windows now allow."""
         write = self.transport.write
-        while self.pending and self.send_window > 0:
+        while self.pending and self.send_window > 0 and not self._paused & 1:
             sid = self.pending[0]
             st = self.streams[sid]
             while st.out and st.window > 0 and self.send_window > 0:
@@ -649,6 +684,7 @@ class StreamCall:
                     st.unacked += end
                     if st.unacked >= STREAM_WINDOW // 2 and self.conn.streams.get(self.sid) is st:
                         self.conn.transport.write(frame(WINDOW_UPDATE, 0, self.sid, _U32.pack(st.unacked)))
+                        st.inwin += st.unacked
                         st.unacked = 0
                     return self.deserialize(buf[5:end])
             if st.chunks:

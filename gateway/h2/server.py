@@ -6,14 +6,22 @@ frames in ``data_received`` and each call is one task running the handler the li
 found through the same generic handlers grpc's server asks (``GenericRpcHandler.service`` ->
 ``RpcMethodHandler``, its (de)serializers and behaviour kind), so every service a listener's
 ``attach`` adds (TF Serving, GRPS, the V2 passthrough, grpc.health.v1) is served unchanged. Its
-context (gateway/edge/h2rpc.py) is what the handlers use of ``grpc.aio.ServicerContext``.
+context (gateway/h2/rpc.py) is what the handlers use of ``grpc.aio.ServicerContext``.
 
 What the client gets is what grpc.aio's server gives it:
 
-    connection    the preface checked (else GOAWAY PROTOCOL_ERROR), SETTINGS (our
-                  MAX_CONCURRENT_STREAMS, windows, frame size) and their acks, PINGs acked, flow
-                  control both ways (windows given back with WINDOW_UPDATE as requests are read;
-                  answers wait for the client's windows), HPACK with ``hpack``
+    connection    the preface checked (else GOAWAY PROTOCOL_ERROR; none within PREFACE_TIMEOUT:
+                  closed), SETTINGS (our MAX_CONCURRENT_STREAMS, windows, frame size) and their acks,
+                  PINGs acked, every frame checked (gateway/h2/wire.py ``Framing``), flow control
+                  both ways (below), HPACK with ``hpack``
+    holding       what a client sends is counted against the windows we advertised (past them:
+                  FLOW_CONTROL_ERROR) and given back as it leaves us: a unary request's stream
+                  window as its bytes come (one message, a second refused at once), a streaming
+                  request's as its handler reads its messages; the connection's window once the
+                  bytes held for the connection's calls are under HOLD (the one call whose message
+                  is the largest still being read is given it regardless, so a message up to
+                  ``max_message`` always gets through). Answers wait for the client's windows, and
+                  nothing more is read while the transport's buffer is over its high-water mark.
     a call        ``:path`` looked up (unknown: UNIMPLEMENTED "Method not found!"); its handler's
                   task started once the request is whole (a streaming request: at its first
                   message, as grpc.aio's handler starts in effect, so a client still writing is
@@ -45,12 +53,16 @@ from typing import NamedTuple
 
 import grpc
 
-from gateway.core.h2wire import (
+from gateway.h2 import rpc as h2rpc
+from gateway.h2.rpc import RESPONSE_HEADERS, TRAILERS_ONLY, Rpc, trailers
+from gateway.h2.wire import (
     ACK,
+    COMPRESSION_ERROR,
     DATA,
     DEFAULT_WINDOW,
     END_STREAM,
     ENHANCE_YOUR_CALM,
+    FLOW_CONTROL_ERROR,
     FRAME,
     GOAWAY,
     INITIAL_WINDOW_SIZE,
@@ -61,24 +73,38 @@ from gateway.core.h2wire import (
     PREFACE,
     PROTOCOL_ERROR,
     REFUSED_STREAM,
+    RESETS,
     RST_STREAM,
+    SELF_DEPENDENT,
+    STREAM_CLOSED,
     U32,
     WINDOW_UPDATE,
     Decoder,
     Framing,
+    HeaderListTooLarge,
     Headers,
     frame,
     header_frames,
+    refused,
     settings,
 )
-from gateway.edge import h2rpc
-from gateway.edge.h2rpc import RESPONSE_HEADERS, TRAILERS_ONLY, Rpc, trailers
 from gateway.observe import fastpaths
 
 ON = fastpaths.declare("grpc_server_h2", [] if Decoder is not None else ["hpack"])
-STREAM_WINDOW = 8 << 20  # what a client may send on one stream before we read it (Framing: the connection's)
-COMPRESSION_ERROR = 0x9
+STREAM_WINDOW = 1 << 20  # what a client may send on one stream before we read it
+CONN_WINDOW = 16 << 20  # and on the connection (Framing.CONN_WINDOW)
+HOLD = 16 << 20  # request bytes held per connection past which its window is given back only to the largest message
 MAX_PING_STRIKES = 2  # grpc core's default (grpc.http2.max_ping_strikes)
+PREFACE_TIMEOUT = 10.0  # seconds a new connection has to send the HTTP/2 preface
+CLOSED_KEPT = 256  # closed stream ids remembered per connection (a late frame on one: STREAM_CLOSED or ignored)
+
+
+async def _unimplemented(_request, context) -> None:
+    await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+
+
+# an unknown method: a call like the others (it counts against MAX_CONCURRENT_STREAMS until answered)
+UNIMPLEMENTED = grpc.stream_unary_rpc_method_handler(_unimplemented)
 
 
 class _CallDetails(NamedTuple):  # grpc.HandlerCallDetails
@@ -157,6 +183,9 @@ class Server:
 class Connection(Framing):
     """One client's HTTP/2 connection: its calls (``Rpc`` by stream id), windows and HPACK decoder."""
 
+    CONN_WINDOW = CONN_WINDOW
+    credit_on_read = False  # given back as the calls' bytes leave (``release``)
+
     def __init__(self, server: Server):
         self.server = server
         self.transport: asyncio.Transport | None = None
@@ -171,6 +200,11 @@ class Connection(Framing):
         self.ping_strikes = 0
         self.last_ping = -1e18
         self._headers = Headers(h2rpc.read_metadata)
+        self.held = 0  # request bytes held for the calls (partial and unread messages)
+        self.deferred = 0  # connection window owed, held back while ``held`` is over HOLD
+        self.lane: Rpc | None = None  # the call given window past HOLD (its message the largest being read)
+        self.closed_ids: dict[int, bool] = {}  # recently closed stream id -> whether the client had ended it
+        self._preface_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -179,6 +213,8 @@ class Connection(Framing):
         if isinstance(peer, tuple):
             self.peer = f"ipv6:[{peer[0]}]:{peer[1]}" if ":" in peer[0] else f"ipv4:{peer[0]}:{peer[1]}"
         self.server.connections.add(self)
+        self.recv_window = self.CONN_WINDOW
+        self._preface_timer = asyncio.get_running_loop().call_later(PREFACE_TIMEOUT, self._preface_late)
         transport.write(settings((MAX_CONCURRENT_STREAMS, self.server.max_streams),
                                  (INITIAL_WINDOW_SIZE, STREAM_WINDOW), (MAX_FRAME_SIZE, self.MAX_FRAME))
                         + frame(WINDOW_UPDATE, 0, 0, U32.pack(self.CONN_WINDOW - DEFAULT_WINDOW)))
@@ -203,22 +239,65 @@ class Connection(Framing):
             if data[:24] != PREFACE:
                 return self.on_error(PROTOCOL_ERROR)
             self.preface = True
+            self._preface_timer.cancel()
             data = data[24:]
         self.frames(data)
 
-    # -- frames read (h2wire.Framing) -----------------------------------------------------------
+    def _preface_late(self) -> None:
+        if not self.preface and not self.lost:
+            refused("preface_timeout")
+            self.close()
+
+    # -- frames read (wire.Framing) -------------------------------------------------------------
+    def idle(self, sid: int) -> bool:
+        return sid > self.last_sid or not sid & 1  # (even: we push nothing)
+
+    def stream_error(self, sid: int, code: int) -> None:
+        """RST_STREAM with ``code``; the call, if one, cancelled (what the client sends after: ignored)."""
+        if self.lost:
+            return
+        self.transport.write(frame(RST_STREAM, 0, sid, U32.pack(code)))
+        rpc = self.calls.get(sid)
+        if rpc is not None:
+            self._cancelled(rpc)
+            self.closed_ids[sid] = False
+        elif sid in self.closed_ids:
+            self.closed_ids[sid] = False
+
     def on_data(self, sid: int, flags: int, payload: bytes, length: int) -> None:
         rpc = self.calls.get(sid)
         if rpc is None or rpc.half_closed:
-            return  # a stream already answered (or never ours): its bytes are dropped
+            self.credit(len(payload))  # nothing of it kept (the padding was given back)
+            if rpc is not None:  # half-closed (remote): the client ended it already
+                return self.stream_error(sid, STREAM_CLOSED)
+            return self._late(sid, flags)
+        rpc.inwin -= length
+        if rpc.inwin < 0:
+            self.credit(len(payload))
+            return self.stream_error(sid, FLOW_CONTROL_ERROR)
         self._data(rpc, payload, length)
         if flags & END_STREAM and not rpc.ended:
             self._half_close(rpc)
 
+    def _late(self, sid: int, flags: int) -> None:
+        """DATA on a stream that is not open: idle, a connection error; one both ends closed,
+        STREAM_CLOSED; one we ended (answered, or reset) while the client was still sending,
+        dropped."""
+        if self.idle(sid):
+            return self.on_error(PROTOCOL_ERROR)
+        ended = self.closed_ids.get(sid)
+        if ended:
+            self.stream_error(sid, STREAM_CLOSED)
+        elif ended is not None and flags & END_STREAM:
+            self.closed_ids[sid] = True
+
     def on_reset(self, sid: int, code: int) -> None:
         rpc = self.calls.get(sid)
         if rpc is not None:
+            if self.flood(RESETS):  # Rapid Reset (CVE-2023-44487)
+                return
             self._cancelled(rpc)
+            self.closed_ids[sid] = True  # the client closed it: what it sends on it after is STREAM_CLOSED
 
     # GOAWAY from the client: it opens no more streams, those in flight go on (Framing.on_goaway)
 
@@ -237,6 +316,7 @@ class Connection(Framing):
             self.ping_strikes += 1
         self.last_ping = now
         if self.ping_strikes > MAX_PING_STRIKES:
+            refused("too_many_pings")
             self.transport.write(frame(GOAWAY, 0, 0, U32.pack(self.last_sid) + U32.pack(ENHANCE_YOUR_CALM)
                                        + b"too_many_pings"))
             return self.close()
@@ -245,53 +325,88 @@ class Connection(Framing):
     def on_headers(self, sid: int, flags: int, block: bytes) -> None:
         try:
             own, metadata = self._headers.decode(block)
+        except HeaderListTooLarge:  # an HPACK bomb
+            return self.calm("header_list")
         except Exception:  # noqa: BLE001 - hpack's errors: the connection's table is lost
             return self.on_error(COMPRESSION_ERROR)
         end = flags & END_STREAM
         rpc = self.calls.get(sid)
         if rpc is not None:  # trailers from the client: only their END_STREAM counts
-            if end and not rpc.half_closed and not rpc.ended:
+            if rpc.half_closed:
+                return self.stream_error(sid, STREAM_CLOSED)
+            if not end or any(key[0] == ":" for key in own):  # trailers end the stream, without pseudo-headers
+                return self.stream_error(sid, PROTOCOL_ERROR)
+            if not rpc.ended:
                 self._half_close(rpc)
             return
-        if sid <= self.last_sid or not sid & 1:
-            if sid & 1:
-                return  # a stream we answered already
+        if not sid & 1:
             return self.on_error(PROTOCOL_ERROR)
+        if sid <= self.last_sid:
+            ended = self.closed_ids.get(sid)
+            if ended is None:  # a new stream's id below one already used
+                return self.on_error(PROTOCOL_ERROR)
+            if ended:
+                return self.on_error(STREAM_CLOSED)
+            if end:  # the trailers of a stream we answered already
+                self.closed_ids[sid] = True
+            return
         self.last_sid = sid
-        if self.going_away or len(self.calls) >= self.server.max_streams:
+        if "!bad" in own or flags & SELF_DEPENDENT:  # a malformed request (RFC 9113 8.1.1, 8.2, 8.3.1)
+            self._closed(sid, bool(end))
+            return self.stream_error(sid, PROTOCOL_ERROR)
+        if self.going_away:
             self.transport.write(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
+            self._closed(sid, False)
+            return
+        if len(self.calls) >= self.server.max_streams:
+            refused("max_streams")
+            if self.flood(RESETS):
+                return
+            self.transport.write(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
+            self._closed(sid, False)
             return
         method = own.get(":path", "")
-        handler = self.server.lookup(method, metadata)
-        if handler is None:
-            return self._refuse(sid, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+        handler = self.server.lookup(method, metadata) or UNIMPLEMENTED
         encoding = own.get("grpc-encoding")
         if encoding == "identity":
             encoding = None
         elif encoding is not None and encoding not in ("gzip", "deflate"):
-            return self._refuse(sid, grpc.StatusCode.INTERNAL, "Error parsing 'grpc-encoding' metadata")
+            return self._refuse(sid, grpc.StatusCode.INTERNAL, "Error parsing 'grpc-encoding' metadata", end)
         deadline = h2rpc.deadline_of(own.get("grpc-timeout"))
         rpc = self.calls[sid] = Rpc(self, sid, method, handler, metadata, deadline, encoding, self.peer_window)
+        rpc.inwin = STREAM_WINDOW
         if deadline is not None:
             loop = asyncio.get_running_loop()
             rpc.timer = loop.call_at(loop.time() + (deadline - time.monotonic()), self._expire, rpc)
         if end:
             self._half_close(rpc)
 
-    def _refuse(self, sid: int, code: grpc.StatusCode, details: str) -> None:
+    def _refuse(self, sid: int, code: grpc.StatusCode, details: str, end: int) -> None:
         """A call answered before it began (trailers-only). What the client still sends on it is
         dropped (no RST_STREAM: a grpc client still writing would fail its call with INTERNAL)."""
         self.transport.write(header_frames(sid, TRAILERS_ONLY + trailers(code, details, ()), True, self.peer_frame))
+        self._closed(sid, bool(end))
 
     def _data(self, rpc: Rpc, payload: bytes, length: int) -> None:
         """A request's bytes: whole messages to the call (decompressed), the rest kept."""
         streaming = rpc.handler.request_streaming
+        kept = len(payload)
+        rpc.held += kept
+        self.held += kept
+        free = self.held <= HOLD or rpc is self.lane or self._lane(rpc)
+        if free:
+            self.conn_unacked += kept
+            if self.conn_unacked >= CONN_WINDOW // 2:
+                self.credit(0)
+        else:
+            self.deferred += kept
         if streaming:  # its window given back as the handler reads its messages (Rpc.read)
-            rpc.unacked += length - len(payload)
+            rpc.unacked += length - kept
         else:
             rpc.unacked += length
-            if rpc.unacked >= STREAM_WINDOW // 2:
+            if rpc.unacked >= STREAM_WINDOW // 2 and free:
                 self.transport.write(frame(WINDOW_UPDATE, 0, rpc.sid, U32.pack(rpc.unacked)))
+                rpc.inwin += rpc.unacked
                 rpc.unacked = 0
         if rpc.buf:  # a message begun in an earlier frame: the bytes gathered in one buffer
             rpc.buf += payload
@@ -306,12 +421,12 @@ class Connection(Framing):
                                    f"SERVER: Received message larger than max ({size} vs. {limit})")
             if len(buf) < 5 + size:
                 break
-            msg = bytes(buf[5:5 + size]) if buf.__class__ is bytearray else buf[5:5 + size]
+            msg = bytes(memoryview(buf)[5:5 + size]) if buf.__class__ is bytearray else buf[5:5 + size]  # one copy
             if buf[0]:
                 if rpc.encoding is None:
                     return self._error(rpc, grpc.StatusCode.INTERNAL, "Compression bit set but no encoding configured")
                 try:
-                    msg = h2rpc.decompress(rpc.encoding, msg)
+                    msg = h2rpc.decompress(rpc.encoding, msg, limit)
                 except zlib.error:
                     return self._error(rpc, grpc.StatusCode.INTERNAL, "Failed to decompress the message")
                 if len(msg) > limit:
@@ -319,6 +434,9 @@ class Connection(Framing):
                                        f"SERVER: Received message larger than max ({len(msg)} vs. {limit})")
             rpc.messages.append(msg)
             buf = buf[5 + size:]
+            if not streaming and (buf or len(rpc.messages) > 1):  # a unary call takes one message
+                return self._error(rpc, grpc.StatusCode.INTERNAL,
+                                   "Unary call got more or less than one whole request messages")
         rpc.buf = b"" if not buf else buf if buf.__class__ is bytearray else bytearray(buf)
         if streaming and rpc.messages:
             if rpc.task is None:  # started with its first message, as grpc.aio's server starts it in effect
@@ -326,11 +444,37 @@ class Connection(Framing):
             elif rpc.reader is not None and not rpc.reader.done():
                 rpc.reader.set_result(None)
 
+    def _lane(self, rpc: Rpc) -> bool:
+        """Over HOLD: whether ``rpc`` is the call whose message being read is the largest (the
+        one given window regardless, so that one message always gets through)."""
+        lane = self.lane
+        if lane is None or lane.ended or not lane.buf:
+            lane = self.lane = max((r for r in self.calls.values() if r.buf), key=lambda r: len(r.buf), default=rpc)
+        return lane is rpc
+
+    def release(self, rpc: Rpc, n: int) -> None:
+        """``n`` of a call's request bytes left us (read by its handler, or dropped): the
+        connection's window owed is given back once what is held is under HOLD."""
+        rpc.held -= n
+        self.held -= n
+        if rpc is self.lane and not rpc.buf:
+            self.lane = None
+        if self.deferred and self.held <= HOLD and not self.lost:
+            owed, self.deferred = self.deferred, 0
+            self.credit(owed)
+            for other in self.calls.values():  # the unary calls' stream windows held back with it
+                if not other.handler.request_streaming and other.unacked >= STREAM_WINDOW // 2 and not other.ended:
+                    self.transport.write(frame(WINDOW_UPDATE, 0, other.sid, U32.pack(other.unacked)))
+                    other.inwin += other.unacked
+                    other.unacked = 0
+
     def consumed(self, rpc: Rpc, n: int) -> None:
         """A streaming call's handler read ``n`` bytes of its messages: given back to the client."""
+        self.release(rpc, max(0, min(n, rpc.held - len(rpc.buf))))
         rpc.unacked += n
         if rpc.unacked >= STREAM_WINDOW // 4 and not rpc.ended and not self.lost:
             self.transport.write(frame(WINDOW_UPDATE, 0, rpc.sid, U32.pack(rpc.unacked)))
+            rpc.inwin += rpc.unacked
             rpc.unacked = 0
 
     def _half_close(self, rpc: Rpc) -> None:
@@ -344,6 +488,10 @@ class Connection(Framing):
             self._error(rpc, grpc.StatusCode.INTERNAL, "Unary call got %s request messages"
                         % ("no" if not rpc.messages and not rpc.buf else "more or less than one whole"))
         else:
+            self.held -= rpc.held  # the message is the handler's now
+            rpc.held = 0
+            if self.deferred or self.lane is rpc:
+                self.release(rpc, 0)
             self._start(rpc)
 
     def _start(self, rpc: Rpc) -> None:
@@ -386,9 +534,22 @@ class Connection(Framing):
                 self._error(rpc, grpc.StatusCode.UNAVAILABLE, "Server shutting down")
         return tasks
 
+    def _closed(self, sid: int, ended: bool) -> None:
+        closed = self.closed_ids
+        closed[sid] = ended
+        if len(closed) > CLOSED_KEPT:
+            del closed[next(iter(closed))]
+
     def _done(self, rpc: Rpc) -> None:
-        if self.calls.get(rpc.sid) is rpc:
-            del self.calls[rpc.sid]
+        sid = rpc.sid
+        if self.calls.get(sid) is rpc:
+            del self.calls[sid]
+            closed = self.closed_ids
+            closed[sid] = rpc.half_closed
+            if len(closed) > CLOSED_KEPT:
+                del closed[next(iter(closed))]
+        if rpc.held:
+            self.release(rpc, rpc.held)
         if rpc.timer is not None:
             rpc.timer.cancel()
         self._unqueue(rpc, rpc)
@@ -423,7 +584,8 @@ class Connection(Framing):
             tail = self._trailer_frames(rpc, False)
         size = len(data) + 5
         prefix = b"\x00" + U32.pack(len(data))
-        if rpc.out is None and size <= rpc.window and size <= self.send_window and size <= self.peer_frame:
+        if (rpc.out is None and size <= rpc.window and size <= self.send_window and size <= self.peer_frame
+                and not self._paused & 1):
             self.transport.write(b"".join((head, FRAME.pack(size >> 8, size & 0xFF, DATA, 0, sid), prefix, data, tail)))
             rpc.window -= size
             self.send_window -= size
@@ -466,6 +628,8 @@ class Connection(Framing):
         write = self.transport.write
         pending = self.pending
         while pending:
+            if self._paused & 1:  # the transport's buffer is full: resume_writing pumps again
+                return
             rpc = pending[0]
             out = rpc.out
             while out:
@@ -512,11 +676,14 @@ class Connection(Framing):
 
     def on_error(self, code: int) -> None:
         """A connection error: GOAWAY with its code, the connection closed."""
-        if not self.lost:
+        if not self.lost and self.transport is not None:
             self.transport.write(frame(GOAWAY, 0, 0, U32.pack(self.last_sid) + U32.pack(code)))
         self.close()
 
     def close(self) -> None:
+        for timer in (self._preface_timer, self._block_timer):
+            if timer is not None:
+                timer.cancel()
         if self.transport is not None and not self.lost:
             self.lost = True
             self.transport.close()
