@@ -271,7 +271,8 @@ class TritonUpstream:
         self._mux: streammux.Mux | None = None
         self._plain: dict[str, bool] = {}  # model -> not decoupled, as its last metadata said
         self._h2 = h2  # upstream.transport h2: infer_bytes's and stream's calls as HTTP/2 frames on the loop (h2call.py)
-        # upstream.cancel (gateway/upstream/cancel.py): what a caller that goes away cancels (the h2 channel is told apart)
+        # upstream.cancel (gateway/upstream/cancel.py): what a caller that goes away cancels (the factory gives
+        # the h2 channel the same, h2call.Channel cancel_unary)
         self.cancel_mode = cancel_mode
         self._cancel_unary = cancel.unary_cancelled(cancel_mode)
         self._cancel_streams = cancel.streams_cancelled(cancel_mode)
