@@ -1,7 +1,9 @@
 """The floor: every path `make bench` measures, done the least possible way on the gateway's stack.
 
 One process, like one gateway worker: uvloop, a Sanic server (``create_server``, TouchUp once) on
-one port and a grpc.aio server on another, one grpc.aio channel to Triton. No validation, no
+one port and a grpc.aio server on another, one grpc.aio channel to Triton. A client that goes away
+cancels a stream, not a unary call, as the gateway's default ``upstream.cancel: streams`` (Triton
+2.51 can crash on a cancelled call: wrk leaves requests in flight at the end of each run). No validation, no
 metrics, no request ids, no deadlines, no errors worth the name: a reference for what Sanic and
 grpc.aio cost by themselves, not a product. Each handler does only what its answer needs:
 
@@ -51,6 +53,7 @@ from tritonclient.grpc import service_pb2
 
 from gateway._proto.tensorflow.core.framework import types_pb2
 from gateway._proto.tensorflow_serving.apis import predict_pb2
+from gateway.upstream.direct import uncancelled
 
 OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
            ("grpc.enable_http_proxy", 0)]
@@ -82,7 +85,7 @@ class Floor:
 
     # -- gRPC ---------------------------------------------------------------------------------------
     async def model_infer(self, request: bytes, _context) -> bytes:
-        return await self.forward(request)
+        return await uncancelled(self.forward(request))
 
     async def model_stream_infer(self, requests, _context):
         async for answer in self.forward_stream(requests):
@@ -93,7 +96,7 @@ class Floor:
         for name, tensor in request.inputs.items():
             req.inputs.add(name=name, datatype="FP32", shape=[d.size for d in tensor.tensor_shape.dim])
             req.raw_input_contents.append(np.asarray(tensor.float_val, dtype=np.float32).tobytes())
-        resp = await self.infer(req)
+        resp = await uncancelled(self.infer(req))
         out = predict_pb2.PredictResponse()
         out.model_spec.name = resp.model_name
         for spec, data in zip(resp.outputs, resp.raw_output_contents, strict=True):
@@ -123,7 +126,7 @@ class Floor:
         req = service_pb2.ModelInferRequest(model_name=name.partition(":")[0])
         req.inputs.add(name="x", datatype="FP32", shape=x.shape)
         req.raw_input_contents.append(x.tobytes())
-        resp = await self.infer(req)
+        resp = await uncancelled(self.infer(req))
         y = np.frombuffer(resp.raw_output_contents[0], dtype=np.float32).reshape(tuple(resp.outputs[0].shape))
         return raw(orjson.dumps({"predictions": y.tolist()}), content_type=JSON)
 
@@ -140,7 +143,7 @@ class Floor:
                 n = t["parameters"]["binary_data_size"]
                 req.raw_input_contents.append(body[size:size + n])
                 size += n
-        resp = await self.infer(req)
+        resp = await uncancelled(self.infer(req))
         binary = doc.get("parameters", {}).get("binary_data_output", False)
         outputs, tail = [], []
         for spec, data in zip(resp.outputs, resp.raw_output_contents, strict=True):
@@ -165,7 +168,7 @@ class Floor:
             values = next(v for k, v in t.items() if k.startswith("flat_"))
             req.inputs.add(name=t["name"], datatype=datatype, shape=t["shape"])
             req.raw_input_contents.append(np.asarray(values, dtype=np_type).tobytes())
-        resp = await self.infer(req)
+        resp = await uncancelled(self.infer(req))
         tensors = []
         for spec, data in zip(resp.outputs, resp.raw_output_contents, strict=True):
             dtype, np_type, flat = V2_TYPES[spec.datatype]
@@ -178,7 +181,7 @@ class Floor:
         req = service_pb2.ModelInferRequest(model_name=GRPS_MODEL)
         req.inputs.add(name="text", datatype="BYTES", shape=[1])
         req.raw_input_contents.append(struct.pack("<I", len(body)) + body)
-        resp = await self.infer(req)
+        resp = await uncancelled(self.infer(req))
         return raw(resp.raw_output_contents[0][4:], content_type=OCTET)
 
     async def llm_texts(self, prompt: str, max_tokens: int):

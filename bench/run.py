@@ -45,6 +45,8 @@ Environment (defaults: full / BENCH_QUICK=1):
   BENCH_RESULTS            output folder (bench/results)
   BENCH_STREAM_MUX=1|0     the gateway with upstream.stream_mux on or off (unset: the default, off)
   BENCH_UPSTREAM_TRANSPORT=grpc|h2  the gateway's upstream.transport (unset: the default, h2)
+  BENCH_UPSTREAM_CANCEL=streams|all|none  the gateway's upstream.cancel (unset: the default, streams; all
+                           cancels every call whose client left, as the gateway did before: Triton 2.51 can crash)
   BENCH_GRPC_SERVER=h2|grpc  the gateway's grpc_server: its gRPC listeners on h2serve or grpc.aio (unset: the default)
   BENCH_CPUS_LOAD / BENCH_CPUS_GATEWAY / BENCH_CPUS_TRITON  CPU lists ("0-3,8") to pin the load
                            generators (this process and what it starts), the gateway (and the floor)

@@ -169,6 +169,9 @@ class Stack:
         transport = os.environ.get("BENCH_UPSTREAM_TRANSPORT", "")  # grpc|h2; unset: the default
         if transport:
             conf["upstream"]["transport"] = transport
+        cancel = os.environ.get("BENCH_UPSTREAM_CANCEL", "")  # streams|all|none; unset: the default (upstream.cancel)
+        if cancel:
+            conf["upstream"]["cancel"] = cancel
         server = os.environ.get("BENCH_GRPC_SERVER", "")  # h2|grpc; unset: the default (grpc_server)
         if server:
             conf["grpc_server"] = server

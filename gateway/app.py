@@ -18,6 +18,7 @@ import grpc
 from gateway import access
 from gateway.context import GatewayContext
 from gateway.core import bounded
+from gateway.core.errors import GatewayError
 from gateway.dialect import Dialect, load
 from gateway.dialects import CATALOGUE
 from gateway.edge import Edge, sanicx
@@ -28,7 +29,7 @@ from gateway.observe import fastpaths, metrics, tracing
 from gateway.ops import grpchealth
 from gateway.process import malloc
 from gateway.settings import Listener, Settings
-from gateway.upstream import Upstream, from_settings, h2_off
+from gateway.upstream import Upstream, cancel, from_settings, h2_off
 
 log = logging.getLogger("gateway")
 
@@ -68,6 +69,7 @@ class Worker:
     _http: list = field(default_factory=list)
     _grpc: list = field(default_factory=list)
     _states: list = field(default_factory=list)
+    _version_check: asyncio.Task | None = None
 
     def _upstream(self) -> Upstream:
         if self.upstream_factory is not None:
@@ -100,6 +102,7 @@ class Worker:
         elif tracing.interceptors():
             turned_off["grpc_server_h2"] = "tracing.enabled"
         fastpaths.announce(log, metrics.FAST_PATH, turned_off)
+        self._version_check = asyncio.ensure_future(_warn_on_triton_version(upstream, self.settings.upstream.cancel))
         ctx.started.set()
         return ctx
 
@@ -181,6 +184,8 @@ class Worker:
         """Stop accepting, let requests in flight finish (up to ``grace`` s), then close everything."""
         if self.ctx is not None:
             self.ctx.draining = True
+        if self._version_check is not None:
+            self._version_check.cancel()
         if self.health is not None:
             await self.health.drain()  # NOT_SERVING before the listeners stop
         grpc_stopped = asyncio.gather(*(s.stop(grace) for s in self._grpc), return_exceptions=True)
@@ -223,6 +228,25 @@ def freeze_heap() -> None:
 
     gc.collect()
     gc.freeze()
+
+
+async def _warn_on_triton_version(upstream: Upstream, mode: str, first_wait: float = 1.0) -> None:
+    """Triton's version read from its server metadata once it answers (it may start after the
+    gateway), and a warning when it is a release known to crash when a call is cancelled
+    (gateway/upstream/cancel.py, ``upstream.cancel``)."""
+    wait = first_wait
+    while True:
+        try:
+            meta = await upstream.server_metadata()
+            break
+        except GatewayError:  # Triton not up yet: asked again later
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, 30.0)
+        except Exception:  # noqa: BLE001 - an upstream without metadata (a test's fake): nothing to say
+            return
+    version = meta.get("version", "") if isinstance(meta, dict) else ""
+    if (warning := cancel.crash_warning(version, mode)) is not None:
+        log.warning(warning)
 
 
 async def _quietly(coro) -> None:

@@ -16,7 +16,8 @@ calls) and asks each dialect of the catalogue that declares ``check="module:func
 Each dialect's check calls the mapping code its requests run (TF Serving's Servables, GRPS's
 ``mapping``, the LLM ServedModels and profiles), so what check says is what requests will do.
 Dialects whose listeners are all disabled are skipped. Triton unreachable is one error and
-nothing else is checked.
+nothing else is checked; a Triton release known to crash when a call is cancelled is a warning
+(gateway/upstream/cancel.py, ``upstream.cancel``).
 
 Exit status: 0 without errors (warnings allowed), 1 with errors (the CLI gives 2 for a settings
 file it cannot read). ``--json`` prints ``Report.as_json()``: {"upstream", "triton": {"reachable",
@@ -37,7 +38,7 @@ from gateway.dialect import load
 from gateway.dialects import CATALOGUE
 from gateway.ops.findings import CheckContext, Finding, Row
 from gateway.settings import Settings
-from gateway.upstream import Upstream, from_settings
+from gateway.upstream import Upstream, cancel, from_settings
 
 
 @dataclass(slots=True)
@@ -85,6 +86,12 @@ async def collect(settings: Settings, upstream: Upstream) -> Report:
         return report
     report.reachable = True
     report.ready = await upstream.server_ready()
+    try:  # a Triton known to crash on a cancellation (gateway/upstream/cancel.py)
+        version = (await upstream.server_metadata()).get("version", "")
+    except GatewayError:
+        version = ""
+    if (warning := cancel.crash_warning(version, settings.upstream.cancel)) is not None:
+        report.findings.append(Finding("warning", "triton", "upstream.cancel", warning))
     if not report.ready:
         report.findings.append(Finding("warning", "triton", settings.upstream.grpc,
                                        "Triton answers but is not ready (models still loading?)"))

@@ -125,6 +125,10 @@ class UpstreamSettings(Strict):
     #   (gateway/h2/client.py), not through grpc.aio; plaintext host:port / ipv4: / ipv6: targets
     #   only (TLS, unix: and round_robin over a dns: name keep grpc). docs/operations.md, "The upstream transport"
     transport: Literal["grpc", "h2"] = "h2"
+    # which Triton calls a client that went away cancels: streams (ModelStreamInfer: a generation stops; a unary
+    #   call is left to finish, its answer dropped), all (unary calls too), none (both run to their end or deadline).
+    #   Tritons before 2.59.0 (NGC 25.06) can crash on a cancellation: docs/operations.md "Cancelling Triton calls"
+    cancel: Literal["streams", "all", "none"] = "streams"
 
     @field_validator("grpc")
     @classmethod

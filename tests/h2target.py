@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import importlib
 import os
 import signal
 import socket
@@ -42,18 +41,10 @@ _PAIR = struct.Struct(">II")
 
 
 def h2serve_module():
-    """Where h2serve's ``Server`` lives (gateway/edge/h2serve.py, or the gateway/h2 package)."""
-    import gateway
+    """The module of h2serve's ``Server``."""
+    from gateway.h2 import server
 
-    home = Path(gateway.__file__).resolve().parent  # not another checkout's (an editable install's finder)
-    for name in ("gateway.h2.serve", "gateway.h2.server", "gateway.edge.h2serve"):
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        if hasattr(module, "Server") and Path(module.__file__).resolve().is_relative_to(home):
-            return module
-    raise ImportError("no h2serve Server found")
+    return server
 
 
 async def _unary(request: bytes, _context) -> bytes:

@@ -84,9 +84,12 @@ _FROM_GRPC: dict[grpc.StatusCode, ErrorKind] = {
 }
 
 
-# grpc-core's own words when the channel cannot reach Triton: they name Triton's address, which a
-# client is not told (the text is logged instead); Triton's own UNAVAILABLE answers keep their text
+# grpc-core's own words when the channel cannot reach Triton, and the HTTP/2 client's
+# (gateway/h2/client.py: a connection lost, refused, closed by GOAWAY twice, its keepalive
+# unanswered, or a protocol error from the server): they name Triton's address, which a client is
+# not told (the text is logged instead); Triton's own UNAVAILABLE answers keep their text
 _TRANSPORT_WORDS = ("failed to connect", "errors resolving", "dns resolution", "socket closed", "connection reset",
+                    "connection lost", "goaway received", "keepalive watchdog", "http/2 error",
                     "handshake", "ipv4:", "ipv6:", "unix:", "connections to all backends")
 UNREACHABLE = "Triton is unreachable"
 _last_logged: list[str] = [""]

@@ -15,8 +15,11 @@ with the code and details grpc would give (Triton's ``grpc-status``/``grpc-messa
 DEADLINE_EXCEEDED "Deadline Exceeded", sent to Triton as ``grpc-timeout`` and kept by a local
 timer; a connection that breaks: UNAVAILABLE for the calls in flight, never retried, and a new
 connection for the next call; a call Triton never started, past a GOAWAY's last stream id or
-refused, sent once more on a new connection, as grpc's transparent retry). A cancelled caller resets its
-stream (RST_STREAM CANCEL), so Triton stops. Flow control both ways (windows opened with
+refused, or whose connection closed since it was picked, sent once more on a new connection, as
+grpc's transparent retry). A connection is Triton's once Triton's SETTINGS (its preface) came, as
+grpc's connector has it: a peer that closes or speaks no HTTP/2 before failed to connect. A
+cancelled caller resets its stream (RST_STREAM CANCEL), so Triton stops; a unary call is left to
+finish instead where ``upstream.cancel`` says so (gateway/upstream/cancel.py). Flow control both ways (windows opened with
 WINDOW_UPDATE as answers are read; requests wait for Triton's windows), SETTINGS and PING
 acknowledged, Triton's MAX_CONCURRENT_STREAMS kept. Keepalive as grpc's client keeps it
 (``Keepalive``, the grpc.aio channel's own figures): a PING once nothing has been read for the
@@ -166,6 +169,7 @@ class Connection(Framing):
         self.closed = False  # no new streams (GOAWAY read, the socket gone, ids spent)
         self.lost = False  # the socket is gone
         self.waiting: collections.deque[asyncio.Future] = collections.deque()  # calls waiting for a stream slot
+        self.ready: asyncio.Future | None = None  # Triton's preface (its SETTINGS) read: None; else why it never came
         self.pending: collections.deque[int] = collections.deque()  # streams with request bytes to send
         self._headers_in = Headers(dict)
 
@@ -177,10 +181,17 @@ class Connection(Framing):
         self.recv_window = CONN_WINDOW
         transport.write(PREFACE + frame(SETTINGS, 0, 0, settings)
                         + frame(WINDOW_UPDATE, 0, 0, _U32.pack(CONN_WINDOW - 65535)))
+        loop = asyncio.get_running_loop()
+        self.ready = loop.create_future()
         if self.keepalive_time < math.inf:
-            self._ticker = asyncio.get_running_loop().call_later(self.keepalive.time / 4, self._tick)
+            self._ticker = loop.call_later(self.keepalive.time / 4, self._tick)
+
+    def _not_ready(self, why: str) -> None:
+        if self.ready is not None and not self.ready.done():
+            self.ready.set_result(why)
 
     def connection_lost(self, exc) -> None:
+        self._not_ready("Socket closed" if exc is None else f"Connection lost: {exc}")
         self.closed = self.lost = True
         self._stop_keepalive()
         self._fail_all(grpc.StatusCode.UNAVAILABLE, "Socket closed" if exc is None else f"Connection lost: {exc}")
@@ -260,6 +271,7 @@ class Connection(Framing):
         """A frame Triton should not have sent: the connection given up (UNAVAILABLE for its calls)."""
         if self.lost:
             return
+        self._not_ready(f"HTTP/2 error {code} from the server")
         self.transport.write(frame(GOAWAY, 0, 0, _U32.pack(0) + _U32.pack(code)))
         self.closed = self.lost = True
         self._stop_keepalive()
@@ -268,6 +280,8 @@ class Connection(Framing):
 
     def on_settings(self, pairs: list[tuple[int, int]]) -> None:
         super().on_settings(pairs)
+        if self.ready is not None and not self.ready.done():
+            self.ready.set_result(None)  # Triton's half of the preface: the connection is usable
         while self.waiting and len(self.streams) < self.peer_streams:
             self._wake_one()
 
@@ -392,8 +406,9 @@ class Connection(Framing):
                 await asyncio.wait_for(w, max(0.0, deadline - time.monotonic()))
             except asyncio.TimeoutError:
                 raise error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
-        if self.closed:
-            raise error(grpc.StatusCode.UNAVAILABLE, "Connection closed")
+        if self.closed:  # GOAWAY or the socket gone since it was picked: never started, sent again (Channel.call)
+            raise Unprocessed(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                              "Socket closed" if self.lost else "GOAWAY received")
         left = deadline - time.monotonic()
         if left <= 0:  # spent before it was sent: nothing for Triton to do
             raise error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
@@ -418,9 +433,11 @@ class Connection(Framing):
             self._pump()
         return sid, st
 
-    async def call(self, block: bytes, data: bytes, timeout: float) -> bytes:
+    async def call(self, block: bytes, data: bytes, timeout: float, cancel: bool = True) -> bytes:
         """One unary call: ``block`` the request's header block (``request_block``), ``data`` the
-        message; the answer message's bytes, or AioRpcError."""
+        message; the answer message's bytes, or AioRpcError. A cancelled caller resets the stream;
+        with ``cancel`` False (``upstream.cancel`` streams or none) the call is left to finish, its
+        answer dropped (its deadline still resets it)."""
         deadline = time.monotonic() + timeout
         sid, st = await self.open(block, data, deadline)
         loop = asyncio.get_running_loop()
@@ -429,10 +446,16 @@ class Connection(Framing):
             return await st.future
         except asyncio.CancelledError:
             if self.streams.get(sid) is st:
-                self._reset(sid, st)
+                if cancel:
+                    self._reset(sid, st)
+                else:  # a future of its own, which its end settles: the timer stopped, the answer dropped
+                    st.future = loop.create_future()
+                    st.future.add_done_callback(lambda f, t=timer: (t.cancel(), f.cancelled() or f.exception()))
+                    timer = None
             raise
         finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
 
     def _expire(self, sid: int, st: _Stream) -> None:
         if self.streams.get(sid) is st:
@@ -509,11 +532,14 @@ class Channel:
     as a GOAWAY "too_many_pings" doubled it (grpc's subchannel does the same)."""
 
     BACKOFF = 0.25
+    CONNECT_S = 20.0  # to connect and read Triton's preface
 
     def __init__(self, addresses: list[tuple[str, int]], lb_policy: str = "pick_first",
-                 path: str = "/inference.GRPCInferenceService/ModelInfer", keepalive: Keepalive | None = None):
+                 path: str = "/inference.GRPCInferenceService/ModelInfer", keepalive: Keepalive | None = None,
+                 cancel_unary: bool = True):
         if not addresses:
             raise ValueError("an h2 channel needs host:port addresses")
+        self.cancel_unary = cancel_unary  # False: a unary call whose caller went away is left to finish (upstream.cancel)
         self.addresses = [(h.strip("[]"), p) for h, p in addresses]
         self.round_robin = lb_policy == "round_robin"
         self._blocks = [request_block(path, f"{h}:{p}") for h, p in addresses]
@@ -554,7 +580,7 @@ class Channel:
             conn = conns[0]
             if conn is not None and not conn.closed:
                 try:
-                    return await conn.call(blocks[0], data, timeout)
+                    return await conn.call(blocks[0], data, timeout, self.cancel_unary)
                 except Unprocessed:  # Triton never started it: once more, on a new connection
                     tries = 1
         while True:
@@ -567,7 +593,7 @@ class Channel:
 
     async def _call(self, data: bytes, deadline: float, blocks: list[bytes]) -> bytes:
         i, conn = await self._pick(deadline)
-        return await conn.call(blocks[i], data, max(0.0, deadline - time.monotonic()))
+        return await conn.call(blocks[i], data, max(0.0, deadline - time.monotonic()), self.cancel_unary)
 
     async def _pick(self, deadline: float) -> tuple[int, Connection]:
         """The address a call goes to and its connection, opened if it must be."""
@@ -611,13 +637,29 @@ class Channel:
                 self._keepalive_time[i] = old.keepalive_time  # too_many_pings on the last one
             if self._keepalive_time[i] != keepalive.time:
                 keepalive = keepalive._replace(time=self._keepalive_time[i])
+        # connected once Triton's SETTINGS came (the preface both ways, as grpc's connector waits for
+        # them): a socket that closes or speaks no HTTP/2 before (a TLS-only Triton) failed to connect
+        start = loop.time()
         try:
             _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: Connection(keepalive), host, port), 20.0)
+                loop.create_connection(lambda: Connection(keepalive), host, port), self.CONNECT_S)
         except (OSError, asyncio.TimeoutError) as exc:
+            why = exc if str(exc) else "timed out"
+        else:
+            try:
+                why = await asyncio.wait_for(asyncio.shield(conn.ready), max(0.0, start + self.CONNECT_S - loop.time()))
+            except asyncio.TimeoutError:
+                why = "no HTTP/2 preface (SETTINGS) from the server"
+            except asyncio.CancelledError:
+                conn.transport.abort()
+                raise
+            if why is not None:
+                conn.transport.abort()
+                why = f"{why} before the HTTP/2 preface" if "preface" not in why else why
+        if why is not None:
             self._down[i] = time.monotonic() + self.BACKOFF
             raise error(grpc.StatusCode.UNAVAILABLE,
-                        f"failed to connect to all addresses; last error: {host}:{port}: {exc}") from None
+                        f"failed to connect to all addresses; last error: {host}:{port}: {why}")
         self._down[i] = 0.0
         self._conns[i] = conn
         return conn
@@ -662,7 +704,13 @@ class StreamCall:
 
     async def _start(self) -> None:
         i, conn = await self.channel._pick(self.deadline)
-        self.sid, self.st = await conn.open(self.channel._stream_blocks[i], self.data, self.deadline, True)
+        try:
+            self.sid, self.st = await conn.open(self.channel._stream_blocks[i], self.data, self.deadline, True)
+        except Unprocessed as err:  # its connection closed since it was picked: once more, on a new one
+            self.tries += 1
+            if self.tries >= 2:
+                raise error(err.code(), err.details()) from None
+            return await self._start()
         self.conn = conn
         loop = asyncio.get_running_loop()
         self.timer = loop.call_at(loop.time() + (self.deadline - time.monotonic()), conn._expire, self.sid, self.st)

@@ -26,7 +26,7 @@ from gateway.core.tensors import InferRequest, InferResponse, ModelIndexEntry, M
 from gateway.h2 import client as h2call
 from gateway.observe import metrics, tracing
 
-from . import codec, direct, shm, streammux, wire
+from . import cancel, codec, direct, shm, streammux, wire
 
 # Unlimited message sizes on the upstream hop: the 4 MiB grpc default breaks real tensors.
 CHANNEL_OPTIONS = (
@@ -55,11 +55,12 @@ LB_POLICIES = ("pick_first", "round_robin")
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 
 
-def methods(channel: grpc.aio.Channel) -> SimpleNamespace:
+def methods(channel: grpc.aio.Channel, cancel_unary: bool = True) -> SimpleNamespace:
     """Triton's RPCs on ``channel``, by name, with the serializers of its generated stub but not as
     registered methods, which cost every call more with grpcio 1.85 (gateway/ops/grpchealth.py,
     ``ServiceNames``). A unary RPC is a ``direct.unary`` call (awaited, in the
-    caller's task: gateway/upstream/direct.py); a streaming one grpc.aio's multicallable."""
+    caller's task: gateway/upstream/direct.py; ``cancel_unary``: a caller that goes away cancels it);
+    a streaming one grpc.aio's multicallable."""
     kinds = {(False, True): channel.unary_stream, (True, False): channel.stream_unary,
              (True, True): channel.stream_stream}
     rpcs = {}
@@ -68,7 +69,7 @@ def methods(channel: grpc.aio.Channel) -> SimpleNamespace:
         serializer = getattr(service_pb2, m.input_type.name).SerializeToString
         deserializer = getattr(service_pb2, m.output_type.name).FromString
         if not (m.client_streaming or m.server_streaming):
-            rpcs[m.name] = direct.unary(channel, path, serializer, deserializer)
+            rpcs[m.name] = direct.unary(channel, path, serializer, deserializer, cancel_unary)
         else:
             rpcs[m.name] = kinds[m.client_streaming, m.server_streaming](
                 path, request_serializer=serializer, response_deserializer=deserializer)
@@ -252,7 +253,7 @@ class TritonUpstream:
                  stream_timeout: float = 600.0, lb_policy: str = "pick_first",
                  credentials: grpc.ChannelCredentials | None = None, extra_options: tuple = (),
                  shared_memory: tuple[int, int] | None = None, stream_mux: tuple[int, int] | None = None,
-                 h2: h2call.Channel | None = None):
+                 h2: h2call.Channel | None = None, cancel_mode: str = "streams"):
         self.target = target
         self.options = (*channel_options(lb_policy), *extra_options)
         self.credentials = credentials  # TLS / mTLS to Triton (gateway.access.channel_credentials); None: plaintext
@@ -271,6 +272,11 @@ class TritonUpstream:
         self._mux: streammux.Mux | None = None
         self._plain: dict[str, bool] = {}  # model -> not decoupled, as its last metadata said
         self._h2 = h2  # upstream.transport h2: infer_bytes's and stream's calls as HTTP/2 frames on the loop (h2call.py)
+        # upstream.cancel (gateway/upstream/cancel.py): what a caller that goes away cancels (the factory gives
+        # the h2 channel the same, h2call.Channel cancel_unary)
+        self.cancel_mode = cancel_mode
+        self._cancel_unary = cancel.unary_cancelled(cancel_mode)
+        self._cancel_streams = cancel.streams_cancelled(cancel_mode)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def connect(self) -> None:
@@ -280,10 +286,11 @@ class TritonUpstream:
                 self._channel = grpc.aio.secure_channel(self.target, self.credentials, options=self.options)
             else:
                 self._channel = grpc.aio.insecure_channel(self.target, options=self.options)
-            self._stub = methods(self._channel)
+            self._stub = methods(self._channel, self._cancel_unary)
             # ModelInfer with requests written as wire bytes (wire.serialize_request, wire.Planned),
             # answers as gRPC received them (wire.parse_answer: a large answer's tensor data not copied)
-            self._model_infer_bytes = direct.unary(self._channel, "/inference.GRPCInferenceService/ModelInfer")
+            self._model_infer_bytes = direct.unary(self._channel, "/inference.GRPCInferenceService/ModelInfer",
+                                                   cancel=self._cancel_unary)
             if self._mux_sizes is not None:
                 self._mux = streammux.Mux(self._channel, *self._mux_sizes)
             if self._shm_sizes is not None and self.arena is None:
@@ -344,7 +351,7 @@ class TritonUpstream:
 
     def unary(self, method: str, serializer: Callable[[Any], bytes] | None = None,
               deserializer: Callable[[bytes], Any] | None = None) -> direct.UnaryCall:
-        return direct.unary(self.channel, method, serializer, deserializer)
+        return direct.unary(self.channel, method, serializer, deserializer, self._cancel_unary)
 
     @property
     def stub(self) -> SimpleNamespace:
@@ -426,7 +433,9 @@ class TritonUpstream:
         """ModelStreamInfer for one request: yields each response, ends on triton_final_response.
 
         Closing the generator early (client gone, task cancelled) cancels the call, which Triton
-        passes on to the model (``response_sender.is_cancelled()``).
+        passes on to the model (``response_sender.is_cancelled()``); with ``upstream.cancel: none``
+        the call is read to its end instead (gateway/upstream/cancel.py). A stream whose final
+        response was read is left to end with Triton's trailers.
         """
         self._request_id(req)
         if not req.id:
@@ -438,11 +447,13 @@ class TritonUpstream:
             else:
                 call = self.stub.ModelStreamInfer(timeout=self._timeout(stream=True), metadata=md)
             final = False
+            reader = None if self._cancel_streams else cancel.Reader(call)
+            read = call.read if reader is None else reader.read
             try:
                 with _translate("ModelStreamInfer", req.model):
                     await call.write(msg)
                     while True:
-                        item = await call.read()
+                        item = await read()
                         if item is grpc.aio.EOF:
                             raise GatewayError(ErrorKind.UPSTREAM_FAILED, "stream ended without a final response")
                         if item.error_message:
@@ -456,11 +467,8 @@ class TritonUpstream:
                                 yield resp  # an empty final marker: consumers see the end explicitly
                             break
                     await call.done_writing()
-            finally:
-                if type(call) is h2call.StreamCall:  # the final response read: left to end with its trailers
-                    call.close(final)
-                elif not call.done():
-                    call.cancel()
+            finally:  # the final response read: left to end with its trailers; else cancelled (upstream.cancel)
+                cancel.finish(call, final, self._cancel_streams, reader)
 
     # -- metadata and health (idempotent, cached briefly) ------------------------------------
     async def _cached(self, key: tuple, produce: Callable[[], Awaitable[Any]]) -> Any:

@@ -12,7 +12,8 @@ What a caller sees is what the public call gives: the answer (through ``deserial
 ``grpc.aio.AioRpcError`` built by grpc.aio's own function from the call's status (code, details,
 initial and trailing metadata, debug string); the deadline (``timeout``) and the metadata go to
 core as grpc.aio sends them; a cancelled caller cancels the RPC in core ("Locally cancelled by
-application!", grpc.aio's words), so Triton's work stops. Two things differ, neither used by the
+application!", grpc.aio's words), so Triton's work stops, unless ``cancel`` is False
+(``upstream.cancel`` streams or none: the call then runs on in a task of its own). Two things differ, neither used by the
 gateway: the call is not on the channel's list of active calls, so ``channel.close(grace)`` does
 not wait for it or cancel it (the gateway closes its channel once its servers have stopped and
 their handlers are done), and grpc's observability plugins see no census context.
@@ -73,13 +74,33 @@ def available(channel: grpc.aio.Channel) -> bool:
     return True
 
 
+def _dropped(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: an answer (or error) nobody waits for any more is not logged
+
+
+async def uncancelled(call: Awaitable[Any]) -> Any:
+    """``call`` awaited in a task of its own: a caller that goes away stops waiting, and the call
+    runs on to its end (or deadline), its answer dropped (``upstream.cancel`` streams or none)."""
+    task = asyncio.ensure_future(call)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(_dropped)
+        raise
+
+
 def unary(channel: grpc.aio.Channel, method: str, serializer: Callable[[Any], bytes] | None = None,
-          deserializer: Callable[[bytes], Any] | None = None) -> UnaryCall:
+          deserializer: Callable[[bytes], Any] | None = None, cancel: bool = True) -> UnaryCall:
     """``call(request, *, timeout=None, metadata=None)``: the unary RPC ``method`` on ``channel``,
     awaited; ``request`` is bytes unless ``serializer`` makes them, the answer is its bytes unless
-    ``deserializer`` reads them."""
+    ``deserializer`` reads them. ``cancel``: a caller that goes away cancels the RPC (False: it
+    runs on, ``uncancelled``)."""
     if not available(channel):  # grpc.aio's multicallable: called the same way, its call awaited
-        return channel.unary_unary(method, request_serializer=serializer, response_deserializer=deserializer)
+        rpc = channel.unary_unary(method, request_serializer=serializer, response_deserializer=deserializer)
+        if cancel:
+            return rpc
+        return lambda request, **kw: uncancelled(rpc(request, **kw))
 
     core = channel._channel
     path = method.encode()
@@ -90,9 +111,12 @@ def unary(channel: grpc.aio.Channel, method: str, serializer: Callable[[Any], by
             request = serializer(request)
         rpc = open_call(path, None if timeout is None else time.time() + timeout, None, None, 0)
         try:
-            answer = await rpc.unary_unary(request, tuple(metadata) if metadata else (), None)
+            if cancel:
+                answer = await rpc.unary_unary(request, tuple(metadata) if metadata else (), None)
+            else:
+                answer = await uncancelled(rpc.unary_unary(request, tuple(metadata) if metadata else (), None))
         except asyncio.CancelledError:
-            if not rpc.done():
+            if cancel and not rpc.done():
                 rpc.cancel(CANCELLED_DETAILS)  # Triton's call is cancelled with the caller
             raise
         if answer is None and not rpc.is_ok():  # grpc.aio's own error, from the same status

@@ -6,7 +6,7 @@ from gateway.access import channel_credentials
 from gateway.h2 import client as h2call
 from gateway.settings import Settings, upstream_addresses
 
-from . import shm
+from . import cancel, shm
 from .client import TritonUpstream, keepalive
 
 
@@ -22,9 +22,11 @@ def from_settings(settings: Settings, **overrides) -> TritonUpstream:
                 stream_timeout=settings.limits.stream_timeout_s, lb_policy=u.lb_policy,
                 credentials=creds, extra_options=tls_options,
                 shared_memory=(u.shared_memory.pool_bytes, u.shared_memory.min_bytes) if shm_on else None,
-                stream_mux=(u.stream_mux.streams, u.stream_mux.max_bytes) if u.stream_mux.enabled else None)
+                stream_mux=(u.stream_mux.streams, u.stream_mux.max_bytes) if u.stream_mux.enabled else None,
+                cancel_mode=u.cancel)
     if h2_off(settings) is None:
-        args["h2"] = h2call.Channel(upstream_addresses(u.grpc), u.lb_policy, keepalive=keepalive())
+        args["h2"] = h2call.Channel(upstream_addresses(u.grpc), u.lb_policy, keepalive=keepalive(),
+                                    cancel_unary=cancel.unary_cancelled(u.cancel))
     args.update(overrides)
     return TritonUpstream(u.grpc, **args)
 

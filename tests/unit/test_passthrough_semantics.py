@@ -117,7 +117,8 @@ async def test_client_deadline_reaches_upstream_and_cancels_it(proxy):
     await asyncio.wait_for(fake.cancelled.wait(), 5)
 
 
-async def test_client_cancellation_reaches_upstream(proxy):
+@pytest.mark.parametrize("proxy", [{"UPSTREAM__CANCEL": "all"}], indirect=True)
+async def test_client_cancellation_reaches_upstream_under_cancel_all(proxy):
     fake, channel, _ = proxy
     call = channel.unary_unary(SVC + "ModelInfer")(b"slow", timeout=20)
     await asyncio.sleep(0.3)
@@ -125,6 +126,17 @@ async def test_client_cancellation_reaches_upstream(proxy):
     call.cancel()
     await asyncio.wait_for(fake.cancelled.wait(), 5)
     assert fake.cancelled.is_set() and call.cancelled()
+
+
+async def test_a_unary_call_whose_client_left_is_left_to_finish_by_default(proxy):
+    """upstream.cancel streams (the default): Triton's unary call runs on to its end (or deadline)."""
+    fake, channel, _ = proxy
+    call = channel.unary_unary(SVC + "ModelInfer")(b"slow", timeout=1.0)
+    await asyncio.sleep(0.3)
+    call.cancel()
+    await asyncio.sleep(0.4)
+    assert not fake.cancelled.is_set()  # the client's RST_STREAM stopped at the gateway
+    await asyncio.wait_for(fake.cancelled.wait(), 5)  # its deadline (1 s) still ends it at Triton
 
 
 async def test_a_call_without_a_deadline_gets_the_listeners_default(proxy):
@@ -223,6 +235,19 @@ async def test_a_client_leaving_a_stream_cancels_tritons(proxy):
             break
         await asyncio.sleep(0.1)
     assert _streams_counted() == before + 1
+
+
+@pytest.mark.parametrize("proxy", [{"UPSTREAM__CANCEL": "none"}], indirect=True)
+async def test_a_client_leaving_a_stream_under_cancel_none_leaves_it_to_end(proxy):
+    """upstream.cancel none: Triton's stream is half-closed and read to its end (here its deadline)."""
+    fake, channel, _ = proxy
+    call = channel.stream_stream(SVC + "ModelStreamInfer")(timeout=1.5)
+    await call.write(b"hold")
+    assert await call.read() == b"hold#0"
+    call.cancel()
+    await asyncio.sleep(0.6)
+    assert not fake.stream_cancelled.is_set()
+    await asyncio.wait_for(fake.stream_cancelled.wait(), 5)  # its deadline (1.5 s) ends it at Triton
 
 
 def _streams_counted() -> float:
@@ -344,7 +369,8 @@ async def test_handlers_are_kept_for_the_service_methods_only():
     channel = grpc.aio.insecure_channel("127.0.0.1:1")  # never called: handlers are only made
     from gateway.upstream import direct
 
-    ctx = SimpleNamespace(channel=channel, scope=None, unary=lambda method: direct.unary(channel, method))
+    ctx = SimpleNamespace(channel=channel, scope=None, unary=lambda method: direct.unary(channel, method),
+                          settings=SimpleNamespace(upstream=SimpleNamespace(cancel="streams")))
     state = SimpleNamespace(ctx=ctx, config=SimpleNamespace(control_plane=True))
     passthrough = Passthrough(Edge("v2", "v2_grpc", DefaultRendering(), Admission(8), 5.0, 5.0), state)
     try:
@@ -361,4 +387,5 @@ async def test_a_method_outside_the_service_is_answered_by_triton(proxy):
     fake, channel, _ = proxy
     for i in range(3):
         assert await channel.unary_unary(f"{SVC}Nope{i}")(b"x", timeout=5) == b"echo:x"
-    assert fake.methods[-3:] == ["Nope0", "Nope1", "Nope2"]
+    # (the worker's own ServerMetadata call, its Triton version read at start, may come between)
+    assert [m for m in fake.methods if m != "ServerMetadata"][-3:] == ["Nope0", "Nope1", "Nope2"]

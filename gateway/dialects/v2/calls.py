@@ -15,6 +15,7 @@ from gateway.call import current
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.edge import httpbody
 from gateway.observe import metrics, tracing
+from gateway.upstream import cancel
 from gateway.upstream.wire import parse_response
 
 from .errors import UpstreamStatus
@@ -40,6 +41,7 @@ class Rest:
         self.scope = state.ctx.scope  # dialects.v2.triton_models (None: every model)
         self.upstream = state.ctx.upstream
         self.control = state.config.control_plane
+        self.cancels = cancel.streams_cancelled(state.ctx.settings.upstream.cancel)  # a stream whose client left
         channel = state.ctx.channel
         self._rpc = {}
         for name, resp in (("ServerLive", service_pb2.ServerLiveResponse),

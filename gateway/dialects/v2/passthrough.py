@@ -4,7 +4,8 @@ Nothing is decoded. One generic handler catches the whole service and nothing el
 service beside it on the same server is found); the edge wraps each call
 (request id, admission, deadline, metrics). For each call we forward the caller's metadata (minus
 hop-by-hop keys), the deadline (the client's, or the listener's default when the client gives
-none or a longer one), and cancellation (the upstream call is cancelled in ``finally``); status
+none or a longer one), and cancellation as ``upstream.cancel`` says (gateway/upstream/cancel.py:
+by default a stream whose caller went away is cancelled, a unary call left to finish); status
 codes, details and trailing metadata come back exactly as Triton sent them. Triton's control plane
 (model load/unload, shared-memory registration and unregistration, trace and log settings)
 answers PERMISSION_DENIED unless ``dialects.v2.control_plane`` is true; the shared-memory status
@@ -19,6 +20,7 @@ forwarded to Triton.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import grpc
@@ -30,6 +32,7 @@ from gateway.call import current
 from gateway.core.protowire import read_varint
 from gateway.edge import Edge
 from gateway.observe import tracing
+from gateway.upstream import cancel
 
 from .errors import Denied, UpstreamStatus
 from .state import State
@@ -109,6 +112,7 @@ class Passthrough(grpc.GenericRpcHandler):
         self._control = state.config.control_plane
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
         self._drop = frozenset({AUTHORIZATION}) if edge.keys is not None else frozenset()
+        self._cancels = cancel.streams_cancelled(state.ctx.settings.upstream.cancel)  # a stream whose caller left
 
     def service_name(self) -> str:
         """The service it serves (its grpc.health.v1 name, gateway/ops/grpchealth.py)."""
@@ -129,7 +133,7 @@ class Passthrough(grpc.GenericRpcHandler):
         name = method[len(PREFIX):]
         model_of = model_name if name in PER_MODEL else None
         if name in STREAMING:  # no serializers on either side: bytes
-            fn = _stream(self._channel.stream_stream(method), self._drop, self._scope, name)
+            fn = _stream(self._channel.stream_stream(method), self._drop, self._scope, name, self._cancels)
             return grpc.stream_stream_rpc_method_handler(self._edge.stream(name, fn))
         if name in CONTROL and not self._control:
             fn = _denied(name)
@@ -155,8 +159,8 @@ def _unary(upstream, drop: frozenset[str], name: str):
         # tracing on: the caller's traceparent replaced by the gateway's client span (gateway/observe/tracing.py)
         with tracing.upstream(name, edge_call.model, _forwarded(edge_call.metadata, skip)) as md:
             try:
-                # the caller went away (this task cancelled): grpc.aio cancels Triton's call as the
-                # await is cancelled (tests/unit/test_passthrough_semantics.py)
+                # the caller went away (this task cancelled): Triton's call is cancelled with the await
+                # under upstream.cancel all, else left to finish (tests/unit/test_passthrough_semantics.py)
                 return await upstream(request, timeout=edge_call.remaining(), metadata=md)
             except grpc.aio.AioRpcError as err:
                 raise UpstreamStatus(err) from None
@@ -197,37 +201,43 @@ def _scoped(name: str, fn, scope: ModelScope):
     return scoped
 
 
-def _stream(upstream, drop: frozenset[str], scope: ModelScope | None = None, name: str = "ModelStreamInfer"):
+def _stream(upstream, drop: frozenset[str], scope: ModelScope | None = None, name: str = "ModelStreamInfer",
+            cancels: bool = True):
     """ModelStreamInfer: the two directions forwarded independently, message for message. The
     client's messages go to Triton from a task of their own (``_forward``) while the handler hands
     Triton's answers back, so neither waits for the other (a message is forwarded while an earlier
     one's answers are still coming). Per stream, not per message: the metadata, the deadline, the
-    model label (read from the first message), the metrics and the access line."""
+    model label (read from the first message), the metrics and the access line. A caller that
+    goes away cancels Triton's call, or with ``cancels`` False (``upstream.cancel: none``) leaves it
+    half-closed and read to its end (gateway/upstream/cancel.py)."""
     if scope is not None:
-        return _scoped_stream(upstream, drop, scope, name)
+        return _scoped_stream(upstream, drop, scope, name, cancels)
 
     async def stream(request_iterator, context) -> AsyncIterator[bytes]:
         edge_call = current()
         with tracing.upstream(name, "", forward_metadata(edge_call.metadata, drop)) as md:
             call = upstream(timeout=edge_call.remaining(stream=True), metadata=md)
-            pump = asyncio.ensure_future(_forward(request_iterator, call, edge_call))
+            pump = asyncio.ensure_future(_forward(request_iterator, call, edge_call, cancels))
+            reader = None if cancels else cancel.Reader(call)
             try:
-                async for item in call:
+                async for item in call if reader is None else reader:
                     yield item
             except grpc.aio.AioRpcError as err:
                 raise UpstreamStatus(err) from None
             finally:
-                call.cancel()  # the caller went away or failed: stop Triton's work
-                pump.cancel()
+                if cancels:  # (under none the pump ends with the client's messages: a write or half-close
+                    pump.cancel()  # cancelled would cancel the call, grpc.aio's way)
+                cancel.finish(call, False, cancels, reader)  # the caller went away or failed: Triton's work stopped
 
     return stream
 
 
-async def _forward(request_iterator, call, edge_call) -> None:
+async def _forward(request_iterator, call, edge_call, cancels: bool = True) -> None:
     """The client's messages to Triton as they come, then its half-close; the first names the
     stream's model (metrics, access line). A write to a call that has ended (Triton answered with
     an error, or the stream was cancelled) stops the forwarding: the handler reads that status. A
-    client stream that breaks cancels Triton's call, as grpc.aio does for a request iterator."""
+    client stream that breaks cancels Triton's call, as grpc.aio does for a request iterator (with
+    ``cancels`` False, ``upstream.cancel: none``, it half-closes it)."""
     try:
         requests = aiter(request_iterator)
         first = await anext(requests, None)
@@ -240,7 +250,11 @@ async def _forward(request_iterator, call, edge_call) -> None:
     except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
         pass
     except Exception:  # noqa: BLE001 - the handler sees the cancelled call
-        call.cancel()
+        if cancels:
+            call.cancel()
+        else:
+            with contextlib.suppress(Exception):
+                await call.done_writing()
 
 
 _END = object()
@@ -260,7 +274,8 @@ def _stream_error(request: bytes, model: str) -> bytes:
     ).SerializeToString()
 
 
-def _scoped_stream(upstream, drop: frozenset[str], scope: ModelScope, name: str = "ModelStreamInfer"):
+def _scoped_stream(upstream, drop: frozenset[str], scope: ModelScope, name: str = "ModelStreamInfer",
+                   cancels: bool = True):
     """ModelStreamInfer when the dialect's models are restricted: a message naming another model is
     answered in the stream, as Triton answers an unknown model, and never reaches Triton; the stream
     goes on. Triton's answers and these are merged through one bounded queue."""
@@ -282,10 +297,11 @@ def _scoped_stream(upstream, drop: frozenset[str], scope: ModelScope, name: str 
 
         span = tracing.upstream(name, "", forward_metadata(edge_call.metadata, drop))
         call = upstream(requests(), timeout=edge_call.remaining(stream=True), metadata=span.__enter__())
+        reader = None if cancels else cancel.Reader(call)
 
         async def pump():
             try:
-                async for item in call:
+                async for item in call if reader is None else reader:
                     await out.put(item)
             except Exception as err:  # noqa: BLE001 - re-raised by the reader below
                 failure.append(err)
@@ -302,8 +318,8 @@ def _scoped_stream(upstream, drop: frozenset[str], scope: ModelScope, name: str 
             except grpc.aio.AioRpcError as err:
                 raise UpstreamStatus(err) from None
             finally:
-                call.cancel()  # the caller went away or failed: stop Triton's work
                 task.cancel()
+                cancel.finish(call, False, cancels, reader)  # the caller went away or failed: Triton's work stopped
 
     return stream
 

@@ -15,6 +15,7 @@ from sanic import Request
 from gateway.call import current, stream_headers
 from gateway.core.errors import ErrorKind, GatewayError, invalid
 from gateway.observe import metrics, tracing
+from gateway.upstream import cancel
 
 from . import generate, jsontensor, rjson
 from .calls import Rest, answer, require
@@ -61,8 +62,9 @@ async def handle(rest: Rest, request: Request, model: str, version: str, streami
     span = tracing.upstream("ModelStreamInfer", model)  # tracing on: a client span, its traceparent to Triton
     call = rest.stream(jsontensor.serialize(parsed), done, span.__enter__())
     edge_call = current()
+    reader = None if rest.cancels else cancel.Reader(call)  # upstream.cancel none: reads that outlive the client
     try:
-        answers = aiter(call)
+        answers = aiter(call if reader is None else reader)
         first = await _next_event(answers, done, meta.decoupled)
         if not streaming:
             events = [first] if first is not None else []
@@ -94,8 +96,10 @@ async def handle(rest: Rest, request: Request, model: str, version: str, streami
         code = "CANCELLED"
         raise
     finally:
-        done.set()
-        call.cancel()  # the client went away or the answer is complete: nothing more from Triton
+        answered = done.is_set()
+        done.set()  # the request side closed
+        # complete: left to end with Triton's trailers; the client gone: cancelled (upstream.cancel)
+        cancel.finish(call, answered, rest.cancels, reader)
         metrics.observe_upstream("ModelStreamInfer", model, code, time.perf_counter() - start)
         span.__exit__(*sys.exc_info())
 
