@@ -13,8 +13,9 @@ import grpc
 import pytest
 
 from gateway import config
+from gateway.h2 import client as h2call
 from gateway.settings import SettingsError
-from gateway.upstream import cancel, direct, from_settings, h2call
+from gateway.upstream import cancel, direct, from_settings
 from tests.support import free_port
 
 SERVICE = "test.Later"
