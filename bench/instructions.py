@@ -22,6 +22,7 @@ HTTP/1.1 keep-alive connections, each sending its next request once the last ans
 
     .venv/bin/python -m bench.instructions v2|v2s|tf|rest gateway|floor   (needs valgrind: apt install valgrind)
     env: N1=500 N2=2500 CONC=8 RUNS=1 BENCH_GRPC_SERVER=h2|grpc (the gateway's grpc_server)
+         BENCH_UPSTREAM_CANCEL=streams|all|none (the gateway's upstream.cancel)
 
 ``v2``: the V2 ModelInfer passthrough (floor: bench/floor.py forwarding the bytes); ``v2s``: the
 V2 ModelStreamInfer passthrough, CONC streams each writing one message and reading its answer in
@@ -177,6 +178,8 @@ def measure(kind: str, server: str, triton: str | None = None, n: tuple[int, int
             if os.environ.get("BENCH_GRPC_SERVER"):  # h2|grpc: the gateway's grpc_server (unset: its default)
                 extra["grpc_server"] = os.environ["BENCH_GRPC_SERVER"]
             cfg = gateway_config(target, {listener: port, "admin_http": free_port()}, extra)
+            if os.environ.get("BENCH_UPSTREAM_CANCEL"):  # streams|all|none: the gateway's upstream.cancel
+                cfg["upstream"]["cancel"] = os.environ["BENCH_UPSTREAM_CANCEL"]
             (out.parent / "gateway.yaml").write_text(yaml.safe_dump(cfg))
             cmd = [sys.executable, "-c", HELD_FLUSHES, "serve", "--config", str(out.parent / "gateway.yaml")]
             env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}

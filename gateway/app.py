@@ -155,7 +155,9 @@ class Worker:
         size = options["grpc.max_receive_message_length"]
         server = h2serve.Server(size if size >= 0 else None, options["grpc.max_concurrent_streams"],
                                 options["grpc.http2.min_ping_interval_without_data_ms"] / 1000,
-                                bool(options["grpc.keepalive_permit_without_calls"]))
+                                bool(options["grpc.keepalive_permit_without_calls"]),
+                                cancel.unary_cancelled(self.settings.upstream.cancel))
+        edge.unary_outlives_client = not server.cancel_unary  # upstream calls need no shield of their own
         services = grpchealth.ServiceNames(server)
         attach(services, edge, state)
         self.health.attach(services, list(services.names))

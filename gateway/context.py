@@ -72,6 +72,6 @@ class DialectContext:
         """The raw channel to Triton (TritonUpstream.channel), for byte-level forwarding."""
         return self.worker.upstream.channel
 
-    def unary(self, method: str, serializer=None, deserializer=None):
+    def unary(self, method: str, serializer=None, deserializer=None, cancel: bool | None = None):
         """A unary RPC on Triton's channel, made as the gateway's own calls are (``Upstream.unary``)."""
-        return self.worker.upstream.unary(method, serializer, deserializer)
+        return self.worker.upstream.unary(method, serializer, deserializer, cancel)

@@ -113,8 +113,8 @@ class FakeUpstream:
 
     channel = None  # a fake with a gRPC server standing in for Triton sets its channel here
 
-    def unary(self, method: str, serializer=None, deserializer=None):
-        return direct.unary(self.channel, method, serializer, deserializer)
+    def unary(self, method: str, serializer=None, deserializer=None, cancel: bool | None = None):
+        return direct.unary(self.channel, method, serializer, deserializer, True if cancel is None else cancel)
 
     def body_buffer(self, size: int):
         return None  # large bodies in a buffer of the edge's own

@@ -78,6 +78,9 @@ class Edge:
         # the function that gives it back once the request is answered), or None for a buffer of
         # its own (the worker passes Upstream.body_buffer: the shared-memory region, gateway/upstream/shm.py)
         self.bodies = bodies
+        # True on an h2 listener whose unary-unary handlers are left to finish when their client goes
+        # away (upstream.cancel streams or none; gateway/h2/server.py): their upstream calls need no shield
+        self.unary_outlives_client = False
 
     # -- shared steps ------------------------------------------------------------------------
     def begin(self, route: str, given_id: str | None, client_timeout: float | None = None) -> Call:

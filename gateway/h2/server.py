@@ -116,10 +116,13 @@ class Server:
     """The gRPC services of one listener, served on sockets the worker binds (``start``).
     ``max_message``: the largest request message (grpc.max_receive_message_length; None: any);
     ``max_streams``: calls in flight per connection; ``min_ping_interval`` (s) and
-    ``permit_without_calls``: the keepalive policy asked of clients."""
+    ``permit_without_calls``: the keepalive policy asked of clients; ``cancel_unary``: a unary-unary
+    call whose client went away has its handler cancelled (False: the handler runs on to its end or
+    deadline and its answer is dropped; ``upstream.cancel`` streams or none, gateway/upstream/cancel.py)."""
 
     def __init__(self, max_message: int | None, max_streams: int, min_ping_interval: float = 10.0,
-                 permit_without_calls: bool = True):
+                 permit_without_calls: bool = True, cancel_unary: bool = True):
+        self.cancel_unary = cancel_unary
         self.max_message = max_message if max_message is not None else (1 << 32)
         self.max_streams = max_streams
         self.min_ping_interval = min_ping_interval
@@ -516,12 +519,18 @@ class Connection(Framing):
             self._error(rpc, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
 
     def _cancelled(self, rpc: Rpc) -> None:
-        """The client reset the stream (or went away): the handler cancelled, nothing more sent."""
+        """The client reset the stream (or went away): the handler cancelled, nothing more sent (a
+        unary-unary handler left to finish instead where the server's ``cancel_unary`` is False)."""
         rpc.cancelled_ = True
         rpc.ended = True
         self._done(rpc)
-        if rpc.task is not None and not rpc.task.done():
-            rpc.task.cancel()
+        task = rpc.task
+        if task is not None and not task.done():
+            handler = rpc.handler
+            if (not self.server.cancel_unary and handler is not None
+                    and not handler.request_streaming and not handler.response_streaming):
+                return  # its answer dropped: rpc.ended (gateway/h2/rpc.py, serve)
+            task.cancel()
 
     def cancel_calls(self) -> list[asyncio.Task]:
         """Every call in flight cancelled (the server stopping): their tasks, which answer CANCELLED."""

@@ -117,10 +117,12 @@ class Upstream(Protocol):
         ...
 
     def unary(self, method: str, serializer: Callable[[Any], bytes] | None = None,
-              deserializer: Callable[[bytes], Any] | None = None) -> direct.UnaryCall:
+              deserializer: Callable[[bytes], Any] | None = None, cancel: bool | None = None) -> direct.UnaryCall:
         """``call(request, *, timeout=None, metadata=None)``: the unary RPC ``method`` on Triton's
         channel, made as the gateway's own calls are (gateway/upstream/direct.py), for a dialect
-        that forwards or writes a V2 call itself."""
+        that forwards or writes a V2 call itself. ``cancel``: whether a caller that goes away cancels
+        it (None: as ``upstream.cancel`` says; True where the edge never cancels its caller, an h2
+        listener's unary-unary handler under streams or none: no shield needed)."""
         ...
 
     def body_buffer(self, size: int) -> tuple[memoryview, Callable[[], None]] | None:
@@ -350,8 +352,9 @@ class TritonUpstream:
         return self._channel
 
     def unary(self, method: str, serializer: Callable[[Any], bytes] | None = None,
-              deserializer: Callable[[bytes], Any] | None = None) -> direct.UnaryCall:
-        return direct.unary(self.channel, method, serializer, deserializer, self._cancel_unary)
+              deserializer: Callable[[bytes], Any] | None = None, cancel: bool | None = None) -> direct.UnaryCall:
+        return direct.unary(self.channel, method, serializer, deserializer,
+                            self._cancel_unary if cancel is None else cancel)
 
     @property
     def stub(self) -> SimpleNamespace:

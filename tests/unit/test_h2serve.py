@@ -232,6 +232,34 @@ async def test_a_cancelled_client_call_cancels_the_handler(both):
     assert not any(c.calls for c in h2s.connections)
 
 
+async def test_a_cancelled_client_call_leaves_a_unary_handler_to_finish_without_cancel_unary():
+    """``cancel_unary`` False (upstream.cancel streams or none): the client's reset ends the call for
+    the client, the unary handler runs on to its end, its answer is dropped; a stream is cancelled."""
+    import socket
+
+    handlers = Handlers()
+    server = h2serve.Server(LIMIT, 100, 10.0, True, cancel_unary=False)
+    server.add_generic_rpc_handlers((handlers.generic(),))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    await server.start(sock)
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
+    try:
+        call = channel.unary_unary(f"/{SERVICE}/Hold")(b"", timeout=30)
+        await asyncio.wait_for(handlers.started.wait(), 5)
+        call.cancel()
+        await asyncio.sleep(0.2)
+        assert not handlers.cancelled.is_set()  # left to finish
+        handlers.release.set()
+        await asyncio.sleep(0.1)
+        assert not handlers.cancelled.is_set()
+        assert await channel.unary_unary(f"/{SERVICE}/Echo")(b"after", timeout=5) == b"after"
+        assert not any(c.calls for c in server.connections)
+    finally:
+        await channel.close()
+        await server.stop(0)
+
+
 def test_grpc_message_is_percent_encoded_as_grpc_writes_it():
     assert h2rpc.percent_encode("bad \u00e9 100% \n x") == b"bad %C3%A9 100%25 %0A x"
     assert h2rpc.percent_encode("plain ~ text") == b"plain ~ text"

@@ -138,7 +138,9 @@ class Passthrough(grpc.GenericRpcHandler):
         if name in CONTROL and not self._control:
             fn = _denied(name)
         else:
-            fn = _unary(self._unary(method), self._drop, name)
+            # on an h2 listener that leaves unary handlers to finish, the call needs no shield of its own
+            upstream = self._unary(method, cancel=True) if self._edge.unary_outlives_client else self._unary(method)
+            fn = _unary(upstream, self._drop, name)
             if self._scope is not None:
                 fn = _scoped(name, fn, self._scope)
         return grpc.unary_unary_rpc_method_handler(self._edge.unary(name, fn, model_of))
