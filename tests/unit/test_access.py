@@ -112,7 +112,8 @@ class RecordingTriton(grpc.GenericRpcHandler):
 
     def service(self, details):
         async def answer(_request: bytes, context):
-            self.metadata.append(dict(context.invocation_metadata()))
+            if not details.method.endswith("/ServerMetadata"):  # not the worker's start-up version read
+                self.metadata.append(dict(context.invocation_metadata()))
             return b""
 
         return grpc.unary_unary_rpc_method_handler(answer)
@@ -219,7 +220,7 @@ async def test_grpc_listeners_answer_unauthenticated(keyed):
             await stub.GetModelStatus(get_model_status_pb2.GetModelStatusRequest())
         assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
-    method = "/inference.GRPCInferenceService/ServerMetadata"
+    method = "/inference.GRPCInferenceService/ServerLive"
     async with grpc.aio.insecure_channel(f"127.0.0.1:{ports['v2_grpc']}") as ch:
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await ch.unary_unary(method)(b"")

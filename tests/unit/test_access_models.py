@@ -80,7 +80,8 @@ class ListingTriton(grpc.GenericRpcHandler):
         name = details.method.rsplit("/", 1)[1]
 
         async def unary(request: bytes, _context):
-            self.calls.append(name)
+            if name != "ServerMetadata":  # not the worker's start-up version read (gateway/upstream/cancel.py)
+                self.calls.append(name)
             if name == "RepositoryIndex":
                 return service_pb2.RepositoryIndexResponse(models=[
                     service_pb2.RepositoryIndexResponse.ModelIndex(name=n, state="READY") for n in ("a", "b", "c")

@@ -34,7 +34,8 @@ class FakeTriton(grpc.GenericRpcHandler):
         self.methods: list[str] = []
 
     def service(self, details):
-        self.methods.append(details.method)
+        if not details.method.endswith("/ServerMetadata"):  # not the worker's start-up version read
+            self.methods.append(details.method)
 
         async def answer(_request: bytes, _context):
             return service_pb2.ServerReadyResponse(ready=self.ready).SerializeToString()
