@@ -15,16 +15,28 @@ import threading
 PR_SET_PDEATHSIG = 1
 
 
+def _libc_prctl():
+    """libc's prctl, looked up once in the parent: a ``preexec_fn`` runs between fork and exec in a
+    process whose other threads (grpc's) may hold the loader's or malloc's locks, so the child must
+    not dlopen there; None where there is none (not Linux)."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _libc_prctl()
+
+
 def die_with(parent: int, sig: int = signal.SIGTERM) -> bool | None:
     """Ask for ``sig`` when the parent goes; True when it is already gone (this process was
     reparented before the request took effect): the caller stops on its own; None where the
     request cannot be made (not Linux)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
-    except (OSError, AttributeError):  # not Linux: nothing to do
+    if _PRCTL is None:  # not Linux: nothing to do
         return None
+    _PRCTL(PR_SET_PDEATHSIG, sig)
     return os.getppid() != parent
 
 
