@@ -119,7 +119,7 @@ class Rpc:
     __slots__ = ("conn", "sid", "method", "handler", "metadata", "deadline", "encoding", "buf", "messages",
                  "reader", "half_closed", "task", "timer", "window", "out", "unacked", "status", "message",
                  "trailing", "headers_sent", "ended", "cancelled_", "expired", "callbacks", "drained",
-                 "held", "inwin", "__weakref__")
+                 "held", "inwin", "big", "need", "flag", "__weakref__")
 
     def __init__(self, conn, sid: int, method: str, handler, metadata, deadline: float | None,
                  encoding: str | None, window: int):
@@ -150,6 +150,9 @@ class Rpc:
         self.drained: asyncio.Future | None = None  # a streaming handler waiting for its answers to go out
         self.held = 0  # request bytes held (partial and unread messages)
         self.inwin = 0  # what the client may still send on this stream (our window)
+        self.big = None  # a large message being gathered (io.BytesIO; server.BIG), ``need`` bytes short
+        self.need = 0
+        self.flag = 0  # its compressed flag
 
     # -- the request's messages (stream_unary, stream_stream) -------------------------------
     async def read(self):
@@ -266,12 +269,15 @@ async def serve(rpc: Rpc) -> None:
     handler = rpc.handler
     conn = rpc.conn
     try:
+        if conn.queued > conn.SEND_CAP:  # the client takes no answers: none more made for it till it does
+            await conn.room()
+            if rpc.ended:
+                return
         if handler.request_streaming:
             request = rpc
         else:
-            data = rpc.messages.popleft()
             deserialize = handler.request_deserializer
-            request = data if deserialize is None else deserialize(data)
+            request = rpc.messages.popleft() if deserialize is None else deserialize(rpc.messages.popleft())
         if handler.unary_unary is not None or handler.stream_unary is not None:
             fn = handler.unary_unary if handler.unary_unary is not None else handler.stream_unary
             answer = await fn(request, rpc)

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import io
 import socket
 import time
 import zlib
@@ -97,6 +98,9 @@ HOLD = 16 << 20  # request bytes held per connection past which its window is gi
 MAX_PING_STRIKES = 2  # grpc core's default (grpc.http2.max_ping_strikes)
 PREFACE_TIMEOUT = 10.0  # seconds a new connection has to send the HTTP/2 preface
 CLOSED_KEPT = 256  # closed stream ids remembered per connection (a late frame on one: STREAM_CLOSED or ignored)
+BIG = STREAM_WINDOW - 5  # a request message larger than a stream's window: gathered one at a time per connection
+SEND_CAP = 8 << 20  # answer bytes queued per connection for a client that does not take them: past it, new
+#                     calls are refused (REFUSED_STREAM) and the calls accepted wait before their handler starts
 
 
 async def _unimplemented(_request, context) -> None:
@@ -187,6 +191,7 @@ class Connection(Framing):
     """One client's HTTP/2 connection: its calls (``Rpc`` by stream id), windows and HPACK decoder."""
 
     CONN_WINDOW = CONN_WINDOW
+    SEND_CAP = SEND_CAP
     credit_on_read = False  # given back as the calls' bytes leave (``release``)
 
     def __init__(self, server: Server):
@@ -206,6 +211,9 @@ class Connection(Framing):
         self.held = 0  # request bytes held for the calls (partial and unread messages)
         self.deferred = 0  # connection window owed, held back while ``held`` is over HOLD
         self.lane: Rpc | None = None  # the call given window past HOLD (its message the largest being read)
+        self.big: Rpc | None = None  # the one call gathering a message larger than BIG (in ``Rpc.big``)
+        self.queued = 0  # answer bytes waiting for a window (``Rpc.out``) or for the transport to drain
+        self.waiting: list[asyncio.Future] | None = None  # calls waiting for ``queued`` to fall under SEND_CAP
         self.closed_ids: dict[int, bool] = {}  # recently closed stream id -> whether the client had ended it
         self._preface_timer: asyncio.TimerHandle | None = None
 
@@ -229,6 +237,7 @@ class Connection(Framing):
         self.server.connections.discard(self)
         for rpc in list(self.calls.values()):
             self._cancelled(rpc)
+        self._let_go()
 
     def data_received(self, data: bytes) -> None:
         if not self.preface:
@@ -368,6 +377,13 @@ class Connection(Framing):
             self.transport.write(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
             self._closed(sid, False)
             return
+        if self.queued > SEND_CAP:  # a client that does not take its answers gets no new calls
+            refused("send_queue")
+            if self.flood(RESETS):
+                return
+            self.transport.write(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
+            self._closed(sid, False)
+            return
         method = own.get(":path", "")
         handler = self.server.lookup(method, metadata) or UNIMPLEMENTED
         encoding = own.get("grpc-encoding")
@@ -391,12 +407,16 @@ class Connection(Framing):
         self._closed(sid, bool(end))
 
     def _data(self, rpc: Rpc, payload: bytes, length: int) -> None:
-        """A request's bytes: whole messages to the call (decompressed), the rest kept."""
+        """A request's bytes: whole messages to the call (decompressed), the rest kept. A message
+        larger than BIG is gathered in a ``BytesIO`` (its bytes once: ``getvalue`` hands over the
+        buffer itself), by one call of the connection at a time (``big``): another call announcing
+        one is given no window back until it is its turn."""
         streaming = rpc.handler.request_streaming
         kept = len(payload)
         rpc.held += kept
         self.held += kept
-        free = self.held <= HOLD or rpc is self.lane or self._lane(rpc)
+        big = self.big
+        free = self.held <= HOLD and big is None and self.queued <= SEND_CAP or rpc is big or self._free(rpc, payload)
         if free:
             self.conn_unacked += kept
             if self.conn_unacked >= CONN_WINDOW // 2:
@@ -411,31 +431,32 @@ class Connection(Framing):
                 self.transport.write(frame(WINDOW_UPDATE, 0, rpc.sid, U32.pack(rpc.unacked)))
                 rpc.inwin += rpc.unacked
                 rpc.unacked = 0
+        limit = self.server.max_message
+        if rpc.big is not None:
+            payload = self._gather(rpc, payload, limit)
+            if payload is None:  # the message not whole yet, or the call ended
+                return
         if rpc.buf:  # a message begun in an earlier frame: the bytes gathered in one buffer
             rpc.buf += payload
             buf = rpc.buf
         else:
             buf = payload
-        limit = self.server.max_message
         while len(buf) >= 5:
             size = U32.unpack_from(buf, 1)[0]
             if size > limit:
                 return self._error(rpc, grpc.StatusCode.RESOURCE_EXHAUSTED,
                                    f"SERVER: Received message larger than max ({size} vs. {limit})")
             if len(buf) < 5 + size:
+                if size > BIG and self.big is None and self.queued <= SEND_CAP:  # gathered apart, its bytes once
+                    gather = rpc.big = io.BytesIO()
+                    gather.write(memoryview(buf)[5:])
+                    rpc.need, rpc.flag = 5 + size - len(buf), buf[0]
+                    self.big = rpc
+                    buf = b""
                 break
             msg = bytes(memoryview(buf)[5:5 + size]) if buf.__class__ is bytearray else buf[5:5 + size]  # one copy
-            if buf[0]:
-                if rpc.encoding is None:
-                    return self._error(rpc, grpc.StatusCode.INTERNAL, "Compression bit set but no encoding configured")
-                try:
-                    msg = h2rpc.decompress(rpc.encoding, msg, limit)
-                except zlib.error:
-                    return self._error(rpc, grpc.StatusCode.INTERNAL, "Failed to decompress the message")
-                if len(msg) > limit:
-                    return self._error(rpc, grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                       f"SERVER: Received message larger than max ({len(msg)} vs. {limit})")
-            rpc.messages.append(msg)
+            if not self._message(rpc, buf[0], msg, limit):
+                return
             buf = buf[5 + size:]
             if not streaming and (buf or len(rpc.messages) > 1):  # a unary call takes one message
                 return self._error(rpc, grpc.StatusCode.INTERNAL,
@@ -446,6 +467,60 @@ class Connection(Framing):
                 self._start(rpc)
             elif rpc.reader is not None and not rpc.reader.done():
                 rpc.reader.set_result(None)
+
+    def _gather(self, rpc: Rpc, payload: bytes, limit: int) -> bytes | None:
+        """``payload`` added to the large message ``rpc`` gathers; once it is whole, the message
+        taken and what follows it returned (None: not whole yet, or the call ended)."""
+        need = rpc.need
+        if len(payload) < need:
+            rpc.big.write(payload)
+            rpc.need = need - len(payload)
+            return None
+        gather, rpc.big, self.big = rpc.big, None, None
+        gather.write(memoryview(payload)[:need] if len(payload) > need else payload)
+        msg = gather.getvalue()  # the buffer itself, not a copy
+        del gather
+        if not self._message(rpc, rpc.flag, msg, limit):
+            return None
+        rest = payload[need:]
+        if not rpc.handler.request_streaming and (rest or len(rpc.messages) > 1):
+            self._error(rpc, grpc.StatusCode.INTERNAL, "Unary call got more or less than one whole request messages")
+            return None
+        return rest
+
+    def _message(self, rpc: Rpc, flag: int, msg: bytes, limit: int) -> bool:
+        """One whole request message to the call (decompressed); False: the call ended in error."""
+        if flag:
+            if rpc.encoding is None:
+                self._error(rpc, grpc.StatusCode.INTERNAL, "Compression bit set but no encoding configured")
+                return False
+            try:
+                msg = h2rpc.decompress(rpc.encoding, msg, limit)
+            except zlib.error:
+                self._error(rpc, grpc.StatusCode.INTERNAL, "Failed to decompress the message")
+                return False
+            if len(msg) > limit:
+                self._error(rpc, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                            f"SERVER: Received message larger than max ({len(msg)} vs. {limit})")
+                return False
+        rpc.messages.append(msg)
+        return True
+
+    def _free(self, rpc: Rpc, payload: bytes) -> bool:
+        """Whether a call's bytes are given their window back (the slow path of ``_data``): under
+        HOLD, unless a large message is being gathered by another call and this one announces one
+        too (it waits for its turn); over HOLD, only the lane's."""
+        if self.big is not None or self.queued > SEND_CAP:
+            return self.held <= HOLD and not self._waits(rpc, payload)
+        return self._lane(rpc)
+
+    def _waits(self, rpc: Rpc, payload: bytes = b"") -> bool:
+        """Whether ``rpc``'s message being read is larger than BIG while another call gathers one
+        (or while the answers queued for the client are over SEND_CAP)."""
+        if self.big is None and self.queued <= SEND_CAP or self.big is rpc:
+            return False
+        head = rpc.buf[:5] if len(rpc.buf) >= 5 else bytes(rpc.buf) + payload[:5]
+        return len(head) >= 5 and U32.unpack_from(head, 1)[0] > BIG
 
     def _lane(self, rpc: Rpc) -> bool:
         """Over HOLD: whether ``rpc`` is the call whose message being read is the largest (the
@@ -466,14 +541,16 @@ class Connection(Framing):
             owed, self.deferred = self.deferred, 0
             self.credit(owed)
             for other in self.calls.values():  # the unary calls' stream windows held back with it
-                if not other.handler.request_streaming and other.unacked >= STREAM_WINDOW // 2 and not other.ended:
+                if (not other.handler.request_streaming and other.unacked >= STREAM_WINDOW // 2 and not other.ended
+                        and not self._waits(other)):
                     self.transport.write(frame(WINDOW_UPDATE, 0, other.sid, U32.pack(other.unacked)))
                     other.inwin += other.unacked
                     other.unacked = 0
 
     def consumed(self, rpc: Rpc, n: int) -> None:
         """A streaming call's handler read ``n`` bytes of its messages: given back to the client."""
-        self.release(rpc, max(0, min(n, rpc.held - len(rpc.buf))))
+        partial = len(rpc.buf) if rpc.big is None else 5 + rpc.big.tell()
+        self.release(rpc, max(0, min(n, rpc.held - partial)))
         rpc.unacked += n
         if rpc.unacked >= STREAM_WINDOW // 4 and not rpc.ended and not self.lost:
             self.transport.write(frame(WINDOW_UPDATE, 0, rpc.sid, U32.pack(rpc.unacked)))
@@ -487,9 +564,9 @@ class Connection(Framing):
                 self._start(rpc)
             elif rpc.reader is not None and not rpc.reader.done():
                 rpc.reader.set_result(None)
-        elif len(rpc.messages) != 1 or rpc.buf:
+        elif len(rpc.messages) != 1 or rpc.buf or rpc.big is not None:
             self._error(rpc, grpc.StatusCode.INTERNAL, "Unary call got %s request messages"
-                        % ("no" if not rpc.messages and not rpc.buf else "more or less than one whole"))
+                        % ("no" if not rpc.messages and not rpc.buf and rpc.big is None else "more or less than one whole"))
         else:
             self.held -= rpc.held  # the message is the handler's now
             rpc.held = 0
@@ -557,6 +634,12 @@ class Connection(Framing):
             closed[sid] = rpc.half_closed
             if len(closed) > CLOSED_KEPT:
                 del closed[next(iter(closed))]
+        if rpc.big is not None:
+            rpc.big = None
+            if self.big is rpc:
+                self.big = None
+        if rpc.out:
+            self._dequeue(sum(len(p) for p in rpc.out if type(p) is not bytes))
         if rpc.held:
             self.release(rpc, rpc.held)
         if rpc.timer is not None:
@@ -608,6 +691,7 @@ class Connection(Framing):
             self.pending.append(rpc)
         rpc.out.append(memoryview(prefix))
         rpc.out.append(memoryview(data))
+        self.queued += size
         if tail:
             rpc.out.append(tail)
         self._pump()
@@ -625,6 +709,28 @@ class Connection(Framing):
         else:
             self.transport.write(out)
             self._done(rpc)
+
+    def _dequeue(self, n: int) -> None:
+        """``n`` answer bytes left the queue: the calls waiting for room let go once under SEND_CAP."""
+        self.queued -= n
+        if self.waiting is not None and self.queued <= SEND_CAP:
+            self._let_go()
+
+    def _let_go(self) -> None:
+        waiting, self.waiting = self.waiting, None
+        for fut in waiting or ():
+            if not fut.done():
+                fut.set_result(None)
+
+    async def room(self) -> None:
+        """Waits while the answers queued for this client are over SEND_CAP (a call's handler
+        starts only then: a client that takes no answers holds at most that much of them)."""
+        while self.queued > SEND_CAP and not self.lost:
+            fut = asyncio.get_running_loop().create_future()
+            if self.waiting is None:
+                self.waiting = []
+            self.waiting.append(fut)
+            await fut
 
     def _trailer_frames(self, rpc: Rpc, only: bool) -> bytes:
         block = trailers(rpc.status, rpc.message, rpc.trailing)
@@ -654,6 +760,7 @@ class Connection(Framing):
                 write(piece[:n])
                 rpc.window -= n
                 self.send_window -= n
+                self._dequeue(n)
                 if n == len(piece):
                     out.popleft()
                 else:
@@ -698,4 +805,5 @@ class Connection(Framing):
             self.transport.close()
             for rpc in list(self.calls.values()):
                 self._cancelled(rpc)
+            self._let_go()
             self.server.connections.discard(self)

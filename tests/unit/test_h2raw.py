@@ -406,6 +406,150 @@ async def test_reading_stops_while_the_write_buffer_is_full(server):
         raw.close()
 
 
+
+# -- what a client that takes no answers, or sends large messages, can make a connection hold -----
+def _queued(conn) -> int:
+    """Answer bytes waiting in the calls' queues (prefixes and messages; trailers not counted)."""
+    return sum(len(p) for r in conn.calls.values() if r.out for p in r.out if type(p) is not bytes)
+
+
+async def test_a_client_that_takes_no_answers_holds_at_most_the_send_cap():
+    """INITIAL_WINDOW_SIZE 0, 60 calls each asking 1 MiB answers, none read (issue 52's zero_window
+    flood: the old code started every handler and queued one answer each, 60 MiB here): the
+    answers queued stay near SEND_CAP, the handlers past it wait before they start, a new call
+    is refused (REFUSED_STREAM, ``send_queue``), and a second connection is served."""
+    started = []
+
+    async def big(request: bytes, context):
+        started.append(context)
+        for _ in range(3):
+            yield b"b" * (1 << 20)
+
+    srv = h2serve.Server(64 << 20, 100)
+    srv.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {
+        "Big": grpc.unary_stream_rpc_method_handler(big),
+        "Echo": grpc.unary_unary_rpc_method_handler(Sink().echo)}),))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    await srv.start(sock)
+    before = refused("send_queue")
+    raw = await Raw.open(srv.port)
+    try:
+        raw.send(wire.settings((wire.INITIAL_WINDOW_SIZE, 0)),
+                 *[headers(sid, block("Big")) + frame(DATA, END_STREAM, sid, message(b"go")) for sid in range(1, 121, 2)])
+        conn = None
+        for _ in range(100):  # until the handlers that run have queued their answers
+            await asyncio.sleep(0.02)
+            conn = next(iter(srv.connections), None)
+            if conn is not None and len(conn.calls) == 60 and _queued(conn) > 8 << 20:
+                break
+        await asyncio.sleep(0.2)
+        assert conn is not None and len(conn.calls) == 60
+        cap = getattr(h2serve, "SEND_CAP", 8 << 20)
+        assert _queued(conn) <= cap + (1 << 20) + 5, f"{_queued(conn) >> 20} MiB queued"
+        assert len(started) <= cap // (1 << 20) + 1
+        raw.send(headers(121, block("Big")) + frame(DATA, END_STREAM, 121, message(b"go")))
+        assert await raw.rst(121) == wire.REFUSED_STREAM
+        assert refused("send_queue") == before + 1
+        await echo_works(srv.port)
+    finally:
+        raw.close()
+        await srv.stop(0)
+
+
+class _Quiet:
+    """A transport for a ``Connection`` driven by hand: what it is given, kept as frames."""
+
+    def __init__(self):
+        self.out = bytearray()
+
+    def write(self, data) -> None:
+        self.out += data
+
+    def get_extra_info(self, _name, default=None):
+        return default
+
+    def close(self) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+    def window_updates(self, sid: int) -> int:
+        """The bytes of window given to stream ``sid`` so far (read off what was written)."""
+        total, i, out = 0, 0, bytes(self.out)
+        while i + 9 <= len(out):
+            hi, lo, kind, _, s = HEAD.unpack_from(out, i)
+            n = hi << 8 | lo
+            if kind == WINDOW_UPDATE and s == sid:
+                total += int.from_bytes(out[i + 9:i + 13], "big")
+            i += 9 + n
+        return total
+
+
+def _by_hand(server) -> tuple:
+    conn = h2serve.Connection(server)
+    transport = _Quiet()
+    conn.connection_made(transport)
+    conn.data_received(PREFACE + frame(SETTINGS, 0, 0))
+    return conn, transport
+
+
+def _chunks(sid: int, size: int, first: bool = True, n: int | None = None) -> list[bytes]:
+    """DATA frames of 16 KiB carrying a message of ``size`` (its first ``n`` bytes only)."""
+    body = (b"\x00" + size.to_bytes(4, "big") if first else b"") + b"x" * size
+    body = body[:n] if n is not None else body
+    step = 1 << 14
+    return [frame(DATA, END_STREAM if i + step >= len(body) and n is None else 0, sid, body[i:i + step])
+            for i in range(0, len(body), step)]
+
+
+async def test_a_large_message_costs_about_its_own_size(server):
+    """A 16 MiB message in 16 KiB frames: what the server allocates while it gathers and hands it
+    over stays near 16 MiB (the old code grew a bytearray, then copied the message out of it:
+    twice its size at the end)."""
+    import tracemalloc
+
+    size = 16 << 20
+    conn, _ = _by_hand(server)
+    conn.data_received(headers(1, block("Size")))
+    frames = _chunks(1, size)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for f in frames:
+            conn.data_received(f)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    rpc = conn.calls[1]
+    assert len(rpc.messages) == 1 and len(rpc.messages[0]) == size
+    assert peak <= size * 1.25 + (1 << 20), f"{peak / size:.2f} x the message"
+    conn.close()
+
+
+async def test_one_large_message_is_gathered_at_a_time_per_connection(server):
+    """Two calls each announce a 24 MiB message: the second is given no window back (beyond the
+    1 MiB it had) while the first gathers its message (the old code gave both their windows until
+    HOLD); once the first is whole, the second's turn."""
+    size = 24 << 20
+    conn, transport = _by_hand(server)
+    conn.data_received(headers(1, block("Size")) + headers(3, block("Size")))
+    window = h2serve.STREAM_WINDOW
+    first, second = _chunks(1, size), _chunks(3, size, n=window)
+    conn.data_received(first[0])
+    for f in second:  # its whole initial window
+        conn.data_received(f)
+    for f in first[1:len(first) // 2]:
+        conn.data_received(f)
+    assert transport.window_updates(3) == 0
+    assert transport.window_updates(1) > window
+    for f in first[len(first) // 2:]:
+        conn.data_received(f)
+    assert len(conn.calls[1].messages) == 1
+    assert transport.window_updates(3) >= window // 2
+    conn.close()
+
 # -- floods ---------------------------------------------------------------------------------------
 FLOODS = {
     "rapid_reset": lambda: b"".join(headers(sid, block("Hold"), end=False) + frame(RST_STREAM, 0, sid, bytes(4))
