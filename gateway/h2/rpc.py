@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import grpc
 
+from gateway.h2.core import LOCAL, OPEN
 from gateway.h2.wire import literal, string
 
 _STATUS = {c: str(c.value[0]).encode() for c in grpc.StatusCode}
@@ -117,8 +118,8 @@ class Rpc:
     """A call on a stream, and its handler's context (``grpc.aio.ServicerContext``'s methods)."""
 
     __slots__ = ("conn", "sid", "method", "handler", "metadata", "deadline", "encoding", "buf", "messages",
-                 "reader", "half_closed", "task", "timer", "window", "out", "unacked", "status", "message",
-                 "trailing", "headers_sent", "ended", "cancelled_", "expired", "callbacks", "drained",
+                 "reader", "state", "task", "timer", "window", "out", "unacked", "status", "message",
+                 "trailing", "headers_sent", "cancelled_", "expired", "callbacks", "drained",
                  "held", "inwin", "big", "need", "flag", "__weakref__")
 
     def __init__(self, conn, sid: int, method: str, handler, metadata, deadline: float | None,
@@ -133,7 +134,8 @@ class Rpc:
         self.buf = b""  # request bytes not yet a whole message
         self.messages: collections.deque = collections.deque()  # whole request messages not yet read
         self.reader: asyncio.Future | None = None  # the handler waiting for a request message
-        self.half_closed = False  # the client's END_STREAM came
+        self.state = OPEN  # RFC 9113 5.1 (gateway/h2/core.py): REMOTE once the client's END_STREAM came,
+        #                  LOCAL once our trailers are written or queued, or the stream reset
         self.task: asyncio.Task | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.window = window  # what we may still send on this stream
@@ -143,7 +145,6 @@ class Rpc:
         self.message = ""
         self.trailing = ()
         self.headers_sent = False
-        self.ended = False  # the trailers are written (or queued), or the stream was reset
         self.cancelled_ = False
         self.expired = False
         self.callbacks: list | None = None
@@ -158,7 +159,7 @@ class Rpc:
     async def read(self):
         """The next request message, or ``grpc.aio.EOF`` after the client's last."""
         while not self.messages:
-            if self.half_closed or self.ended:
+            if self.state:  # the client's last came, or the call is over
                 return grpc.aio.EOF
             self.reader = asyncio.get_running_loop().create_future()
             await self.reader
@@ -243,10 +244,10 @@ class Rpc:
         return self.cancelled_
 
     def done(self) -> bool:
-        return self.ended
+        return bool(self.state & LOCAL)
 
     def add_done_callback(self, callback: Callable) -> None:
-        if self.ended:
+        if self.state & LOCAL:
             callback(self)
         else:
             (self.callbacks if self.callbacks is not None else self._callbacks()).append(callback)
@@ -271,7 +272,7 @@ async def serve(rpc: Rpc) -> None:
     try:
         if conn.queued > conn.SEND_CAP:  # the client takes no answers: none more made for it till it does
             await conn.room()
-            if rpc.ended:
+            if rpc.state & LOCAL:
                 return
         if handler.request_streaming:
             request = rpc
@@ -281,7 +282,7 @@ async def serve(rpc: Rpc) -> None:
         if handler.unary_unary is not None or handler.stream_unary is not None:
             fn = handler.unary_unary if handler.unary_unary is not None else handler.stream_unary
             answer = await fn(request, rpc)
-            if answer is not None and not rpc.ended:
+            if answer is not None and not rpc.state & LOCAL:
                 serialize = handler.response_serializer
                 conn.send_message(rpc, answer if serialize is None else serialize(answer), True)
                 return
@@ -298,13 +299,13 @@ async def serve(rpc: Rpc) -> None:
     except asyncio.CancelledError:
         if rpc.expired:
             rpc.status, rpc.message = grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"
-        elif rpc.ended:
+        elif rpc.state & LOCAL:
             return  # the client reset the stream, or the connection is gone
         else:
             rpc.status, rpc.message = grpc.StatusCode.CANCELLED, "Cancelled"  # the server stopping
     except Exception as exc:  # noqa: BLE001 - as grpc.aio: the client hears UNKNOWN
         rpc.status, rpc.message = grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc)}: {exc}"
-    if not rpc.ended:
+    if not rpc.state & LOCAL:
         conn.finish(rpc)
 
 

@@ -55,6 +55,7 @@ from typing import NamedTuple
 import grpc
 
 from gateway.h2 import rpc as h2rpc
+from gateway.h2.core import CLOSED, LOCAL, REMOTE, SEND_CAP, Closed, Core
 from gateway.h2.rpc import RESPONSE_HEADERS, TRAILERS_ONLY, Rpc, trailers
 from gateway.h2.wire import (
     ACK,
@@ -65,7 +66,6 @@ from gateway.h2.wire import (
     ENHANCE_YOUR_CALM,
     FLOW_CONTROL_ERROR,
     FRAME,
-    GOAWAY,
     INITIAL_WINDOW_SIZE,
     MAX_CONCURRENT_STREAMS,
     MAX_FRAME_SIZE,
@@ -81,7 +81,6 @@ from gateway.h2.wire import (
     U32,
     WINDOW_UPDATE,
     Decoder,
-    Framing,
     HeaderListTooLarge,
     Headers,
     frame,
@@ -97,10 +96,9 @@ CONN_WINDOW = 16 << 20  # and on the connection (Framing.CONN_WINDOW)
 HOLD = 16 << 20  # request bytes held per connection past which its window is given back only to the largest message
 MAX_PING_STRIKES = 2  # grpc core's default (grpc.http2.max_ping_strikes)
 PREFACE_TIMEOUT = 10.0  # seconds a new connection has to send the HTTP/2 preface
-CLOSED_KEPT = 256  # closed stream ids remembered per connection (a late frame on one: STREAM_CLOSED or ignored)
 BIG = STREAM_WINDOW - 5  # a request message larger than a stream's window: gathered one at a time per connection
-SEND_CAP = 8 << 20  # answer bytes queued per connection for a client that does not take them: past it, new
-#                     calls are refused (REFUSED_STREAM) and the calls accepted wait before their handler starts
+# SEND_CAP (gateway/h2/core.py): answer bytes queued per connection for a client that does not take them;
+# past it, new calls are refused (REFUSED_STREAM) and the calls accepted wait before their handler starts
 
 
 async def _unimplemented(_request, context) -> None:
@@ -187,11 +185,10 @@ class Server:
             conn.close()
 
 
-class Connection(Framing):
+class Connection(Core):
     """One client's HTTP/2 connection: its calls (``Rpc`` by stream id), windows and HPACK decoder."""
 
     CONN_WINDOW = CONN_WINDOW
-    SEND_CAP = SEND_CAP
     credit_on_read = False  # given back as the calls' bytes leave (``release``)
 
     def __init__(self, server: Server):
@@ -212,9 +209,7 @@ class Connection(Framing):
         self.deferred = 0  # connection window owed, held back while ``held`` is over HOLD
         self.lane: Rpc | None = None  # the call given window past HOLD (its message the largest being read)
         self.big: Rpc | None = None  # the one call gathering a message larger than BIG (in ``Rpc.big``)
-        self.queued = 0  # answer bytes waiting for a window (``Rpc.out``) or for the transport to drain
-        self.waiting: list[asyncio.Future] | None = None  # calls waiting for ``queued`` to fall under SEND_CAP
-        self.closed_ids: dict[int, bool] = {}  # recently closed stream id -> whether the client had ended it
+        self.closed = Closed()  # the streams closed lately, each with the state it closed in
         self._preface_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
@@ -237,7 +232,7 @@ class Connection(Framing):
         self.server.connections.discard(self)
         for rpc in list(self.calls.values()):
             self._cancelled(rpc)
-        self._let_go()
+        self.let_go()
 
     def data_received(self, data: bytes) -> None:
         if not self.preface:
@@ -272,13 +267,12 @@ class Connection(Framing):
         rpc = self.calls.get(sid)
         if rpc is not None:
             self._cancelled(rpc)
-            self.closed_ids[sid] = False
-        elif sid in self.closed_ids:
-            self.closed_ids[sid] = False
+        if sid in self.closed:
+            self.closed.add(sid, LOCAL)  # closed by us: what the client still sends on it is dropped
 
     def on_data(self, sid: int, flags: int, payload: bytes, length: int) -> None:
         rpc = self.calls.get(sid)
-        if rpc is None or rpc.half_closed:
+        if rpc is None or rpc.state & REMOTE:
             self.credit(len(payload))  # nothing of it kept (the padding was given back)
             if rpc is not None:  # half-closed (remote): the client ended it already
                 return self.stream_error(sid, STREAM_CLOSED)
@@ -288,7 +282,7 @@ class Connection(Framing):
             self.credit(len(payload))
             return self.stream_error(sid, FLOW_CONTROL_ERROR)
         self._data(rpc, payload, length)
-        if flags & END_STREAM and not rpc.ended:
+        if flags & END_STREAM and not rpc.state & LOCAL:
             self._half_close(rpc)
 
     def _late(self, sid: int, flags: int) -> None:
@@ -297,19 +291,19 @@ class Connection(Framing):
         dropped."""
         if self.idle(sid):
             return self.on_error(PROTOCOL_ERROR)
-        ended = self.closed_ids.get(sid)
-        if ended:
+        state = self.closed.get(sid)
+        if state == CLOSED:
             self.stream_error(sid, STREAM_CLOSED)
-        elif ended is not None and flags & END_STREAM:
-            self.closed_ids[sid] = True
+        elif state is not None and flags & END_STREAM:
+            self.closed.ended(sid)
 
     def on_reset(self, sid: int, code: int) -> None:
         rpc = self.calls.get(sid)
         if rpc is not None:
             if self.flood(RESETS):  # Rapid Reset (CVE-2023-44487)
                 return
+            rpc.state |= REMOTE  # the client closed it: what it sends on it after is STREAM_CLOSED
             self._cancelled(rpc)
-            self.closed_ids[sid] = True  # the client closed it: what it sends on it after is STREAM_CLOSED
 
     # GOAWAY from the client: it opens no more streams, those in flight go on (Framing.on_goaway)
 
@@ -329,8 +323,7 @@ class Connection(Framing):
         self.last_ping = now
         if self.ping_strikes > MAX_PING_STRIKES:
             refused("too_many_pings")
-            self.transport.write(frame(GOAWAY, 0, 0, U32.pack(self.last_sid) + U32.pack(ENHANCE_YOUR_CALM)
-                                       + b"too_many_pings"))
+            self.goaway(ENHANCE_YOUR_CALM, b"too_many_pings")
             return self.close()
         self.transport.write(frame(PING, ACK, 0, payload))
 
@@ -344,45 +337,45 @@ class Connection(Framing):
         end = flags & END_STREAM
         rpc = self.calls.get(sid)
         if rpc is not None:  # trailers from the client: only their END_STREAM counts
-            if rpc.half_closed:
+            if rpc.state & REMOTE:
                 return self.stream_error(sid, STREAM_CLOSED)
             if not end or any(key[0] == ":" for key in own):  # trailers end the stream, without pseudo-headers
                 return self.stream_error(sid, PROTOCOL_ERROR)
-            if not rpc.ended:
+            if not rpc.state & LOCAL:
                 self._half_close(rpc)
             return
         if not sid & 1:
             return self.on_error(PROTOCOL_ERROR)
         if sid <= self.last_sid:
-            ended = self.closed_ids.get(sid)
-            if ended is None:  # a new stream's id below one already used
+            state = self.closed.get(sid)
+            if state is None:  # a new stream's id below one already used
                 return self.on_error(PROTOCOL_ERROR)
-            if ended:
+            if state == CLOSED:
                 return self.on_error(STREAM_CLOSED)
             if end:  # the trailers of a stream we answered already
-                self.closed_ids[sid] = True
+                self.closed.ended(sid)
             return
         self.last_sid = sid
         if "!bad" in own or flags & SELF_DEPENDENT:  # a malformed request (RFC 9113 8.1.1, 8.2, 8.3.1)
-            self._closed(sid, bool(end))
+            self.closed.add(sid, LOCAL | REMOTE if end else LOCAL)
             return self.stream_error(sid, PROTOCOL_ERROR)
         if self.going_away:
             self.transport.write(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
-            self._closed(sid, False)
+            self.closed.add(sid, LOCAL)
             return
         if len(self.calls) >= self.server.max_streams:
             refused("max_streams")
             if self.flood(RESETS):
                 return
             self.transport.write(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
-            self._closed(sid, False)
+            self.closed.add(sid, LOCAL)
             return
         if self.queued > SEND_CAP:  # a client that does not take its answers gets no new calls
             refused("send_queue")
             if self.flood(RESETS):
                 return
             self.transport.write(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
-            self._closed(sid, False)
+            self.closed.add(sid, LOCAL)
             return
         method = own.get(":path", "")
         handler = self.server.lookup(method, metadata) or UNIMPLEMENTED
@@ -404,7 +397,7 @@ class Connection(Framing):
         """A call answered before it began (trailers-only). What the client still sends on it is
         dropped (no RST_STREAM: a grpc client still writing would fail its call with INTERNAL)."""
         self.transport.write(header_frames(sid, TRAILERS_ONLY + trailers(code, details, ()), True, self.peer_frame))
-        self._closed(sid, bool(end))
+        self.closed.add(sid, LOCAL | REMOTE if end else LOCAL)
 
     def _data(self, rpc: Rpc, payload: bytes, length: int) -> None:
         """A request's bytes: whole messages to the call (decompressed), the rest kept. A message
@@ -428,9 +421,7 @@ class Connection(Framing):
         else:
             rpc.unacked += length
             if rpc.unacked >= STREAM_WINDOW // 2 and free:
-                self.transport.write(frame(WINDOW_UPDATE, 0, rpc.sid, U32.pack(rpc.unacked)))
-                rpc.inwin += rpc.unacked
-                rpc.unacked = 0
+                self.window_back(rpc)
         limit = self.server.max_message
         if rpc.big is not None:
             payload = self._gather(rpc, payload, limit)
@@ -526,7 +517,7 @@ class Connection(Framing):
         """Over HOLD: whether ``rpc`` is the call whose message being read is the largest (the
         one given window regardless, so that one message always gets through)."""
         lane = self.lane
-        if lane is None or lane.ended or not lane.buf:
+        if lane is None or lane.state & LOCAL or not lane.buf:
             lane = self.lane = max((r for r in self.calls.values() if r.buf), key=lambda r: len(r.buf), default=rpc)
         return lane is rpc
 
@@ -541,24 +532,20 @@ class Connection(Framing):
             owed, self.deferred = self.deferred, 0
             self.credit(owed)
             for other in self.calls.values():  # the unary calls' stream windows held back with it
-                if (not other.handler.request_streaming and other.unacked >= STREAM_WINDOW // 2 and not other.ended
-                        and not self._waits(other)):
-                    self.transport.write(frame(WINDOW_UPDATE, 0, other.sid, U32.pack(other.unacked)))
-                    other.inwin += other.unacked
-                    other.unacked = 0
+                if (not other.handler.request_streaming and other.unacked >= STREAM_WINDOW // 2
+                        and not other.state & LOCAL and not self._waits(other)):
+                    self.window_back(other)
 
     def consumed(self, rpc: Rpc, n: int) -> None:
         """A streaming call's handler read ``n`` bytes of its messages: given back to the client."""
         partial = len(rpc.buf) if rpc.big is None else 5 + rpc.big.tell()
         self.release(rpc, max(0, min(n, rpc.held - partial)))
         rpc.unacked += n
-        if rpc.unacked >= STREAM_WINDOW // 4 and not rpc.ended and not self.lost:
-            self.transport.write(frame(WINDOW_UPDATE, 0, rpc.sid, U32.pack(rpc.unacked)))
-            rpc.inwin += rpc.unacked
-            rpc.unacked = 0
+        if rpc.unacked >= STREAM_WINDOW // 4 and not rpc.state & LOCAL:
+            self.window_back(rpc)
 
     def _half_close(self, rpc: Rpc) -> None:
-        rpc.half_closed = True
+        rpc.state |= REMOTE
         if rpc.handler.request_streaming:
             if rpc.task is None:
                 self._start(rpc)
@@ -587,7 +574,7 @@ class Connection(Framing):
 
     def _expire(self, rpc: Rpc) -> None:
         """The call's deadline passed: its handler cancelled, the client told DEADLINE_EXCEEDED."""
-        if self.calls.get(rpc.sid) is not rpc or rpc.ended:
+        if self.calls.get(rpc.sid) is not rpc or rpc.state & LOCAL:
             return
         rpc.expired = rpc.cancelled_ = True
         if rpc.task is not None and not rpc.task.done():
@@ -599,14 +586,14 @@ class Connection(Framing):
         """The client reset the stream (or went away): the handler cancelled, nothing more sent (a
         unary-unary handler left to finish instead where the server's ``cancel_unary`` is False)."""
         rpc.cancelled_ = True
-        rpc.ended = True
+        rpc.state |= LOCAL
         self._done(rpc)
         task = rpc.task
         if task is not None and not task.done():
             handler = rpc.handler
             if (not self.server.cancel_unary and handler is not None
                     and not handler.request_streaming and not handler.response_streaming):
-                return  # its answer dropped: rpc.ended (gateway/h2/rpc.py, serve)
+                return  # its answer dropped: rpc.state LOCAL (gateway/h2/rpc.py, serve)
             task.cancel()
 
     def cancel_calls(self) -> list[asyncio.Task]:
@@ -616,35 +603,24 @@ class Connection(Framing):
             if rpc.task is not None and not rpc.task.done():
                 rpc.task.cancel()
                 tasks.append(rpc.task)
-            elif not rpc.ended:
+            elif not rpc.state & LOCAL:
                 self._error(rpc, grpc.StatusCode.UNAVAILABLE, "Server shutting down")
         return tasks
-
-    def _closed(self, sid: int, ended: bool) -> None:
-        closed = self.closed_ids
-        closed[sid] = ended
-        if len(closed) > CLOSED_KEPT:
-            del closed[next(iter(closed))]
 
     def _done(self, rpc: Rpc) -> None:
         sid = rpc.sid
         if self.calls.get(sid) is rpc:
             del self.calls[sid]
-            closed = self.closed_ids
-            closed[sid] = rpc.half_closed
-            if len(closed) > CLOSED_KEPT:
-                del closed[next(iter(closed))]
+            self.closed.add(sid, rpc.state)
         if rpc.big is not None:
             rpc.big = None
             if self.big is rpc:
                 self.big = None
-        if rpc.out:
-            self._dequeue(sum(len(p) for p in rpc.out if type(p) is not bytes))
         if rpc.held:
             self.release(rpc, rpc.held)
         if rpc.timer is not None:
             rpc.timer.cancel()
-        self._unqueue(rpc, rpc)
+        self.unqueue(rpc)
         for fut in (rpc.reader, rpc.drained):
             if fut is not None and not fut.done():
                 fut.set_result(None)
@@ -655,14 +631,14 @@ class Connection(Framing):
 
     # -- answering ---------------------------------------------------------------------------
     def send_headers(self, rpc: Rpc, fields: bytes = b"") -> None:
-        if rpc.headers_sent or rpc.ended or self.lost:
+        if rpc.headers_sent or rpc.state & LOCAL or self.lost:
             return
         rpc.headers_sent = True
         self.transport.write(header_frames(rpc.sid, RESPONSE_HEADERS + fields, False, self.peer_frame))
 
     def send_message(self, rpc: Rpc, data: bytes, last: bool = False) -> None:
         """One answer message (``last``: and the call's trailers after it)."""
-        if rpc.ended or self.lost:
+        if rpc.state & LOCAL or self.lost:
             return
         sid = rpc.sid
         self.ping_strikes, self.last_ping = 0, -1e18  # an answer sent: the client may ping again
@@ -672,7 +648,7 @@ class Connection(Framing):
             head = header_frames(sid, RESPONSE_HEADERS, False, self.peer_frame)
         tail = b""
         if last:
-            rpc.ended = True
+            rpc.state |= LOCAL
             tail = self._trailer_frames(rpc, False)
         size = len(data) + 5
         prefix = b"\x00" + U32.pack(len(data))
@@ -686,98 +662,36 @@ class Connection(Framing):
             return
         if head:
             self.transport.write(head)
-        if rpc.out is None:
-            rpc.out = collections.deque()
-            self.pending.append(rpc)
-        rpc.out.append(memoryview(prefix))
-        rpc.out.append(memoryview(data))
-        self.queued += size
         if tail:
-            rpc.out.append(tail)
-        self._pump()
+            self.queue(rpc, memoryview(prefix), memoryview(data), tail)
+        else:
+            self.queue(rpc, memoryview(prefix), memoryview(data))
 
     def finish(self, rpc: Rpc) -> None:
         """The call's status and trailing metadata (trailers-only when no message went)."""
-        if rpc.ended or self.lost:
+        if rpc.state & LOCAL or self.lost:
             return
-        rpc.ended = True
+        rpc.state |= LOCAL
         out = self._trailer_frames(rpc, not rpc.headers_sent)
         self.ping_strikes, self.last_ping = 0, -1e18
         if rpc.out:
-            rpc.out.append(out)
-            self._pump()
+            self.queue(rpc, out)
         else:
             self.transport.write(out)
             self._done(rpc)
-
-    def _dequeue(self, n: int) -> None:
-        """``n`` answer bytes left the queue: the calls waiting for room let go once under SEND_CAP."""
-        self.queued -= n
-        if self.waiting is not None and self.queued <= SEND_CAP:
-            self._let_go()
-
-    def _let_go(self) -> None:
-        waiting, self.waiting = self.waiting, None
-        for fut in waiting or ():
-            if not fut.done():
-                fut.set_result(None)
-
-    async def room(self) -> None:
-        """Waits while the answers queued for this client are over SEND_CAP (a call's handler
-        starts only then: a client that takes no answers holds at most that much of them)."""
-        while self.queued > SEND_CAP and not self.lost:
-            fut = asyncio.get_running_loop().create_future()
-            if self.waiting is None:
-                self.waiting = []
-            self.waiting.append(fut)
-            await fut
 
     def _trailer_frames(self, rpc: Rpc, only: bool) -> bytes:
         block = trailers(rpc.status, rpc.message, rpc.trailing)
         # no RST_STREAM after it when the client is still sending: what it sends is dropped
         return header_frames(rpc.sid, TRAILERS_ONLY + block if only else block, True, self.peer_frame)
 
-    def _pump(self) -> None:
-        """Answer bytes that waited for a window, as far as the windows now allow (trailers, not
-        flow-controlled, go as soon as the bytes before them have)."""
-        write = self.transport.write
-        pending = self.pending
-        while pending:
-            if self._paused & 1:  # the transport's buffer is full: resume_writing pumps again
-                return
-            rpc = pending[0]
-            out = rpc.out
-            while out:
-                piece = out[0]
-                if type(piece) is bytes:  # the trailers' frames
-                    write(piece)
-                    out.popleft()
-                    continue
-                if rpc.window <= 0 or self.send_window <= 0:
-                    break
-                n = min(len(piece), rpc.window, self.send_window, self.peer_frame)
-                write(FRAME.pack(n >> 8, n & 0xFF, DATA, 0, rpc.sid))
-                write(piece[:n])
-                rpc.window -= n
-                self.send_window -= n
-                self._dequeue(n)
-                if n == len(piece):
-                    out.popleft()
-                else:
-                    out[0] = piece[n:]
-            if out:
-                if self.send_window <= 0:
-                    return
-                pending.rotate(-1)  # this call's window is spent: the next one's turn
-                if all(r.window <= 0 for r in pending):
-                    return
-                continue
-            pending.popleft()
-            rpc.out = None
-            if rpc.drained is not None and not rpc.drained.done():
-                rpc.drained.set_result(None)
-            if rpc.ended:
-                self._done(rpc)
+    def sent(self, rpc: Rpc) -> None:
+        """Its answers queued have gone (core's scheduler): its handler, if waiting, goes on; a call
+        whose trailers went with them is done."""
+        if rpc.drained is not None and not rpc.drained.done():
+            rpc.drained.set_result(None)
+        if rpc.state & LOCAL:
+            self._done(rpc)
 
     # -- the connection's end --------------------------------------------------------------------
     def go_away(self) -> None:
@@ -786,14 +700,13 @@ class Connection(Framing):
         if self.going_away or self.lost:
             return
         self.going_away = True
-        self.transport.write(frame(GOAWAY, 0, 0, U32.pack(self.last_sid) + U32.pack(NO_ERROR)))
+        self.goaway(NO_ERROR)
         if not self.calls:
             self.close()
 
     def on_error(self, code: int) -> None:
         """A connection error: GOAWAY with its code, the connection closed."""
-        if not self.lost and self.transport is not None:
-            self.transport.write(frame(GOAWAY, 0, 0, U32.pack(self.last_sid) + U32.pack(code)))
+        self.goaway(code)
         self.close()
 
     def close(self) -> None:
@@ -805,5 +718,5 @@ class Connection(Framing):
             self.transport.close()
             for rpc in list(self.calls.values()):
                 self._cancelled(rpc)
-            self._let_go()
+            self.let_go()
             self.server.connections.discard(self)
