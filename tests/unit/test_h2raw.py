@@ -550,6 +550,48 @@ async def test_one_large_message_is_gathered_at_a_time_per_connection(server):
     assert transport.window_updates(3) >= window // 2
     conn.close()
 
+
+async def test_stream_states_follow_rfc_9113_5_1(server):
+    """A stream's state as RFC 9113 5.1 names it (gateway/h2/core.py): open at its HEADERS,
+    half-closed (remote) at the client's END_STREAM, closed once answered, and remembered so; a
+    call answered while the client is still sending is half-closed (local) and remembered so (what
+    the client still sends is dropped, its END_STREAM makes it closed, a frame after that is
+    STREAM_CLOSED)."""
+    from gateway.h2 import core
+
+    conn, transport = _by_hand(server)
+    conn.data_received(headers(1, block("Echo")))
+    rpc = conn.calls[1]
+    assert rpc.state == core.OPEN
+    conn.data_received(frame(DATA, END_STREAM, 1, message(b"a")))
+    assert rpc.state == core.HALF_CLOSED_REMOTE
+    for _ in range(50):  # the handler answers
+        await asyncio.sleep(0.01)
+        if 1 not in conn.calls:
+            break
+    assert rpc.state == core.CLOSED and conn.closed.get(1) == core.CLOSED
+    conn.data_received(headers(3, block("Echo")) + frame(DATA, 0, 3, message(b"a") + message(b"b")))  # a second message
+    assert 3 not in conn.calls and conn.closed.get(3) == core.HALF_CLOSED_LOCAL
+    before = len(transport.out)
+    conn.data_received(frame(DATA, 0, 3, b"more"))  # dropped, no answer
+    assert len(transport.out) == before and conn.closed.get(3) == core.HALF_CLOSED_LOCAL
+    conn.data_received(frame(DATA, END_STREAM, 3, b""))
+    assert conn.closed.get(3) == core.CLOSED
+    conn.data_received(frame(DATA, 0, 3, b"late"))
+    assert bytes(transport.out[before:]).endswith(frame(RST_STREAM, 0, 3, wire.STREAM_CLOSED.to_bytes(4, "big")))
+    conn.close()
+
+
+def test_closed_streams_are_remembered_within_a_bound():
+    from gateway.h2 import core
+
+    closed = core.Closed(keep=3)
+    for sid in (1, 3, 5, 7):
+        closed.add(sid, core.CLOSED if sid != 5 else core.HALF_CLOSED_LOCAL)
+    assert closed.get(1) is None and closed.get(3) == core.CLOSED and closed.get(5) == core.HALF_CLOSED_LOCAL
+    closed.ended(5)
+    assert closed.get(5) == core.CLOSED
+
 # -- floods ---------------------------------------------------------------------------------------
 FLOODS = {
     "rapid_reset": lambda: b"".join(headers(sid, block("Hold"), end=False) + frame(RST_STREAM, 0, sid, bytes(4))
