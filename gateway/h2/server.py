@@ -20,8 +20,12 @@ What the client gets is what grpc.aio's server gives it:
                   request's as its handler reads its messages; the connection's window once the
                   bytes held for the connection's calls are under HOLD (the one call whose message
                   is the largest still being read is given it regardless, so a message up to
-                  ``max_message`` always gets through). Answers wait for the client's windows, and
-                  nothing more is read while the transport's buffer is over its high-water mark.
+                  ``max_message`` always gets through; a message larger than a stream's window is
+                  gathered by one call at a time, its buffer handed over without a copy). Answers
+                  wait for the client's windows in the connection core (gateway/h2/core.py: stream
+                  states, the send scheduler); past SEND_CAP of them queued, new calls are refused
+                  and accepted ones wait before their handler starts; nothing more is read while
+                  the transport's buffer is over its high-water mark.
     a call        ``:path`` looked up (unknown: UNIMPLEMENTED "Method not found!"); its handler's
                   task started once the request is whole (a streaming request: at its first
                   message, as grpc.aio's handler starts in effect, so a client still writing is
