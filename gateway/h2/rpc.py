@@ -151,9 +151,8 @@ class Rpc:
         self.drained: asyncio.Future | None = None  # a streaming handler waiting for its answers to go out
         self.held = 0  # request bytes held (partial and unread messages)
         self.inwin = 0  # what the client may still send on this stream (our window)
-        self.big = None  # a large message being gathered (io.BytesIO; server.BIG), ``need`` bytes short
-        self.need = 0
-        self.flag = 0  # its compressed flag
+        self.big = None  # a large message being gathered (io.BytesIO; server.BIG), ``need`` bytes short,
+        #                  ``flag`` its compressed flag (both set with it)
 
     # -- the request's messages (stream_unary, stream_stream) -------------------------------
     async def read(self):

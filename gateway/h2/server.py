@@ -450,8 +450,11 @@ class Connection(Core):
                     buf = b""
                 break
             msg = bytes(memoryview(buf)[5:5 + size]) if buf.__class__ is bytearray else buf[5:5 + size]  # one copy
-            if not self._message(rpc, buf[0], msg, limit):
-                return
+            if buf[0]:
+                if not self._message(rpc, 1, msg, limit):
+                    return
+            else:
+                rpc.messages.append(msg)
             buf = buf[5 + size:]
             if not streaming and (buf or len(rpc.messages) > 1):  # a unary call takes one message
                 return self._error(rpc, grpc.StatusCode.INTERNAL,
