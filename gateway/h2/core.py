@@ -73,7 +73,7 @@ class Core(Framing):
     SEND_CAP = SEND_CAP
     last_sid = 0  # the last stream id the peer opened
     queued = 0  # bytes of DATA waiting in the streams' ``out``
-    waiting: list | None = None  # futures of ``room``'s callers
+    _room: list | None = None  # futures of ``room``'s callers
 
     # -- sending -------------------------------------------------------------------------------------
     def queue(self, st, *pieces) -> None:
@@ -141,12 +141,12 @@ class Core(Framing):
 
     def _dequeue(self, n: int) -> None:
         self.queued -= n
-        if self.waiting is not None and self.queued <= self.SEND_CAP:
+        if self._room is not None and self.queued <= self.SEND_CAP:
             self.let_go()
 
     def let_go(self) -> None:
         """``room``'s callers woken (the queue under SEND_CAP, or the connection gone)."""
-        waiting, self.waiting = self.waiting, None
+        waiting, self._room = self._room, None
         for fut in waiting or ():
             if not fut.done():
                 fut.set_result(None)
@@ -155,9 +155,9 @@ class Core(Framing):
         """Waits while more than SEND_CAP bytes are queued for the peer (or until the connection is gone)."""
         while self.queued > self.SEND_CAP and not self.lost:
             fut = asyncio.get_running_loop().create_future()
-            if self.waiting is None:
-                self.waiting = []
-            self.waiting.append(fut)
+            if self._room is None:
+                self._room = []
+            self._room.append(fut)
             await fut
 
     # -- windows -------------------------------------------------------------------------------------
