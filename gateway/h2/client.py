@@ -43,6 +43,7 @@ from urllib.parse import unquote
 
 import grpc
 
+from gateway.h2.core import Core
 from gateway.h2.wire import (
     ACK,
     CANCEL,
@@ -62,7 +63,6 @@ from gateway.h2.wire import (
     SETTINGS,
     WINDOW_UPDATE,
     Decoder,
-    Framing,
     HeaderListTooLarge,
     Headers,
     frame,
@@ -135,7 +135,8 @@ class Unprocessed(grpc.aio.AioRpcError):
 
 
 class _Stream:
-    __slots__ = ("future", "chunks", "headers", "unacked", "window", "out", "streaming", "end", "inwin")
+    __slots__ = ("future", "chunks", "headers", "unacked", "window", "out", "streaming", "end", "inwin", "sid")
+    fin = True  # its request's last DATA ends the stream (gateway/h2/core.py sends what waits)
 
     def __init__(self, future: asyncio.Future, window: int, streaming: bool = False):
         self.future = future  # a streaming call's: set when DATA or the end comes, made anew by its reader
@@ -149,7 +150,7 @@ class _Stream:
         self.inwin = STREAM_WINDOW  # what Triton may still send on it (our window)
 
 
-class Connection(Framing):
+class Connection(Core):
     """One HTTP/2 connection to one Triton address: its streams, windows and HPACK decoder, and
     with ``keepalive`` its keepalive timer (one per connection, ticking at a quarter of the time:
     a read only sets ``heard``, so a PING goes between one and one and a quarter keepalive times
@@ -170,7 +171,7 @@ class Connection(Framing):
         self.lost = False  # the socket is gone
         self.waiting: collections.deque[asyncio.Future] = collections.deque()  # calls waiting for a stream slot
         self.ready: asyncio.Future | None = None  # Triton's preface (its SETTINGS) read: None; else why it never came
-        self.pending: collections.deque[int] = collections.deque()  # streams with request bytes to send
+        self.pending: collections.deque[_Stream] = collections.deque()  # streams with request bytes to send
         self._headers_in = Headers(dict)
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
@@ -342,7 +343,7 @@ class Connection(Framing):
         """The stream forgotten: its place given to a call waiting for one; a closing connection
         with nothing left in flight closed."""
         del self.streams[sid]
-        self._unqueue(st, sid)
+        self.unqueue(st)
         if self.waiting:
             self._wake_one()
         if self.closed and not self.streams and not self.lost:
@@ -366,35 +367,7 @@ class Connection(Framing):
             if not w.done():
                 w.set_result(None)
 
-    # -- sending ------------------------------------------------------------------------------
-    def _pump(self) -> None:
-        """Request bytes that waited for a window, as far as the windows now allow."""
-        write = self.transport.write
-        while self.pending and self.send_window > 0 and not self._paused & 1:
-            sid = self.pending[0]
-            st = self.streams[sid]
-            while st.out and st.window > 0 and self.send_window > 0:
-                piece = st.out[0]
-                n = min(len(piece), st.window, self.send_window, self.peer_frame)
-                last = n == len(piece) and len(st.out) == 1
-                write(_FRAME.pack(n >> 8, n & 0xFF, DATA, END_STREAM if last else 0, sid))
-                write(piece[:n])
-                st.window -= n
-                self.send_window -= n
-                if n == len(piece):
-                    st.out.popleft()
-                else:
-                    st.out[0] = piece[n:]
-            if st.out:
-                if st.window > 0:  # the connection's window is spent
-                    return
-                self.pending.rotate(-1)  # this stream's window is spent: the next one's turn
-                if all(self.streams[s].window <= 0 for s in self.pending):
-                    return
-            else:
-                st.out = None
-                self.pending.popleft()
-
+    # -- sending (what waits for a window: gateway/h2/core.py) ------------------------------------
     async def open(self, block: bytes, data: bytes, deadline: float, streaming: bool = False) -> tuple[int, _Stream]:
         """A stream for one request: ``block`` its header block (``request_block``), ``data`` the
         message, sent with END_STREAM (a streaming call's half-close too) once a stream slot is free."""
@@ -417,6 +390,7 @@ class Connection(Framing):
         if self.next_sid > LAST_STREAM_ID:
             self.closed = True  # ids spent: the next call opens another connection
         st = self.streams[sid] = _Stream(loop.create_future(), self.peer_window, streaming)
+        st.sid = sid
         block += timeout_field(left)
         n, size = len(block), len(data) + 5
         head = _FRAME.pack(n >> 8, n & 0xFF, HEADERS, END_HEADERS, sid) + block
@@ -428,9 +402,7 @@ class Connection(Framing):
             self.send_window -= size
         else:
             self.transport.write(head)
-            st.out = collections.deque((memoryview(prefix), memoryview(data)))
-            self.pending.append(sid)
-            self._pump()
+            self.queue(st, memoryview(prefix), memoryview(data))
         return sid, st
 
     async def call(self, block: bytes, data: bytes, timeout: float, cancel: bool = True) -> bytes:

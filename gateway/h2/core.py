@@ -1,5 +1,6 @@
-"""One HTTP/2 connection's core, under the gRPC server (gateway/h2/server.py): what a connection
-does with its streams whatever the calls on them mean.
+"""One HTTP/2 connection's core, under the gRPC server (gateway/h2/server.py) and the client of
+Triton (gateway/h2/client.py, its send queue): what a connection does with its streams whatever
+the calls on them mean.
 
     states        each stream's state as RFC 9113 5.1 names it, two bits of who has ended it:
                   OPEN, HALF_CLOSED_REMOTE (the peer's END_STREAM came), HALF_CLOSED_LOCAL (ours
@@ -8,8 +9,9 @@ does with its streams whatever the calls on them mean.
                   that comes late on one is told apart from a frame on an idle stream
     sending       one scheduler (``queue``, ``_pump``): a stream's pieces wait in its ``out`` for its
                   window and the connection's, streams taking turns once their window is spent;
-                  memoryviews are DATA (flow-controlled, cut to the peer's frame size), bytes are
-                  frames written as they are (trailers) once the bytes before them went. What waits
+                  memoryviews are DATA (flow-controlled, cut to the peer's frame size; the last
+                  one with END_STREAM where the stream's ``fin`` says so), bytes are frames
+                  written as they are (trailers) once the bytes before them went. What waits
                   is counted (``queued``): past SEND_CAP, ``room`` waits (a client that takes no
                   answers gets no more of them made)
     windows       a stream's window given back in one place (``window_back``), the connection's in
@@ -24,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import collections
 
-from gateway.h2.wire import DATA, FRAME, GOAWAY, U32, WINDOW_UPDATE, Framing, frame
+from gateway.h2.wire import DATA, END_STREAM, FRAME, GOAWAY, U32, WINDOW_UPDATE, Framing, frame
 
 # stream states (RFC 9113 5.1), as bits: who has ended the stream
 OPEN = 0
@@ -109,7 +111,8 @@ class Core(Framing):
                 if st.window <= 0 or self.send_window <= 0:
                     break
                 n = min(len(piece), st.window, self.send_window, self.peer_frame)
-                write(FRAME.pack(n >> 8, n & 0xFF, DATA, 0, st.sid))
+                last = st.fin and n == len(piece) and len(out) == 1  # the stream's last DATA: END_STREAM on it
+                write(FRAME.pack(n >> 8, n & 0xFF, DATA, END_STREAM if last else 0, st.sid))
                 write(piece[:n])
                 st.window -= n
                 self.send_window -= n

@@ -121,6 +121,7 @@ class Rpc:
                  "reader", "state", "task", "timer", "window", "out", "unacked", "status", "message",
                  "trailing", "headers_sent", "cancelled_", "expired", "callbacks", "drained",
                  "held", "inwin", "big", "need", "flag", "__weakref__")
+    fin = False  # its answer's DATA never ends the stream: the trailers do (gateway/h2/core.py)
 
     def __init__(self, conn, sid: int, method: str, handler, metadata, deadline: float | None,
                  encoding: str | None, window: int):
