@@ -386,7 +386,6 @@ async def test_handlers_are_kept_for_the_service_methods_only():
     from gateway.dialect import DefaultRendering
     from gateway.dialects.v2.passthrough import Passthrough
     from gateway.edge import Edge
-
     from gateway.upstream.client import TritonUpstream
 
     upstream = TritonUpstream("127.0.0.1:1")  # never called: handlers are only made
