@@ -537,7 +537,8 @@ class Connection(Framing):
         self._pump()
         if st.out is None:
             return None
-        st.sent = asyncio.get_running_loop().create_future()
+        if st.sent is None:  # (a half-close behind a message still waiting shares its writer's wait)
+            st.sent = asyncio.get_running_loop().create_future()
         return st.sent
 
     async def call(self, block: bytes, data: bytes, timeout: float, cancel: bool = True, extra: bytes = b"") -> bytes:
@@ -669,11 +670,14 @@ class Channel:
         now = time.monotonic()
         return [i for i in order if self._down[i] <= now] or order
 
-    def blocks(self, path: str) -> list[bytes]:
-        """Each address's header block for unary calls of ``path`` (``call``'s ``blocks``)."""
+    def blocks(self, path: str, keep: bool = True) -> list[bytes]:
+        """Each address's header block for unary calls of ``path`` (``call``'s ``blocks``); ``keep``
+        False: not kept (a method a client named, outside Triton's service: the map stays bounded)."""
         found = self._method_blocks.get(path)
         if found is None:
-            found = self._method_blocks[path] = [request_block(path, f"{h}:{p}") for h, p in self.addresses]
+            found = [request_block(path, f"{h}:{p}") for h, p in self.addresses]
+            if keep:
+                self._method_blocks[path] = found
         return found
 
     async def call(self, data: bytes, timeout: float, blocks: list[bytes] | None = None, metadata=None,

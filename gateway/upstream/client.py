@@ -81,6 +81,9 @@ _UNARY = {m.name: (f"/{SERVICE.full_name}/{m.name}", getattr(service_pb2, m.outp
           for m in SERVICE.methods if not (m.client_streaming or m.server_streaming)}
 
 
+_PATHS = frozenset(f"/{SERVICE.full_name}/{m.name}" for m in SERVICE.methods)  # Triton's own methods
+
+
 def channel_options(lb_policy: str = "pick_first") -> tuple[tuple[str, Any], ...]:
     """CHANNEL_OPTIONS plus the load-balancing policy, as a service config.
 
@@ -366,7 +369,7 @@ class TritonUpstream:
         if h2 is None:
             call = self.unary(method, cancel=cancel)
             return lambda request, timeout, metadata: call(request, timeout=timeout, metadata=metadata)
-        blocks, send = h2.blocks(method), h2.call
+        blocks, send = h2.blocks(method, method in _PATHS), h2.call
         return lambda request, timeout, metadata: send(request, timeout, blocks, metadata, cancel)
 
     def relay_stream(self, method: str) -> Callable[[float, Any], Awaitable[Any]]:

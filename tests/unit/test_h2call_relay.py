@@ -161,6 +161,18 @@ async def test_a_bidi_stream_past_the_windows_arrives_whole_and_in_order(served)
     assert got == [m[:16] + b"#%d" % len(m) for m in messages]
 
 
+async def test_a_half_close_behind_a_message_still_waiting_for_a_window_waits_with_it(served):
+    impl, _, h2 = served
+    call = await h2.stream(30)
+    big = b"\x07" * (12 << 20)  # far past the server's first windows: its write waits
+    write = asyncio.ensure_future(call.write(big))
+    await asyncio.sleep(0)
+    await asyncio.wait_for(call.done_writing(), 20)  # sent after the message, with END_STREAM
+    await asyncio.wait_for(write, 20)
+    assert [m async for m in call] == [big[:16] + b"#%d" % len(big)]
+    await asyncio.wait_for(impl.half_closed.wait(), 5)
+
+
 async def test_the_servers_status_midway_ends_the_stream_with_its_metadata(served):
     _, channel, h2 = served
     want_call = channel.stream_stream(STREAM)(timeout=5)

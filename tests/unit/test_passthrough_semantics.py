@@ -390,7 +390,7 @@ async def test_handlers_are_kept_for_the_service_methods_only():
 
     upstream = TritonUpstream("127.0.0.1:1")  # never called: handlers are only made
     await upstream.connect()
-    ctx = SimpleNamespace(upstream=upstream, scope=None,
+    ctx = SimpleNamespace(worker=SimpleNamespace(upstream=upstream), scope=None,
                           settings=SimpleNamespace(upstream=SimpleNamespace(cancel="streams")))
     state = SimpleNamespace(ctx=ctx, config=SimpleNamespace(control_plane=True))
     passthrough = Passthrough(Edge("v2", "v2_grpc", DefaultRendering(), Admission(8), 5.0, 5.0), state)
@@ -405,8 +405,10 @@ async def test_handlers_are_kept_for_the_service_methods_only():
 
 
 async def test_a_method_outside_the_service_is_answered_by_triton(proxy):
-    fake, channel, _ = proxy
+    fake, channel, ctx = proxy
     for i in range(3):
         assert await channel.unary_unary(f"{SVC}Nope{i}")(b"x", timeout=5) == b"echo:x"
     # (the worker's own ServerMetadata call, its Triton version read at start, may come between)
     assert [m for m in fake.methods if m != "ServerMetadata"][-3:] == ["Nope0", "Nope1", "Nope2"]
+    # nor are their header blocks kept by the h2 channel: made-up names cannot grow the worker's maps
+    assert not [path for path in ctx.upstream._h2._method_blocks if "Nope" in path]

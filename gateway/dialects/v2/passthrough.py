@@ -106,7 +106,7 @@ def _scan(raw: bytes, max_fields: int = 16, field: int = 1) -> str:
 class Passthrough(grpc.GenericRpcHandler):
     def __init__(self, edge: Edge, state: State):
         self._edge = edge
-        self._upstream = state.ctx.upstream  # its relay calls: on h2 (upstream.transport h2), else grpc.aio
+        self._upstream = state.ctx.worker.upstream  # its relay calls (unscoped: scopes are kept here): h2 or grpc.aio
         self._scope = state.ctx.scope  # dialects.v2.triton_models: the models it may name (None: every one)
         self._control = state.config.control_plane
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
