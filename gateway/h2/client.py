@@ -123,12 +123,12 @@ def timeout_field(seconds: float) -> bytes:
     """``grpc-timeout`` (at most 8 digits and a unit), rounded up as grpc does."""
     us = max(1, math.ceil(seconds * 1e6))
     if us < 100_000_000:
-        text = f"{us}u"
+        raw = b"%du" % us
     elif (ms := math.ceil(us / 1000)) < 100_000_000:
-        text = f"{ms}m"
+        raw = b"%dm" % ms
     else:
-        text = f"{min(99_999_999, math.ceil(us / 1e6))}S"
-    return _TIMEOUT_NAME + string(text)
+        raw = b"%dS" % min(99_999_999, math.ceil(us / 1e6))
+    return _TIMEOUT_NAME + bytes((len(raw),)) + raw  # (at most 9 bytes: a one-byte HPACK length)
 
 
 def error(code: grpc.StatusCode, details: str, trailing: grpc.aio.Metadata | None = None,
@@ -481,17 +481,20 @@ class Connection(Framing):
                 await asyncio.wait_for(w, max(0.0, deadline - time.monotonic()))
             except asyncio.TimeoutError:
                 raise error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+        return self._open(block, data, deadline - time.monotonic(), streaming, extra)
+
+    def _open(self, block: bytes, data: bytes | None, left: float, streaming: bool, extra: bytes) -> tuple[int, _Stream]:
+        """``open`` once a stream slot is free, ``left`` seconds before the call's deadline."""
         if self.closed:  # GOAWAY or the socket gone since it was picked: never started, sent again (Channel.call)
             raise Unprocessed(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
                               "Socket closed" if self.lost else "GOAWAY received")
-        left = deadline - time.monotonic()
         if left <= 0:  # spent before it was sent: nothing for Triton to do
             raise error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
         sid = self.next_sid
         self.next_sid += 2
         if self.next_sid > LAST_STREAM_ID:
             self.closed = True  # ids spent: the next call opens another connection
-        st = self.streams[sid] = _Stream(loop.create_future(), self.peer_window, streaming)
+        st = self.streams[sid] = _Stream(asyncio.get_running_loop().create_future(), self.peer_window, streaming)
         block += extra + timeout_field(left) if extra else timeout_field(left)
         n = len(block)
         head = _FRAME.pack(n >> 8, n & 0xFF, HEADERS, END_HEADERS, sid) + block
@@ -546,10 +549,14 @@ class Connection(Framing):
         message; the answer message's bytes, or AioRpcError. A cancelled caller resets the stream;
         with ``cancel`` False (``upstream.cancel`` streams or none) the call is left to finish, its
         answer dropped (its deadline still resets it). ``extra``: the call's metadata (``open``)."""
-        deadline = time.monotonic() + timeout
-        sid, st = await self.open(block, data, deadline, False, extra)
         loop = asyncio.get_running_loop()
-        timer = loop.call_at(loop.time() + (deadline - time.monotonic()), self._expire, sid, st)
+        if len(self.streams) < self.peer_streams:  # a stream slot free: sent now, no await before it
+            sid, st = self._open(block, data, timeout, False, extra)
+            timer = loop.call_later(timeout, self._expire, sid, st)
+        else:
+            deadline = time.monotonic() + timeout
+            sid, st = await self.open(block, data, deadline, False, extra)
+            timer = loop.call_later(deadline - time.monotonic(), self._expire, sid, st)
         try:
             return await st.future
         except asyncio.CancelledError:
