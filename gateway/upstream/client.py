@@ -128,6 +128,14 @@ class Upstream(Protocol):
         listener's unary-unary handler under streams or none: no shield needed)."""
         ...
 
+    def relay(self, method: str, cancel: bool | None = None) -> Callable[[bytes, float, Any], Awaitable[bytes]]:
+        """The V2 passthrough's unary call ``method`` on bytes: ``call(request, timeout, metadata)``."""
+        ...
+
+    def relay_stream(self, method: str) -> Callable[[float, Any], Awaitable[Any]]:
+        """The V2 passthrough's ModelStreamInfer on bytes: ``await open(timeout, metadata)``, a call both ways."""
+        ...
+
     def body_buffer(self, size: int) -> tuple[memoryview, Callable[[], None]] | None:
         """Where a large HTTP body is best read (``Edge.bodies``): a writable view and the function
         that gives it back, or None (a buffer of the caller's own)."""
