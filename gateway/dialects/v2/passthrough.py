@@ -2,7 +2,9 @@
 
 Nothing is decoded. One generic handler catches the whole service and nothing else (so the health
 service beside it on the same server is found); the edge wraps each call
-(request id, admission, deadline, metrics). For each call we forward the caller's metadata (minus
+(request id, admission, deadline, metrics). Calls go out as TritonUpstream's relay calls: on the h2
+transport (gateway/h2/client.py, a ModelStreamInfer written message by message as Triton's windows
+allow), on grpc.aio under ``upstream.transport: grpc``. For each call we forward the caller's metadata (minus
 hop-by-hop keys), the deadline (the client's, or the listener's default when the client gives
 none or a longer one), and cancellation as ``upstream.cancel`` says (gateway/upstream/cancel.py:
 by default a stream whose caller went away is cancelled, a unary call left to finish); status
