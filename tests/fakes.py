@@ -116,6 +116,19 @@ class FakeUpstream:
     def unary(self, method: str, serializer=None, deserializer=None, cancel: bool | None = None):
         return direct.unary(self.channel, method, serializer, deserializer, True if cancel is None else cancel)
 
+    def relay(self, method: str, cancel: bool | None = None):
+        """The V2 passthrough's unary call (TritonUpstream.relay), on ``channel`` as grpc.aio makes it."""
+        call = self.unary(method, cancel=cancel)
+        return lambda request, timeout, metadata: call(request, timeout=timeout, metadata=metadata)
+
+    def relay_stream(self, method: str):
+        """The V2 passthrough's ModelStreamInfer (TritonUpstream.relay_stream), grpc.aio's stream call."""
+
+        async def open_call(timeout, metadata):
+            return self.channel.stream_stream(method)(timeout=timeout, metadata=metadata)
+
+        return open_call
+
     def body_buffer(self, size: int):
         return None  # large bodies in a buffer of the edge's own
 

@@ -1,5 +1,6 @@
 """gRPC calls to Triton written as HTTP/2 frames on the event loop itself (``upstream.transport: h2``):
-unary ModelInfer (``Channel.call``) and ModelStreamInfer with one request (``StreamCall``).
+unary calls (``Channel.call``), ModelStreamInfer with one request (``StreamCall``) and both ways
+(``Channel.stream``, the V2 passthrough's relay), each with the caller's metadata.
 
 A grpc.aio call crosses threads: grpc core's completion-queue poller picks the answer up and wakes
 the asyncio loop, and each call is a batch of core operations. Here an ``asyncio.Protocol`` owns
@@ -26,14 +27,19 @@ acknowledged, Triton's MAX_CONCURRENT_STREAMS kept. Keepalive as grpc's client k
 keepalive time, the connection broken (UNAVAILABLE for the calls in flight) if its ack does not
 come within the timeout; a GOAWAY ENHANCE_YOUR_CALM "too_many_pings" doubles the time for the
 address's next connection. A stream (``StreamCall``) is what a unary call is, its request sent
-the same way (END_STREAM: the half-close), its answer messages read one by one as they come.
-Plain TCP only: TLS and traced requests keep grpc.aio
-(gateway/upstream/client.py decides).
+the same way (END_STREAM: the half-close), its answer messages read one by one as they come; a
+bidi stream's messages are written as they come, each waiting for Triton's windows. A call's
+metadata (``request_metadata``: validated, ``-bin`` values in base64) follows its header block; an
+error carries Triton's details (percent-decoded) and its initial and trailing metadata as grpc.aio
+hands them over (``answer_metadata``), for the passthrough to pass on unchanged.
+Plain TCP only: TLS keeps grpc.aio (gateway/upstream/factory.py decides).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import collections
 import math
 import time
@@ -44,6 +50,7 @@ from urllib.parse import unquote
 import grpc
 
 from gateway.h2.core import Core
+from gateway.h2.rpc import metadata_fields
 from gateway.h2.wire import (
     ACK,
     CANCEL,
@@ -116,17 +123,68 @@ def timeout_field(seconds: float) -> bytes:
     """``grpc-timeout`` (at most 8 digits and a unit), rounded up as grpc does."""
     us = max(1, math.ceil(seconds * 1e6))
     if us < 100_000_000:
-        text = f"{us}u"
+        raw = b"%du" % us
     elif (ms := math.ceil(us / 1000)) < 100_000_000:
-        text = f"{ms}m"
+        raw = b"%dm" % ms
     else:
-        text = f"{min(99_999_999, math.ceil(us / 1e6))}S"
-    return _TIMEOUT_NAME + string(text)
+        raw = b"%dS" % min(99_999_999, math.ceil(us / 1e6))
+    return _TIMEOUT_NAME + bytes((len(raw),)) + raw  # (at most 9 bytes: a one-byte HPACK length)
 
 
-def error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
-    """The error grpc.aio raises for a call that ended with ``code``, as ``_translate`` reads it."""
-    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+def error(code: grpc.StatusCode, details: str, trailing: grpc.aio.Metadata | None = None,
+          initial: grpc.aio.Metadata | None = None) -> grpc.aio.AioRpcError:
+    """The error grpc.aio raises for a call that ended with ``code``, as ``_translate`` reads it;
+    ``trailing``/``initial``: the metadata Triton sent with it (``trailing_metadata()``)."""
+    return grpc.aio.AioRpcError(code, initial or grpc.aio.Metadata(), trailing or grpc.aio.Metadata(), details)
+
+
+# what grpc core keeps out of the metadata it hands an application (the status, HTTP/2's and gRPC's own fields)
+_NOT_METADATA = frozenset({"grpc-status", "grpc-message", "content-type", "te", "user-agent", "grpc-encoding",
+                           "grpc-accept-encoding", "grpc-timeout", "grpc-internal-encoding-request",
+                           "grpc-previous-rpc-attempts"})
+_KEY_CHARS = frozenset(b"0123456789abcdefghijklmnopqrstuvwxyz-_.")
+
+
+def answer_metadata(pairs) -> grpc.aio.Metadata:
+    """An answer's header or trailer fields as grpc.aio hands them to its caller: in Triton's order,
+    repeated keys kept, gRPC's and HTTP/2's own fields left out, a ``-bin`` key's value decoded
+    from base64 (a value that is not base64 is left out, as grpc core drops it)."""
+    out = []
+    for key, value in pairs:
+        if key[0] == ":" or key in _NOT_METADATA:
+            continue
+        if key.endswith("-bin"):
+            try:
+                value = base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
+            except (binascii.Error, ValueError):
+                continue
+        out.append((key, value))
+    return grpc.aio.Metadata(*out)
+
+
+def request_metadata(metadata) -> bytes:
+    """A call's metadata as header fields (``Channel.call``'s ``metadata``): keys of lowercase
+    letters, digits, ``-_.``, not gRPC's own (``grpc-``) nor pseudo-headers; a ``-bin`` key's value
+    bytes, sent in base64 without padding as grpc sends it; any other value printable ASCII. A
+    pair that breaks these is INTERNAL before anything is sent (grpc's "Metadata was invalid")."""
+    if not metadata:
+        return b""
+    for key, value in metadata:
+        raw = key.encode() if isinstance(key, str) else key
+        if not raw or not _KEY_CHARS.issuperset(raw) or raw.startswith(b"grpc-"):
+            raise error(grpc.StatusCode.INTERNAL, f"Metadata was invalid: key {key!r}")
+        if not raw.endswith(b"-bin"):
+            text = value.encode() if isinstance(value, str) else value
+            if not isinstance(text, bytes) or any(c < 0x20 or c > 0x7E for c in text):
+                raise error(grpc.StatusCode.INTERNAL, f"Metadata was invalid: value of {key!r}")
+        elif not isinstance(value, (bytes, str)):
+            raise error(grpc.StatusCode.INTERNAL, f"Metadata was invalid: value of {key!r}")
+    return metadata_fields(metadata)
+
+
+def _fields(pairs: list[tuple[str, str]]) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """A decoded header block: by name (the status), and as sent (the metadata)."""
+    return dict(pairs), pairs
 
 
 class Unprocessed(grpc.aio.AioRpcError):
@@ -135,8 +193,8 @@ class Unprocessed(grpc.aio.AioRpcError):
 
 
 class _Stream:
-    __slots__ = ("future", "chunks", "headers", "unacked", "window", "out", "streaming", "end", "inwin", "sid")
-    fin = True  # its request's last DATA ends the stream (gateway/h2/core.py sends what waits)
+    __slots__ = ("future", "chunks", "headers", "unacked", "window", "out", "streaming", "end", "inwin", "fin",
+                 "sent", "sid")
 
     def __init__(self, future: asyncio.Future, window: int, streaming: bool = False):
         self.future = future  # a streaming call's: set when DATA or the end comes, made anew by its reader
@@ -148,6 +206,8 @@ class _Stream:
         self.window = window  # what we may still send
         self.out: collections.deque[memoryview] | None = None  # request bytes waiting for a window
         self.inwin = STREAM_WINDOW  # what Triton may still send on it (our window)
+        self.fin = True  # END_STREAM goes with the last bytes of ``out`` (a bidi stream: once done_writing)
+        self.sent: asyncio.Future | None = None  # a bidi stream's writer, waiting for ``out`` to go
 
 
 class Connection(Core):
@@ -172,7 +232,7 @@ class Connection(Core):
         self.waiting: collections.deque[asyncio.Future] = collections.deque()  # calls waiting for a stream slot
         self.ready: asyncio.Future | None = None  # Triton's preface (its SETTINGS) read: None; else why it never came
         self.pending: collections.deque[_Stream] = collections.deque()  # streams with request bytes to send
-        self._headers_in = Headers(dict)
+        self._headers_in = Headers(_fields)
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -306,20 +366,25 @@ class Connection(Core):
         self._end(sid, st, fields)
 
     # -- a stream's end -----------------------------------------------------------------------
-    def _end(self, sid: int, st: _Stream, trailers: dict[str, str] | None) -> None:
-        head = st.headers or {}
+    def _end(self, sid: int, st: _Stream, trailers: tuple[dict[str, str], list] | None) -> None:
+        if not st.fin and not self.lost:  # a bidi stream Triton ended before its half-close: closed here too
+            self.transport.write(frame(RST_STREAM, 0, sid, _U32.pack(0)))
+        head = st.headers[0] if st.headers is not None else {}
         status = head.get(":status", "200")
         if status != "200":
             code = _STATUS_BY_HTTP.get(int(status) if status.isascii() and status.isdigit() else 0,
                                        grpc.StatusCode.UNKNOWN)
             return self._finish(sid, st, error(code, f"Received http2 header with status: {status}"))
-        if trailers is None or "grpc-status" not in trailers:
+        if trailers is None or "grpc-status" not in trailers[0]:
             return self._finish(sid, st, error(grpc.StatusCode.UNKNOWN, "Stream removed"))
-        text = trailers["grpc-status"]
+        fields = trailers[0]
+        text = fields["grpc-status"]
         code = int(text) if text.isascii() and text.isdigit() else 2
-        if code:
+        if code:  # Triton's words and metadata as it sent them (the passthrough hands them on)
+            initial = answer_metadata(st.headers[1]) if st.headers is not trailers else None
             return self._finish(sid, st, error(_CODES.get(code, grpc.StatusCode.UNKNOWN),
-                                               unquote(trailers.get("grpc-message", ""))))
+                                               unquote(fields.get("grpc-message", "")),
+                                               answer_metadata(trailers[1]), initial))
         if st.streaming:
             return self._finish(sid, st, True)
         body = st.chunks[0] if len(st.chunks) == 1 else b"".join(st.chunks)
@@ -344,6 +409,9 @@ class Connection(Core):
         with nothing left in flight closed."""
         del self.streams[sid]
         self.unqueue(st)
+        if st.sent is not None:  # a bidi stream's writer: its stream has ended
+            st.sent.set_result(None)
+            st.sent = None
         if self.waiting:
             self._wake_one()
         if self.closed and not self.streams and not self.lost:
@@ -368,9 +436,18 @@ class Connection(Core):
                 w.set_result(None)
 
     # -- sending (what waits for a window: gateway/h2/core.py) ------------------------------------
-    async def open(self, block: bytes, data: bytes, deadline: float, streaming: bool = False) -> tuple[int, _Stream]:
-        """A stream for one request: ``block`` its header block (``request_block``), ``data`` the
-        message, sent with END_STREAM (a streaming call's half-close too) once a stream slot is free."""
+    def sent(self, st: _Stream) -> None:
+        """A stream's queued request bytes have gone: a bidi stream's writer waiting on them woken."""
+        if st.sent is not None:
+            st.sent.set_result(None)
+            st.sent = None
+
+    async def open(self, block: bytes, data: bytes | None, deadline: float, streaming: bool = False,
+                   extra: bytes = b"") -> tuple[int, _Stream]:
+        """A stream for one request: ``block`` its header block (``request_block``), ``extra`` the
+        call's metadata as header fields (``request_metadata``), ``data`` the message, sent with
+        END_STREAM (a streaming call's half-close too) once a stream slot is free; ``data`` None: the
+        header block alone, the stream left open for ``send``."""
         loop = asyncio.get_running_loop()
         while len(self.streams) >= self.peer_streams and not self.closed:
             w = loop.create_future()
@@ -379,21 +456,29 @@ class Connection(Core):
                 await asyncio.wait_for(w, max(0.0, deadline - time.monotonic()))
             except asyncio.TimeoutError:
                 raise error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+        return self._open(block, data, deadline - time.monotonic(), streaming, extra)
+
+    def _open(self, block: bytes, data: bytes | None, left: float, streaming: bool, extra: bytes) -> tuple[int, _Stream]:
+        """``open`` once a stream slot is free, ``left`` seconds before the call's deadline."""
         if self.closed:  # GOAWAY or the socket gone since it was picked: never started, sent again (Channel.call)
             raise Unprocessed(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
                               "Socket closed" if self.lost else "GOAWAY received")
-        left = deadline - time.monotonic()
         if left <= 0:  # spent before it was sent: nothing for Triton to do
             raise error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
         sid = self.next_sid
         self.next_sid += 2
         if self.next_sid > LAST_STREAM_ID:
             self.closed = True  # ids spent: the next call opens another connection
-        st = self.streams[sid] = _Stream(loop.create_future(), self.peer_window, streaming)
+        st = self.streams[sid] = _Stream(asyncio.get_running_loop().create_future(), self.peer_window, streaming)
         st.sid = sid
-        block += timeout_field(left)
-        n, size = len(block), len(data) + 5
+        block += extra + timeout_field(left) if extra else timeout_field(left)
+        n = len(block)
         head = _FRAME.pack(n >> 8, n & 0xFF, HEADERS, END_HEADERS, sid) + block
+        if data is None:  # a bidi stream: its messages follow (``send``)
+            st.fin = False
+            self.transport.write(head)
+            return sid, st
+        size = len(data) + 5
         prefix = b"\x00" + _U32.pack(len(data))
         if size <= self.send_window and size <= st.window and size <= self.peer_frame and not self.pending:
             self.transport.write(b"".join((head, _FRAME.pack(size >> 8, size & 0xFF, DATA, END_STREAM, sid),
@@ -405,15 +490,42 @@ class Connection(Core):
             self.queue(st, memoryview(prefix), memoryview(data))
         return sid, st
 
-    async def call(self, block: bytes, data: bytes, timeout: float, cancel: bool = True) -> bytes:
+    def send(self, sid: int, st: _Stream, data: bytes, fin: bool) -> asyncio.Future | None:
+        """One message of a bidi stream (``data``: the message's bytes, prefix included; empty: none),
+        with ``fin`` the half-close: written at once where the windows allow, else queued (gateway/h2/core.py's ``queue``); the future its writer waits on until the queue has gone (None: gone already)."""
+        size = len(data)
+        if st.out is None and not self.pending and size <= self.send_window and size <= st.window \
+                and size <= self.peer_frame:
+            self.transport.write(_FRAME.pack(size >> 8, size & 0xFF, DATA, END_STREAM if fin else 0, sid) + data)
+            st.window -= size
+            self.send_window -= size
+            st.fin = fin
+            return None
+        st.fin = fin
+        if st.out is None and not size:  # the half-close alone, nothing of the stream's waiting: no window needed
+            self.transport.write(_FRAME.pack(0, 0, DATA, END_STREAM, sid))
+            return None
+        if size:  # (empty: the half-close goes with the last of what waits)
+            self.queue(st, memoryview(data))
+        if st.out is None:
+            return None
+        if st.sent is None:  # (a half-close behind a message still waiting shares its writer's wait)
+            st.sent = asyncio.get_running_loop().create_future()
+        return st.sent
+
+    async def call(self, block: bytes, data: bytes, timeout: float, cancel: bool = True, extra: bytes = b"") -> bytes:
         """One unary call: ``block`` the request's header block (``request_block``), ``data`` the
         message; the answer message's bytes, or AioRpcError. A cancelled caller resets the stream;
         with ``cancel`` False (``upstream.cancel`` streams or none) the call is left to finish, its
-        answer dropped (its deadline still resets it)."""
-        deadline = time.monotonic() + timeout
-        sid, st = await self.open(block, data, deadline)
+        answer dropped (its deadline still resets it). ``extra``: the call's metadata (``open``)."""
         loop = asyncio.get_running_loop()
-        timer = loop.call_at(loop.time() + (deadline - time.monotonic()), self._expire, sid, st)
+        if len(self.streams) < self.peer_streams:  # a stream slot free: sent now, no await before it
+            sid, st = self._open(block, data, timeout, False, extra)
+            timer = loop.call_later(timeout, self._expire, sid, st)
+        else:
+            deadline = time.monotonic() + timeout
+            sid, st = await self.open(block, data, deadline, False, extra)
+            timer = loop.call_later(deadline - time.monotonic(), self._expire, sid, st)
         try:
             return await st.future
         except asyncio.CancelledError:
@@ -534,38 +646,44 @@ class Channel:
         now = time.monotonic()
         return [i for i in order if self._down[i] <= now] or order
 
-    def blocks(self, path: str) -> list[bytes]:
-        """Each address's header block for unary calls of ``path`` (``call``'s ``blocks``)."""
+    def blocks(self, path: str, keep: bool = True) -> list[bytes]:
+        """Each address's header block for unary calls of ``path`` (``call``'s ``blocks``); ``keep``
+        False: not kept (a method a client named, outside Triton's service: the map stays bounded)."""
         found = self._method_blocks.get(path)
         if found is None:
-            found = self._method_blocks[path] = [request_block(path, f"{h}:{p}") for h, p in self.addresses]
+            found = [request_block(path, f"{h}:{p}") for h, p in self.addresses]
+            if keep:
+                self._method_blocks[path] = found
         return found
 
-    async def call(self, data: bytes, timeout: float, blocks: list[bytes] | None = None) -> bytes:
+    async def call(self, data: bytes, timeout: float, blocks: list[bytes] | None = None, metadata=None,
+                   cancel: bool | None = None) -> bytes:
         """ModelInfer of ``data`` (a request's wire bytes), or the unary method ``blocks`` names
-        (``blocks(path)``): the answer's bytes, or AioRpcError."""
+        (``blocks(path)``): the answer's bytes, or AioRpcError (Triton's code, details and
+        metadata). ``metadata``: (key, value) pairs sent as header fields (``request_metadata``);
+        ``cancel``: whether a caller that goes away resets the call (None: ``cancel_unary``)."""
         conns = self._conns
         blocks = blocks or self._blocks
+        extra = request_metadata(metadata) if metadata else b""
+        if cancel is None:
+            cancel = self.cancel_unary
         deadline = time.monotonic() + timeout
         tries = 0
         if len(conns) == 1:
             conn = conns[0]
             if conn is not None and not conn.closed:
                 try:
-                    return await conn.call(blocks[0], data, timeout, self.cancel_unary)
+                    return await conn.call(blocks[0], data, timeout, cancel, extra)
                 except Unprocessed:  # Triton never started it: once more, on a new connection
                     tries = 1
         while True:
             try:
-                return await self._call(data, deadline, blocks)
+                i, conn = await self._pick(deadline)
+                return await conn.call(blocks[i], data, max(0.0, deadline - time.monotonic()), cancel, extra)
             except Unprocessed as err:
                 tries += 1
                 if tries >= 2:
                     raise error(err.code(), err.details()) from None
-
-    async def _call(self, data: bytes, deadline: float, blocks: list[bytes]) -> bytes:
-        i, conn = await self._pick(deadline)
-        return await conn.call(blocks[i], data, max(0.0, deadline - time.monotonic()), self.cancel_unary)
 
     async def _pick(self, deadline: float) -> tuple[int, Connection]:
         """The address a call goes to and its connection, opened if it must be."""
@@ -584,9 +702,14 @@ class Channel:
             return i, conn
         raise failure
 
-    def stream_call(self, deserialize: Callable[[bytes], object], timeout: float) -> StreamCall:
+    def stream_call(self, deserialize: Callable[[bytes], object], timeout: float, metadata=None) -> StreamCall:
         """ModelStreamInfer for one request, used as a grpc.aio stream call is (``StreamCall``)."""
-        return StreamCall(self, deserialize, timeout)
+        return StreamCall(self, deserialize, timeout, metadata)
+
+    async def stream(self, timeout: float, metadata=None) -> StreamCall:
+        """ModelStreamInfer both ways (``StreamCall`` bidi), its messages and answers as bytes, its
+        header block sent: the V2 passthrough's relay."""
+        return await StreamCall(self, None, timeout, metadata, True).open()
 
     async def _open(self, i: int, deadline: float) -> Connection:
         opening = self._opening[i]
@@ -647,37 +770,74 @@ class Channel:
 
 
 class StreamCall:
-    """ModelStreamInfer with one request message, for TritonUpstream.stream, with the grpc.aio
-    stream call's methods it uses: ``write`` the request (sent with END_STREAM: the half-close
-    grpc clients send after their last write; Triton answers on, a decoupled model's responses
-    all), ``read`` each response message (``deserialize``d; several may share a DATA frame, one
-    may span frames) and ``grpc.aio.EOF`` at trailers with grpc-status OK, else the AioRpcError
-    the unary call raises (deadline: DEADLINE_EXCEEDED, ``grpc-timeout`` and a local timer; the
-    connection broken: UNAVAILABLE mid-stream). The stream's window is given back as its messages
-    are read. ``cancel`` (the caller gone) resets the stream (RST_STREAM CANCEL): Triton cancels
-    the model's request."""
+    """ModelStreamInfer, used as a grpc.aio stream call is. With one request message (for
+    TritonUpstream.stream): ``write`` the request (sent with END_STREAM: the half-close grpc
+    clients send after their last write; Triton answers on, a decoupled model's responses all).
+    ``bidi`` (the V2 passthrough's relay, ``Channel.stream``): ``open`` sends the header block
+    (the caller's ``metadata``, the deadline), each ``write`` one message as it comes (waiting, as
+    grpc.aio's does, until Triton's stream and connection windows have taken it), ``done_writing``
+    the half-close; a write to a call that has ended is ``asyncio.InvalidStateError``, as grpc.aio's.
+    Both: ``read`` each response message (``deserialize``d, or its bytes; several may share a DATA
+    frame, one may span frames) and ``grpc.aio.EOF`` at trailers with grpc-status OK, else the
+    AioRpcError the unary call raises (Triton's code, details and trailing metadata; deadline:
+    DEADLINE_EXCEEDED, ``grpc-timeout`` and a local timer; the connection broken: UNAVAILABLE
+    mid-stream). The stream's window is given back as its messages are read. ``cancel`` (the
+    caller gone) resets the stream (RST_STREAM CANCEL): Triton cancels the model's request."""
 
-    __slots__ = ("channel", "deserialize", "deadline", "conn", "sid", "st", "buf", "timer", "data", "tries")
+    __slots__ = ("channel", "deserialize", "deadline", "conn", "sid", "st", "buf", "timer", "data", "tries",
+                 "extra", "bidi")
 
-    def __init__(self, channel: Channel, deserialize: Callable[[bytes], object], timeout: float):
+    def __init__(self, channel: Channel, deserialize: Callable[[bytes], object] | None, timeout: float,
+                 metadata=None, bidi: bool = False):
         self.channel, self.deserialize = channel, deserialize
         self.deadline = time.monotonic() + timeout
+        self.extra = request_metadata(metadata) if metadata else b""
+        self.bidi = bidi
         self.conn: Connection | None = None
         self.st: _Stream | None = None
         self.sid = 0
         self.buf = b""
         self.timer: asyncio.TimerHandle | None = None
-        self.data = b""
+        self.data = None if bidi else b""
         self.tries = 0
 
-    async def write(self, message) -> None:
-        self.data = message if isinstance(message, bytes) else message.SerializeToString()
+    async def open(self) -> StreamCall:
+        """A bidi stream's header block sent (grpc core sends a call's initial metadata at once)."""
         await self._start()
+        return self
+
+    async def write(self, message) -> None:
+        data = message if isinstance(message, bytes) else message.SerializeToString()
+        if not self.bidi:
+            self.data = data
+            return await self._start()
+        await self._send(b"\x00" + _U32.pack(len(data)) + data if len(data) < 65536 else (data,), False)
+
+    async def _send(self, data, fin: bool) -> None:
+        st = self.st
+        if st.end is not None or self.conn.streams.get(self.sid) is not st:
+            raise asyncio.InvalidStateError("RPC already finished.")
+        if type(data) is tuple:  # a large message: its prefix and its bytes as they are, not joined
+            waiting = self.conn.send(self.sid, st, b"\x00" + _U32.pack(len(data[0])), False)
+            if waiting is None:
+                waiting = self.conn.send(self.sid, st, data[0], fin)
+            else:
+                st.out.append(memoryview(data[0]))
+                st.fin = fin
+        else:
+            waiting = self.conn.send(self.sid, st, data, fin)
+        if waiting is not None:
+            try:
+                await waiting
+            except asyncio.CancelledError:
+                self.cancel()  # the writer gone mid-message: the call with it (grpc.aio's way)
+                raise
 
     async def _start(self) -> None:
         i, conn = await self.channel._pick(self.deadline)
         try:
-            self.sid, self.st = await conn.open(self.channel._stream_blocks[i], self.data, self.deadline, True)
+            self.sid, self.st = await conn.open(self.channel._stream_blocks[i], self.data, self.deadline, True,
+                                                self.extra)
         except Unprocessed as err:  # its connection closed since it was picked: once more, on a new one
             self.tries += 1
             if self.tries >= 2:
@@ -688,7 +848,19 @@ class StreamCall:
         self.timer = loop.call_at(loop.time() + (self.deadline - time.monotonic()), conn._expire, self.sid, self.st)
 
     async def done_writing(self) -> None:
-        """Nothing to do: the request went with END_STREAM."""
+        """The half-close (one request: nothing to do, it went with END_STREAM); a call that has
+        ended, or was half-closed, is left as it is."""
+        st = self.st
+        if not self.bidi or st is None or st.fin or st.end is not None or self.conn.streams.get(self.sid) is not st:
+            return
+        await self._send(b"", True)
+
+    def __aiter__(self):
+        return self._messages()
+
+    async def _messages(self):
+        while (item := await self.read()) is not grpc.aio.EOF:
+            yield item
 
     async def read(self):
         st = self.st
@@ -706,7 +878,7 @@ class StreamCall:
                         self.conn.transport.write(frame(WINDOW_UPDATE, 0, self.sid, _U32.pack(st.unacked)))
                         st.inwin += st.unacked
                         st.unacked = 0
-                    return self.deserialize(buf[5:end])
+                    return buf[5:end] if self.deserialize is None else self.deserialize(buf[5:end])
             if st.chunks:
                 buf = buf + b"".join(st.chunks) if buf else b"".join(st.chunks)
                 st.chunks.clear()
@@ -729,7 +901,7 @@ class StreamCall:
             return grpc.aio.EOF
         if isinstance(end, Unprocessed):  # Triton never started it: once more, on a new connection
             self.tries += 1
-            if self.tries < 2:
+            if self.tries < 2 and not self.bidi:  # (a bidi stream's messages are not kept to be sent again)
                 await self._start()
                 return await self.read()
             raise error(end.code(), end.details())

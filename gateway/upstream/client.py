@@ -81,6 +81,9 @@ _UNARY = {m.name: (f"/{SERVICE.full_name}/{m.name}", getattr(service_pb2, m.outp
           for m in SERVICE.methods if not (m.client_streaming or m.server_streaming)}
 
 
+_PATHS = frozenset(f"/{SERVICE.full_name}/{m.name}" for m in SERVICE.methods)  # Triton's own methods
+
+
 def channel_options(lb_policy: str = "pick_first") -> tuple[tuple[str, Any], ...]:
     """CHANNEL_OPTIONS plus the load-balancing policy, as a service config.
 
@@ -123,6 +126,14 @@ class Upstream(Protocol):
         that forwards or writes a V2 call itself. ``cancel``: whether a caller that goes away cancels
         it (None: as ``upstream.cancel`` says; True where the edge never cancels its caller, an h2
         listener's unary-unary handler under streams or none: no shield needed)."""
+        ...
+
+    def relay(self, method: str, cancel: bool | None = None) -> Callable[[bytes, float, Any], Awaitable[bytes]]:
+        """The V2 passthrough's unary call ``method`` on bytes: ``call(request, timeout, metadata)``."""
+        ...
+
+    def relay_stream(self, method: str) -> Callable[[float, Any], Awaitable[Any]]:
+        """The V2 passthrough's ModelStreamInfer on bytes: ``await open(timeout, metadata)``, a call both ways."""
         ...
 
     def body_buffer(self, size: int) -> tuple[memoryview, Callable[[], None]] | None:
@@ -356,6 +367,33 @@ class TritonUpstream:
         return direct.unary(self.channel, method, serializer, deserializer,
                             self._cancel_unary if cancel is None else cancel)
 
+    def relay(self, method: str, cancel: bool | None = None) -> Callable[[bytes, float, Any], Awaitable[bytes]]:
+        """The V2 passthrough's unary call ``method``: ``call(request, timeout, metadata)``, the
+        request's and the answer's bytes as they are, or AioRpcError with Triton's code, details and
+        trailing metadata; on the h2 channel where there is one (``upstream.transport: h2``), else
+        ``unary``'s grpc.aio call. ``cancel``: as ``unary``'s."""
+        cancel = self._cancel_unary if cancel is None else cancel
+        h2 = self._h2
+        if h2 is None:
+            call = self.unary(method, cancel=cancel)
+            return lambda request, timeout, metadata: call(request, timeout=timeout, metadata=metadata)
+        blocks, send = h2.blocks(method, method in _PATHS), h2.call
+        return lambda request, timeout, metadata: send(request, timeout, blocks, metadata, cancel)
+
+    def relay_stream(self, method: str) -> Callable[[float, Any], Awaitable[Any]]:
+        """The V2 passthrough's ModelStreamInfer: ``await open(timeout, metadata)``, a call both ways on
+        bytes (``write``, ``done_writing``, ``read``, ``cancel``, async iteration), with its header
+        block sent: h2call.StreamCall on the h2 channel, else grpc.aio's stream call."""
+        h2 = self._h2
+        if h2 is not None and method == h2call.STREAM_PATH:
+            return h2.stream
+        multicallable = self.channel.stream_stream(method)
+
+        async def open_call(timeout: float, metadata):
+            return multicallable(timeout=timeout, metadata=metadata)
+
+        return open_call
+
     @property
     def stub(self) -> SimpleNamespace:
         if self._stub is None:
@@ -399,9 +437,9 @@ class TritonUpstream:
                 reraise=True,
             ):
                 with attempt, _translate(method, model), tracing.upstream(method, model) as md:
-                    if h2 is not None and not md:  # HTTP/2 frames on the loop, as ModelInfer; traced: grpc.aio
+                    if h2 is not None:  # HTTP/2 frames on the loop, as ModelInfer (traced: its traceparent with it)
                         path, parse = _UNARY[method]
-                        return parse(await h2.call(request.SerializeToString(), timeout, h2.blocks(path)))
+                        return parse(await h2.call(request.SerializeToString(), timeout, h2.blocks(path), md))
                     return await rpc(request, timeout=timeout, metadata=md)
         except GatewayError as err:
             if err.kind is ErrorKind.UNAVAILABLE:
@@ -428,8 +466,8 @@ class TritonUpstream:
             route = mux.route(data) if mux is not None and not md and self._plain.get(model) else None
             if route is not None:
                 return await mux.infer(route, data, self._timeout())
-            if self._h2 is not None and not md:  # a traced call keeps grpc.aio (its metadata)
-                return await self._h2.call(data, self._timeout())
+            if self._h2 is not None:  # (traced: its traceparent as a header field)
+                return await self._h2.call(data, self._timeout(), None, md)
             return await self._model_infer_bytes(data, timeout=self._timeout(), metadata=md)
 
     async def stream(self, req: InferRequest) -> AsyncIterator[InferResponse]:
@@ -445,8 +483,9 @@ class TritonUpstream:
             req.id = f"gw-{next(self._ids)}"
         msg = wire.encode_request(req, stream=True)
         with tracing.upstream("ModelStreamInfer", req.model) as md:
-            if self._h2 is not None and not md:  # as HTTP/2 frames on the loop (h2call.StreamCall); traced: grpc.aio
-                call = self._h2.stream_call(service_pb2.ModelStreamInferResponse.FromString, self._timeout(stream=True))
+            if self._h2 is not None:  # as HTTP/2 frames on the loop (h2call.StreamCall), traced or not
+                call = self._h2.stream_call(service_pb2.ModelStreamInferResponse.FromString, self._timeout(stream=True),
+                                            md)
             else:
                 call = self.stub.ModelStreamInfer(timeout=self._timeout(stream=True), metadata=md)
             final = False

@@ -94,17 +94,26 @@ async def proxy(request):
         yield fake, channel, ctx
 
 
+# the relay on both transports: gateway/h2/client.py (upstream.transport h2, the default) and grpc.aio
+BOTH = pytest.mark.parametrize("proxy", [{}, {"UPSTREAM__TRANSPORT": "grpc"}], indirect=True, ids=["h2", "grpc"])
+
+
+@BOTH
 async def test_bytes_metadata_and_deadline_are_forwarded(proxy):
-    fake, channel, _ = proxy
+    fake, channel, ctx = proxy
     call = channel.unary_unary(SVC + "ServerMetadata")
     out = await call(b"\x01\x02", metadata=(("x-tenant", "a"), ("trace-bin", b"\x00\xff")), timeout=5)
     assert out == b"echo:\x01\x02"
     md = fake.seen["metadata"]
     assert md["x-tenant"] == "a" and md["trace-bin"] == b"\x00\xff"
+    # the transport the settings chose carried it (each sends its own user-agent)
+    h2 = ctx.settings.upstream.transport == "h2"
+    assert md["user-agent"].startswith("gateway-h2") == h2 and md["user-agent"].startswith("grpc-python") != h2
     # without propagation the upstream would see no deadline (None); grpc rounds the header up a little
     assert fake.seen["time_remaining"] is not None and 3 < fake.seen["time_remaining"] <= 5.1
 
 
+@BOTH
 async def test_status_details_and_trailing_metadata_are_preserved(proxy):
     _, channel, _ = proxy
     with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -114,6 +123,7 @@ async def test_status_details_and_trailing_metadata_are_preserved(proxy):
     assert ("why", "test") in tuple(err.value.trailing_metadata())
 
 
+@BOTH
 async def test_client_deadline_reaches_upstream_and_cancels_it(proxy):
     fake, channel, _ = proxy
     with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -133,6 +143,7 @@ async def test_client_cancellation_reaches_upstream_under_cancel_all(proxy):
     assert fake.cancelled.is_set() and call.cancelled()
 
 
+@BOTH
 async def test_a_unary_call_whose_client_left_is_left_to_finish_by_default(proxy):
     """upstream.cancel streams (the default): Triton's unary call runs on to its end (or deadline)."""
     fake, channel, _ = proxy
@@ -181,6 +192,7 @@ async def test_metrics_are_labelled_with_the_model_not_the_rpc(proxy):
     assert REGISTRY.get_sample_value("gateway_requests_total", labels) == before + 1
 
 
+@BOTH
 async def test_bidirectional_stream_passes_through(proxy):
     _, channel, _ = proxy
 
@@ -192,6 +204,7 @@ async def test_bidirectional_stream_passes_through(proxy):
     assert got == [b"a#0", b"a#1", b"a#2", b"b#0", b"b#1", b"b#2"]
 
 
+@BOTH
 async def test_a_stream_forwards_each_message_without_waiting_for_answers(proxy):
     """The two directions are independent: "pair" is answered only after the next message reached
     Triton, so a gateway that waited for an answer before forwarding the next message would hang."""
@@ -210,6 +223,7 @@ async def test_a_stream_forwards_each_message_without_waiting_for_answers(proxy)
     assert 3 < fake.seen["stream_time_remaining"] <= 5.1
 
 
+@BOTH
 async def test_tritons_status_midway_through_a_stream_is_kept(proxy):
     _, channel, _ = proxy
     call = channel.stream_stream(SVC + "ModelStreamInfer")(metadata=(("x-request-id", "s-1"),), timeout=5)
@@ -224,6 +238,7 @@ async def test_tritons_status_midway_through_a_stream_is_kept(proxy):
     assert ("why", "boom") in trailing and ("x-request-id", "s-1") in trailing
 
 
+@BOTH
 async def test_a_client_leaving_a_stream_cancels_tritons(proxy):
     fake, channel, _ = proxy
     call = channel.stream_stream(SVC + "ModelStreamInfer")(timeout=20)
@@ -285,6 +300,7 @@ async def _many(*items: bytes):
         yield item
 
 
+@BOTH
 async def test_messages_over_100_mib_pass(proxy):
     _, channel, _ = proxy
     payload = b"\xab" * (100 * 1024 * 1024 + 7)
@@ -370,11 +386,11 @@ async def test_handlers_are_kept_for_the_service_methods_only():
     from gateway.dialect import DefaultRendering
     from gateway.dialects.v2.passthrough import Passthrough
     from gateway.edge import Edge
+    from gateway.upstream.client import TritonUpstream
 
-    channel = grpc.aio.insecure_channel("127.0.0.1:1")  # never called: handlers are only made
-    from gateway.upstream import direct
-
-    ctx = SimpleNamespace(channel=channel, scope=None, unary=lambda method: direct.unary(channel, method),
+    upstream = TritonUpstream("127.0.0.1:1")  # never called: handlers are only made
+    await upstream.connect()
+    ctx = SimpleNamespace(worker=SimpleNamespace(upstream=upstream), scope=None,
                           settings=SimpleNamespace(upstream=SimpleNamespace(cancel="streams")))
     state = SimpleNamespace(ctx=ctx, config=SimpleNamespace(control_plane=True))
     passthrough = Passthrough(Edge("v2", "v2_grpc", DefaultRendering(), Admission(8), 5.0, 5.0), state)
@@ -385,12 +401,14 @@ async def test_handlers_are_kept_for_the_service_methods_only():
         assert passthrough.service(SimpleNamespace(method=SVC + "ModelInfer")) is infer
         assert list(passthrough._handlers) == [SVC + "ModelInfer"]
     finally:
-        await channel.close()
+        await upstream.close()
 
 
 async def test_a_method_outside_the_service_is_answered_by_triton(proxy):
-    fake, channel, _ = proxy
+    fake, channel, ctx = proxy
     for i in range(3):
         assert await channel.unary_unary(f"{SVC}Nope{i}")(b"x", timeout=5) == b"echo:x"
     # (the worker's own ServerMetadata call, its Triton version read at start, may come between)
     assert [m for m in fake.methods if m != "ServerMetadata"][-3:] == ["Nope0", "Nope1", "Nope2"]
+    # nor are their header blocks kept by the h2 channel: made-up names cannot grow the worker's maps
+    assert not [path for path in ctx.upstream._h2._method_blocks if "Nope" in path]

@@ -2,7 +2,9 @@
 
 Nothing is decoded. One generic handler catches the whole service and nothing else (so the health
 service beside it on the same server is found); the edge wraps each call
-(request id, admission, deadline, metrics). For each call we forward the caller's metadata (minus
+(request id, admission, deadline, metrics). Calls go out as TritonUpstream's relay calls: on the h2
+transport (gateway/h2/client.py, a ModelStreamInfer written message by message as Triton's windows
+allow), on grpc.aio under ``upstream.transport: grpc``. For each call we forward the caller's metadata (minus
 hop-by-hop keys), the deadline (the client's, or the listener's default when the client gives
 none or a longer one), and cancellation as ``upstream.cancel`` says (gateway/upstream/cancel.py:
 by default a stream whose caller went away is cancelled, a unary call left to finish); status
@@ -106,8 +108,7 @@ def _scan(raw: bytes, max_fields: int = 16, field: int = 1) -> str:
 class Passthrough(grpc.GenericRpcHandler):
     def __init__(self, edge: Edge, state: State):
         self._edge = edge
-        self._channel = state.ctx.channel
-        self._unary = state.ctx.unary
+        self._upstream = state.ctx.worker.upstream  # its relay calls (unscoped: scopes are kept here): h2 or grpc.aio
         self._scope = state.ctx.scope  # dialects.v2.triton_models: the models it may name (None: every one)
         self._control = state.config.control_plane
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
@@ -133,13 +134,13 @@ class Passthrough(grpc.GenericRpcHandler):
         name = method[len(PREFIX):]
         model_of = model_name if name in PER_MODEL else None
         if name in STREAMING:  # no serializers on either side: bytes
-            fn = _stream(self._channel.stream_stream(method), self._drop, self._scope, name, self._cancels)
+            fn = _stream(self._upstream.relay_stream(method), self._drop, self._scope, name, self._cancels)
             return grpc.stream_stream_rpc_method_handler(self._edge.stream(name, fn))
         if name in CONTROL and not self._control:
             fn = _denied(name)
         else:
             # on an h2 listener that leaves unary handlers to finish, the call needs no shield of its own
-            upstream = self._unary(method, cancel=True) if self._edge.unary_outlives_client else self._unary(method)
+            upstream = self._upstream.relay(method, True if self._edge.unary_outlives_client else None)
             fn = _unary(upstream, self._drop, name)
             if self._scope is not None:
                 fn = _scoped(name, fn, self._scope)
@@ -163,7 +164,7 @@ def _unary(upstream, drop: frozenset[str], name: str):
             try:
                 # the caller went away (this task cancelled): Triton's call is cancelled with the await
                 # under upstream.cancel all, else left to finish (tests/unit/test_passthrough_semantics.py)
-                return await upstream(request, timeout=edge_call.remaining(), metadata=md)
+                return await upstream(request, edge_call.remaining(), md)
             except grpc.aio.AioRpcError as err:
                 raise UpstreamStatus(err) from None
 
@@ -218,7 +219,10 @@ def _stream(upstream, drop: frozenset[str], scope: ModelScope | None = None, nam
     async def stream(request_iterator, context) -> AsyncIterator[bytes]:
         edge_call = current()
         with tracing.upstream(name, "", forward_metadata(edge_call.metadata, drop)) as md:
-            call = upstream(timeout=edge_call.remaining(stream=True), metadata=md)
+            try:
+                call = await upstream(edge_call.remaining(stream=True), md)
+            except grpc.aio.AioRpcError as err:
+                raise UpstreamStatus(err) from None
             pump = asyncio.ensure_future(_forward(request_iterator, call, edge_call, cancels))
             reader = None if cancels else cancel.Reader(call)
             try:
@@ -244,7 +248,8 @@ async def _forward(request_iterator, call, edge_call, cancels: bool = True) -> N
         requests = aiter(request_iterator)
         first = await anext(requests, None)
         if first is not None:
-            edge_call.model = model_name(first)
+            if not edge_call.model:  # (a scoped stream named it at its first message, refused or not)
+                edge_call.model = model_name(first)
             await call.write(first)
             async for item in requests:
                 await call.write(item)
@@ -298,7 +303,12 @@ def _scoped_stream(upstream, drop: frozenset[str], scope: ModelScope, name: str 
                     await out.put(_stream_error(item, name))
 
         span = tracing.upstream(name, "", forward_metadata(edge_call.metadata, drop))
-        call = upstream(requests(), timeout=edge_call.remaining(stream=True), metadata=span.__enter__())
+        try:
+            call = await upstream(edge_call.remaining(stream=True), span.__enter__())
+        except grpc.aio.AioRpcError as err:
+            span.__exit__(type(err), err, None)
+            raise UpstreamStatus(err) from None
+        writer = asyncio.ensure_future(_forward(requests(), call, edge_call, cancels))
         reader = None if cancels else cancel.Reader(call)
 
         async def pump():
@@ -321,6 +331,8 @@ def _scoped_stream(upstream, drop: frozenset[str], scope: ModelScope, name: str 
                 raise UpstreamStatus(err) from None
             finally:
                 task.cancel()
+                if cancels:
+                    writer.cancel()
                 cancel.finish(call, False, cancels, reader)  # the caller went away or failed: Triton's work stopped
 
     return stream
