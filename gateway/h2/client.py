@@ -260,7 +260,9 @@ class Connection(Framing):
                             f"Received message larger than max ({size} vs. {self.max_message})")
             else:
                 st.check = self.max_message + 5
-                return False
+                if st.got <= st.check:
+                    return False
+                err = error(grpc.StatusCode.INTERNAL, "Failed to parse server response")
         else:  # more than one message's bytes in a unary answer
             err = error(grpc.StatusCode.INTERNAL, "Failed to parse server response")
         st.chunks.clear()
@@ -690,13 +692,13 @@ class Channel:
         return slots
 
     def _stale(self) -> bool:
-        """A name to resolve: never resolved, or an address without a connection (a replica gone,
-        restarted, or added) and the last resolution RESOLVE_S old."""
+        """A name to resolve: never resolved, or a connection to be opened anew (one closed, or one
+        that failed to connect: a replica gone or restarted) and the last resolution RESOLVE_S old."""
         if not self._slots:
             return True
         if time.monotonic() - self._resolved_at < self.RESOLVE_S:
             return False
-        return any(c is None or c.closed for c in self._conns)
+        return any(c is not None and c.closed for c in self._conns) or any(self._down)
 
     def _order(self) -> list[int]:
         n = len(self._slots)
