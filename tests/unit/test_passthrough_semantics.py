@@ -374,7 +374,7 @@ async def test_handlers_are_kept_for_the_service_methods_only():
     channel = grpc.aio.insecure_channel("127.0.0.1:1")  # never called: handlers are only made
     from gateway.upstream import direct
 
-    ctx = SimpleNamespace(channel=channel, scope=None, unary=lambda method: direct.unary(channel, method),
+    ctx = SimpleNamespace(channel=channel, scope=None, unary=lambda method, **kw: direct.unary(channel, method),
                           settings=SimpleNamespace(upstream=SimpleNamespace(cancel="streams")))
     state = SimpleNamespace(ctx=ctx, config=SimpleNamespace(control_plane=True))
     passthrough = Passthrough(Edge("v2", "v2_grpc", DefaultRendering(), Admission(8), 5.0, 5.0), state)

@@ -139,7 +139,9 @@ class Passthrough(grpc.GenericRpcHandler):
             fn = _denied(name)
         else:
             # on an h2 listener that leaves unary handlers to finish, the call needs no shield of its own
-            upstream = self._unary(method, cancel=True) if self._edge.unary_outlives_client else self._unary(method)
+            # (passthrough: Triton's errors with their metadata as they came, gateway/upstream/client.py)
+            cancels = True if self._edge.unary_outlives_client else None
+            upstream = self._unary(method, cancel=cancels, passthrough=True)
             fn = _unary(upstream, self._drop, name)
             if self._scope is not None:
                 fn = _scoped(name, fn, self._scope)
