@@ -27,7 +27,7 @@ from gateway.core.tensors import InferRequest, InferResponse, ModelIndexEntry, M
 from gateway.h2 import client as h2call
 from gateway.observe import metrics, tracing
 
-from . import cancel, codec, shm, streammux, wire
+from . import cancel, codec, direct, shm, streammux, wire
 from .unary import UnaryCall, over_grpc, over_h2
 
 # Message sizes on the upstream hop as large as Triton's own (the 4 MiB grpc default breaks real
@@ -120,11 +120,14 @@ class Upstream(Protocol):
         ...
 
     def unary(self, method: str, serializer: Callable[[Any], bytes] | None = None,
-              deserializer: Callable[[bytes], Any] | None = None, cancel: bool | None = None) -> UnaryCall:
+              deserializer: Callable[[bytes], Any] | None = None, cancel: bool | None = None,
+              passthrough: bool = False) -> UnaryCall:
         """``call(request, *, timeout=None, metadata=None)``: the unary RPC ``method`` to Triton,
         made as the gateway's own calls are (on the worker's transport: gateway/upstream/unary.py),
-        for a dialect that forwards or writes a V2 call itself. ``cancel``: whether a caller that goes away cancels
-        it (None: as ``upstream.cancel`` says; True where the edge never cancels its caller, an h2
+        for a dialect that forwards or writes a V2 call itself. ``passthrough``: the V2 gRPC
+        passthrough's call, whose errors carry Triton's initial and trailing metadata as they came
+        (grpc.aio, gateway/upstream/direct.py, until the HTTP/2 client gives them). ``cancel``:
+        whether a caller that goes away cancels it (None: as ``upstream.cancel`` says; True where the edge never cancels its caller, an h2
         listener's unary-unary handler under streams or none: no shield needed)."""
         ...
 
@@ -364,10 +367,14 @@ class TritonUpstream:
         return self._channel
 
     def unary(self, method: str, serializer: Callable[[Any], bytes] | None = None,
-              deserializer: Callable[[bytes], Any] | None = None, cancel: bool | None = None) -> UnaryCall:
+              deserializer: Callable[[bytes], Any] | None = None, cancel: bool | None = None,
+              passthrough: bool = False) -> UnaryCall:
+        cancel = self._cancel_unary if cancel is None else cancel
+        if passthrough:
+            return direct.unary(self.channel, method, serializer, deserializer, cancel)
         if self._channel is None:
             raise GatewayError(ErrorKind.INTERNAL, "upstream channel used before connect()")
-        return self._unary_of(method, serializer, deserializer, self._cancel_unary if cancel is None else cancel)
+        return self._unary_of(method, serializer, deserializer, cancel)
 
     @property
     def stub(self) -> SimpleNamespace:
