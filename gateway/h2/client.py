@@ -40,7 +40,7 @@ import math
 import socket
 import ssl as _ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 from urllib.parse import unquote
 
@@ -581,7 +581,8 @@ class Channel:
     one connection per address, opened at the first call that needs it and again after it breaks;
     ``round_robin`` spreads calls over the addresses, ``pick_first`` keeps to the first that
     answers. With ``round_robin`` a name (``dns:///triton:8001``, ``triton:8001``) stands for every
-    address it resolves to, as grpc's dns resolver has it: resolved at the first call and again
+    address it resolves to, as grpc's dns resolver has it (``resolve``: by a resolver of the
+    caller's, a dns: target's own DNS server; else the system's): resolved at the first call and again
     when a connection must be opened anew (at most once in RESOLVE_S; addresses gone are closed
     once their calls are done); with ``pick_first`` the connection tries the name's addresses in
     turn. ``ssl``: TLS (asyncio's, ALPN "h2", as ``gateway.access.client_ssl`` makes it for
@@ -599,7 +600,8 @@ class Channel:
     def __init__(self, addresses: list[tuple[str, int]], lb_policy: str = "pick_first",
                  path: str = "/inference.GRPCInferenceService/ModelInfer", keepalive: Keepalive | None = None,
                  cancel_unary: bool = True, *, unix: str | None = None, ssl: _ssl.SSLContext | None = None,
-                 server_name: str | None = None, max_message: int = MAX_MESSAGE):
+                 server_name: str | None = None, max_message: int = MAX_MESSAGE,
+                 resolve: Callable[[str, int], Awaitable[list[str]]] | None = None):
         if not addresses and unix is None:
             raise ValueError("an h2 channel needs host:port addresses or a unix socket")
         self.cancel_unary = cancel_unary  # False: a unary call whose caller went away is left to finish (upstream.cancel)
@@ -615,8 +617,11 @@ class Channel:
             authorities = [server_name or f"{h}:{p}" for h, p in addresses]
             slots = [Address(h, p, k) for k, (h, p) in enumerate(self.addresses)]
         self._server_names = [server_name or ("localhost" if unix is not None else h) for h, _ in self.addresses]
-        # round_robin over a name: its addresses resolved (``_resolve``), the slots made from them
-        self._names = self.round_robin and any(not _literal(h) for h, _ in self.addresses) and unix is None
+        # round_robin over a name, or a name resolved by ``resolve`` (a dns: target's own DNS server): its
+        # addresses resolved (``_resolve``), the slots made from them
+        self._resolver = resolve
+        self._names = (self.round_robin or resolve is not None) and any(
+            not _literal(h) for h, _ in self.addresses) and unix is None
         self._resolved_at = -math.inf
         self._resolving: asyncio.Future | None = None
         self._authorities = authorities
@@ -680,11 +685,14 @@ class Channel:
                 slots.append(Address(host, port, k))
                 continue
             try:
-                found = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+                if self._resolver is not None:
+                    found = await self._resolver(host, port)
+                else:
+                    found = [sockaddr[0] for *_, sockaddr in await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
             except OSError as exc:
                 return error(grpc.StatusCode.UNAVAILABLE, f"DNS resolution failed for {host}:{port}: {exc}")
-            for *_, sockaddr in found:
-                a = Address(sockaddr[0], port, k)
+            for ip in found:
+                a = Address(ip, port, k)
                 if a not in slots:
                     slots.append(a)
         if not slots:

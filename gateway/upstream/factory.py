@@ -7,7 +7,7 @@ from gateway.access import channel_credentials, client_ssl
 from gateway.h2 import client as h2call
 from gateway.settings import Settings, unix_path, upstream_addresses
 
-from . import cancel, shm
+from . import cancel, dns, shm
 from .client import TritonUpstream, keepalive
 
 
@@ -32,14 +32,16 @@ def from_settings(settings: Settings, **overrides) -> TritonUpstream:
 
 
 def h2_channel(settings: Settings) -> h2call.Channel:
-    """The HTTP/2 client's channel to ``upstream.grpc`` (any target grpc takes: host:port, dns:,
-    ipv4:/ipv6: lists, unix:), with ``upstream.tls``, the balancing policy, grpc.aio's keepalive
+    """The HTTP/2 client's channel to ``upstream.grpc`` (any target grpc takes: host:port, dns: with
+    or without a DNS server of its own, ipv4:/ipv6: lists, unix:), with ``upstream.tls``, the balancing policy, grpc.aio's keepalive
     and the answer size limit."""
     u = settings.upstream
     ctx, server_name = client_ssl(u.tls) if u.tls is not None else (None, None)
+    server = dns.server_of(u.grpc)  # dns://server/name:port: the name asked of that server, as grpc's c-ares does
     return h2call.Channel(upstream_addresses(u.grpc), u.lb_policy, keepalive=keepalive(),
                           cancel_unary=cancel.unary_cancelled(u.cancel), unix=unix_path(u.grpc), ssl=ctx,
-                          server_name=server_name, max_message=u.max_answer_bytes)
+                          server_name=server_name, max_message=u.max_answer_bytes,
+                          resolve=dns.resolver(server) if server is not None else None)
 
 
 def h2_off(settings: Settings) -> str | None:
