@@ -41,7 +41,6 @@ def over_h2(h2: h2call.Channel, channel: grpc.aio.Channel, method: str,
     forwarded headers) goes through grpc.aio's ``channel`` until the HTTP/2 client carries
     per-call metadata."""
     blocks = h2.blocks(method)
-    send = h2.call
     with_metadata: list[UnaryCall] = []
 
     async def call(request, *, timeout: float | None = None, metadata=None):
@@ -51,7 +50,7 @@ def over_h2(h2: h2call.Channel, channel: grpc.aio.Channel, method: str,
             return await with_metadata[0](request, timeout=timeout, metadata=metadata)
         if serializer is not None:
             request = serializer(request)
-        answer = await send(request, NO_DEADLINE if timeout is None else timeout, blocks, cancel)
+        answer = await h2.call(request, NO_DEADLINE if timeout is None else timeout, blocks, cancel)
         return answer if deserializer is None else deserializer(answer)
 
     return call
