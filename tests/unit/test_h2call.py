@@ -28,7 +28,7 @@ from gateway.h2 import client as h2call
 from gateway.upstream.client import TritonUpstream
 from gateway.upstream.unary import over_grpc
 from tests.support import free_port
-from tests.unit.test_upstream_unary import SERVICE, Server
+from tests.unit.test_upstream_unary import SERVICE, Server, _outcome
 
 
 @pytest.fixture
@@ -65,13 +65,6 @@ async def served():
             await c.close()
         await channel.close()
         await server.stop(None)
-
-
-async def _outcome(call):
-    try:
-        return "ok", await call
-    except grpc.aio.AioRpcError as err:
-        return err.code(), err.details()
 
 
 async def test_answers_and_errors_as_grpc_gives_them(served):

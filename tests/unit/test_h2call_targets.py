@@ -39,6 +39,19 @@ def _unreachable(outcome) -> str:
     return details
 
 
+async def _served(script, kind=FakeServer, host: str = "127.0.0.1", port: int | None = None):
+    """(server, the FakeServers it made, port): ``kind`` answering with ``script`` on ``host``."""
+    servers: list[FakeServer] = []
+
+    def make():
+        servers.append(kind(script))
+        return servers[-1]
+
+    port = port or free_port()
+    server = await asyncio.get_running_loop().create_server(make, host, port)
+    return server, servers, port
+
+
 # -- TLS -------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
@@ -258,14 +271,7 @@ async def test_an_answer_larger_than_the_maximum_is_refused_and_its_stream_reset
         else:
             srv.answer(sid, b"x" * 1000)
 
-    servers: list[FakeServer] = []
-
-    def make():
-        servers.append(FakeServer(script))
-        return servers[-1]
-
-    port = free_port()
-    server = await asyncio.get_running_loop().create_server(make, "127.0.0.1", port)
+    server, servers, port = await _served(script)
     chan = h2call.Channel([("127.0.0.1", port)], max_message=1000)
     try:
         assert await _outcome(chan.call(b"", 5)) == (grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -321,14 +327,7 @@ async def test_a_stream_message_larger_than_the_maximum_is_refused_and_a_large_o
                 feed(self)
 
     Feeding.feed = feed
-    servers: list[FakeServer] = []
-
-    def make():
-        servers.append(Feeding(script))
-        return servers[-1]
-
-    port = free_port()
-    server = await asyncio.get_running_loop().create_server(make, "127.0.0.1", port)
+    server, servers, port = await _served(script, Feeding)
     chan = h2call.Channel([("127.0.0.1", port)], max_message=12 << 20)
     try:
         small = h2call.Channel([("127.0.0.1", port)], max_message=1000)
