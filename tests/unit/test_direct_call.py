@@ -16,24 +16,13 @@ import pytest
 
 from gateway.upstream import direct
 from tests.support import free_port
-from tests.unit.test_upstream_unary import SERVICE, Server
+from tests.unit.test_upstream_unary import SERVICE, serving
 
 
 @pytest.fixture
 async def served():
-    impl = Server()
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers((impl.handler(),))
-    port = free_port()
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    await server.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    try:
-        channel.address = f"127.0.0.1:{port}"
+    async with serving() as (impl, channel, _):
         yield impl, channel
-    finally:
-        await channel.close()
-        await server.stop(None)
 
 
 def _both(channel, name: str, serializer=None, deserializer=None):

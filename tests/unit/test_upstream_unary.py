@@ -11,6 +11,7 @@ headers) goes through grpc.aio on either transport, the metadata delivered.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import grpc
 import pytest
@@ -60,8 +61,9 @@ class Server:
         })
 
 
-@pytest.fixture
-async def served():
+@contextlib.asynccontextmanager
+async def serving():
+    """(Server, a grpc.aio channel to it, an h2 channel to it), a real grpc.aio server in this process."""
     impl = Server()
     server = grpc.aio.server()
     server.add_generic_rpc_handlers((impl.handler(),))
@@ -69,6 +71,7 @@ async def served():
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    channel.address = f"127.0.0.1:{port}"
     h2 = h2call.Channel([("127.0.0.1", port)])
     try:
         yield impl, channel, h2
@@ -76,6 +79,12 @@ async def served():
         await h2.close()
         await channel.close()
         await server.stop(None)
+
+
+@pytest.fixture
+async def served():
+    async with serving() as found:
+        yield found
 
 
 def _both(channel, h2, name: str, serializer=None, deserializer=None, cancel: bool = True):
