@@ -10,7 +10,7 @@ need no shared state; only ``grpc-timeout`` changes per call); the answer's head
 decoded with ``hpack`` (h2's own), and a block made only of indexed fields (every block, once
 Triton's encoder has its table filled) is remembered until a block that changes the table comes.
 
-What a caller sees is what ``direct.unary`` gives: the answer's bytes, or ``grpc.aio.AioRpcError``
+What a caller sees is what grpc.aio's unary call gives: the answer's bytes, or ``grpc.aio.AioRpcError``
 with the code and details grpc would give (Triton's ``grpc-status``/``grpc-message``; a deadline:
 DEADLINE_EXCEEDED "Deadline Exceeded", sent to Triton as ``grpc-timeout`` and kept by a local
 timer; a connection that breaks: UNAVAILABLE for the calls in flight, never retried, and a new
@@ -27,8 +27,9 @@ keepalive time, the connection broken (UNAVAILABLE for the calls in flight) if i
 come within the timeout; a GOAWAY ENHANCE_YOUR_CALM "too_many_pings" doubles the time for the
 address's next connection. A stream (``StreamCall``) is what a unary call is, its request sent
 the same way (END_STREAM: the half-close), its answer messages read one by one as they come.
-Plain TCP only: TLS and traced requests keep grpc.aio
-(gateway/upstream/client.py decides).
+Over TCP, TLS (ALPN h2) or a unix socket, to every address of the target (``Channel``); an answer
+message over ``max_message`` refused. A call with per-call metadata (a traced request) keeps
+grpc.aio (gateway/upstream/unary.py).
 """
 
 from __future__ import annotations
