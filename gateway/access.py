@@ -235,6 +235,18 @@ def channel_credentials(tls) -> tuple[grpc.ChannelCredentials, tuple[tuple[str, 
     return creds, options
 
 
+def client_ssl(tls) -> tuple[ssl.SSLContext, str | None]:
+    """``upstream.tls`` for the HTTP/2 client (gateway/h2/client.py), what ``channel_credentials``
+    gives grpc: asyncio's TLS (1.2 at least) with ALPN "h2", the CA to trust (None: the system's),
+    the client certificate for mTLS; and the name Triton's certificate must carry (None: the
+    target's host). Files read at start, as the grpc channel reads them."""
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=tls.ca_file)
+    if tls.cert_file is not None:
+        ctx.load_cert_chain(tls.cert_file, tls.key_file)
+    ctx.set_alpn_protocols(["h2"])
+    return ctx, tls.server_name
+
+
 # -- models per dialect -------------------------------------------------------------------------------
 def unknown_model(name: str) -> GatewayError:
     """Triton's own answer for a model it does not have: a model outside the scope is not there."""

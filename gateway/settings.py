@@ -121,10 +121,13 @@ class UpstreamSettings(Strict):
     tls: UpstreamTls | None = None  # None: plaintext gRPC to Triton
     shared_memory: SharedMemorySettings = SharedMemorySettings()
     stream_mux: StreamMuxSettings = StreamMuxSettings()
-    # h2: the translating dialects' ModelInfer calls and the LLM/GRPS streams written as HTTP/2 frames on the event loop
-    #   (gateway/h2/client.py), not through grpc.aio; plaintext host:port / ipv4: / ipv6: targets
-    #   only (TLS, unix: and round_robin over a dns: name keep grpc). docs/operations.md, "The upstream transport"
+    # h2: the calls to Triton written as HTTP/2 frames on the event loop (gateway/h2/client.py), every target
+    #   (host:port, dns:, ipv4:, ipv6:, unix:) and upstream.tls alike; grpc: through grpc.aio.
+    #   docs/operations.md, "The upstream transport"
     transport: Literal["grpc", "h2"] = "h2"
+    # the largest answer message taken from Triton (larger: RESOURCE_EXHAUSTED, the call reset); the
+    #   default is Triton's own gRPC maximum (INT32_MAX), on both transports
+    max_answer_bytes: Annotated[int, Field(ge=1, le=2**31 - 1)] = 2**31 - 1
     # which Triton calls a client that went away cancels: streams (ModelStreamInfer: a generation stops; a unary
     #   call is left to finish, its answer dropped), all (unary calls too), none (both run to their end or deadline).
     #   Tritons before 2.59.0 (NGC 25.06) can crash on a cancellation: docs/operations.md "Cancelling Triton calls"
@@ -229,6 +232,14 @@ class Settings:
     def dialect(self, name: str) -> BaseModel:
         """The validated ``dialects.<name>`` section (gateway.config.load fills every dialect's)."""
         return self.dialects[name]
+
+
+def unix_path(target: str) -> str | None:
+    """The socket's path of a ``unix:path`` or ``unix:///absolute/path`` target (None: not one)."""
+    if not target.startswith("unix:"):
+        return None
+    rest = target[5:]
+    return rest[2:] if rest.startswith("//") else rest
 
 
 def upstream_addresses(target: str) -> list[tuple[str, int]]:

@@ -113,7 +113,8 @@ class FakeUpstream:
 
     channel = None  # a fake with a gRPC server standing in for Triton sets its channel here
 
-    def unary(self, method: str, serializer=None, deserializer=None, cancel: bool | None = None):
+    def unary(self, method: str, serializer=None, deserializer=None, cancel: bool | None = None,
+              passthrough: bool = False):
         return direct.unary(self.channel, method, serializer, deserializer, True if cancel is None else cancel)
 
     def relay(self, method: str, cancel: bool | None = None):

@@ -11,7 +11,7 @@ need no shared state; only ``grpc-timeout`` changes per call); the answer's head
 decoded with ``hpack`` (h2's own), and a block made only of indexed fields (every block, once
 Triton's encoder has its table filled) is remembered until a block that changes the table comes.
 
-What a caller sees is what ``direct.unary`` gives: the answer's bytes, or ``grpc.aio.AioRpcError``
+What a caller sees is what grpc.aio's unary call gives: the answer's bytes, or ``grpc.aio.AioRpcError``
 with the code and details grpc would give (Triton's ``grpc-status``/``grpc-message``; a deadline:
 DEADLINE_EXCEEDED "Deadline Exceeded", sent to Triton as ``grpc-timeout`` and kept by a local
 timer; a connection that breaks: UNAVAILABLE for the calls in flight, never retried, and a new
@@ -32,7 +32,8 @@ bidi stream's messages are written as they come, each waiting for Triton's windo
 metadata (``request_metadata``: validated, ``-bin`` values in base64) follows its header block; an
 error carries Triton's details (percent-decoded) and its initial and trailing metadata as grpc.aio
 hands them over (``answer_metadata``), for the passthrough to pass on unchanged.
-Plain TCP only: TLS keeps grpc.aio (gateway/upstream/factory.py decides).
+Over TCP, TLS (ALPN h2) or a unix socket, to every address of the target (``Channel``); an answer
+message over ``max_message`` refused.
 """
 
 from __future__ import annotations
@@ -41,9 +42,12 @@ import asyncio
 import base64
 import binascii
 import collections
+import ipaddress
 import math
+import socket
+import ssl as _ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 from urllib.parse import unquote
 
@@ -87,6 +91,7 @@ STREAM_WINDOW = 8 << 20  # what Triton may send on one stream before we read it
 CONN_WINDOW = 64 << 20  # and on the connection
 MAX_FRAME = 1 << 18  # the largest frame we accept (Triton's DATA frames up to this)
 STREAM_PATH = "/inference.GRPCInferenceService/ModelStreamInfer"
+MAX_MESSAGE = 2**31 - 1  # the largest answer message taken: Triton's own gRPC maximum (INT32_MAX)
 _STATUS_BY_RST = {7: grpc.StatusCode.UNAVAILABLE, 8: grpc.StatusCode.CANCELLED,
                   11: grpc.StatusCode.RESOURCE_EXHAUSTED, 12: grpc.StatusCode.PERMISSION_DENIED}
 _STATUS_BY_HTTP = {400: grpc.StatusCode.INTERNAL, 401: grpc.StatusCode.UNAUTHENTICATED,
@@ -194,7 +199,7 @@ class Unprocessed(grpc.aio.AioRpcError):
 
 class _Stream:
     __slots__ = ("future", "chunks", "headers", "unacked", "window", "out", "streaming", "end", "inwin", "fin",
-                 "sent", "sid")
+                 "sent", "sid", "got", "check")
 
     def __init__(self, future: asyncio.Future, window: int, streaming: bool = False):
         self.future = future  # a streaming call's: set when DATA or the end comes, made anew by its reader
@@ -208,6 +213,8 @@ class _Stream:
         self.inwin = STREAM_WINDOW  # what Triton may still send on it (our window)
         self.fin = True  # END_STREAM goes with the last bytes of ``out`` (a bidi stream: once done_writing)
         self.sent: asyncio.Future | None = None  # a bidi stream's writer, waiting for ``out`` to go
+        self.got = 0  # a unary answer's bytes read so far
+        self.check = 4  # past this many, the answer's size is checked (``Connection._too_large``)
 
 
 class Connection(Core):
@@ -216,9 +223,10 @@ class Connection(Core):
     a read only sets ``heard``, so a PING goes between one and one and a quarter keepalive times
     after the last frame read)."""
 
-    def __init__(self, keepalive: Keepalive | None = None):
+    def __init__(self, keepalive: Keepalive | None = None, max_message: int = MAX_MESSAGE):
         self.transport: asyncio.Transport | None = None
         self.keepalive = keepalive
+        self.max_message = max_message  # the largest answer message taken (larger: RESOURCE_EXHAUSTED)
         self.keepalive_time = keepalive.time if keepalive is not None else math.inf  # doubled by too_many_pings
         self.heard = False  # a frame read since the keepalive timer's last tick
         self._idle = 0.0  # seconds of ticks with nothing read
@@ -284,6 +292,10 @@ class Connection(Core):
         if st.inwin < 0:
             return self.stream_error(sid, FLOW_CONTROL_ERROR)
         st.chunks.append(payload)
+        if not st.streaming:
+            st.got += len(payload)
+            if st.got > st.check and self._too_large(sid, st):
+                return
         if flags & END_STREAM:  # an answer without trailers
             self._end(sid, st, None)
             return
@@ -297,6 +309,29 @@ class Connection(Core):
             self.transport.write(frame(WINDOW_UPDATE, 0, sid, _U32.pack(st.unacked)))
             st.inwin += st.unacked
             st.unacked = 0
+
+    def _too_large(self, sid: int, st: _Stream) -> bool:
+        """A unary answer's size, checked once its length prefix has come and again should more
+        come than the largest message taken: one larger than ``max_message`` (or more bytes than
+        one message) is refused, its stream reset, before it is held (True)."""
+        if st.check == 4:
+            head = st.chunks[0] if len(st.chunks[0]) >= 5 else b"".join(st.chunks)
+            size = _U32.unpack_from(head, 1)[0]
+            if size > self.max_message:
+                err = error(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                            f"Received message larger than max ({size} vs. {self.max_message})")
+            else:
+                st.check = self.max_message + 5
+                if st.got <= st.check:
+                    return False
+                err = error(grpc.StatusCode.INTERNAL, "Failed to parse server response")
+        else:  # more than one message's bytes in a unary answer
+            err = error(grpc.StatusCode.INTERNAL, "Failed to parse server response")
+        st.chunks.clear()
+        self._reset(sid, st)
+        if not st.future.done():
+            st.future.set_exception(err)
+        return True
 
     def on_ping(self, payload: bytes, ack: bool) -> None:
         if not ack:
@@ -607,37 +642,159 @@ class Connection(Core):
             self.transport.close()
 
 
+class Address(NamedTuple):
+    """Where one connection goes: a TCP ``host`` (a name or an address) and ``port``, or with
+    ``unix`` a unix socket's path in ``host``; ``name`` the index of the configured entry it comes
+    from (its ``:authority``, its TLS server name)."""
+
+    host: str
+    port: int
+    name: int = 0
+    unix: bool = False
+
+
+def _literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 class Channel:
-    """ModelInfer calls to Triton's addresses (``settings.upstream_addresses``): one connection per
-    address, opened at the first call that needs it and again after it breaks; ``round_robin``
-    spreads calls over the addresses, ``pick_first`` keeps to the first that answers. An address
-    that refused a connection is passed over for a moment (the backoff grpc's channel keeps).
-    ``keepalive``: each connection's (``Keepalive``; None: no pings), its time kept per address
-    as a GOAWAY "too_many_pings" doubled it (grpc's subchannel does the same)."""
+    """Calls to Triton's addresses (``settings.upstream_addresses``, or a unix socket: ``unix``):
+    one connection per address, opened at the first call that needs it and again after it breaks;
+    ``round_robin`` spreads calls over the addresses, ``pick_first`` keeps to the first that
+    answers. With ``round_robin`` a name (``dns:///triton:8001``, ``triton:8001``) stands for every
+    address it resolves to, as grpc's dns resolver has it (``resolve``: by a resolver of the
+    caller's, a dns: target's own DNS server; else the system's): resolved at the first call and again
+    when a connection must be opened anew (at most once in RESOLVE_S; addresses gone are closed
+    once their calls are done); with ``pick_first`` the connection tries the name's addresses in
+    turn. ``ssl``: TLS (asyncio's, ALPN "h2", as ``gateway.access.client_ssl`` makes it for
+    ``upstream.tls``), the certificate checked against ``server_name`` or else the configured host
+    (``localhost`` for a unix socket), which is also the calls' ``:authority``, as grpc's
+    ``ssl_target_name_override`` has it. An address that refused a connection is passed over for a
+    moment (the backoff grpc's channel keeps). ``keepalive``: each connection's (``Keepalive``;
+    None: no pings), its time kept per address as a GOAWAY "too_many_pings" doubled it (grpc's
+    subchannel does the same). ``max_message``: the largest answer message taken."""
 
     BACKOFF = 0.25
-    CONNECT_S = 20.0  # to connect and read Triton's preface
+    CONNECT_S = 20.0  # to connect (TLS handshake included) and read Triton's preface
+    RESOLVE_S = 1.0  # a name resolved again at most this often
 
     def __init__(self, addresses: list[tuple[str, int]], lb_policy: str = "pick_first",
                  path: str = "/inference.GRPCInferenceService/ModelInfer", keepalive: Keepalive | None = None,
-                 cancel_unary: bool = True):
-        if not addresses:
-            raise ValueError("an h2 channel needs host:port addresses")
+                 cancel_unary: bool = True, *, unix: str | None = None, ssl: _ssl.SSLContext | None = None,
+                 server_name: str | None = None, max_message: int = MAX_MESSAGE,
+                 resolve: Callable[[str, int], Awaitable[list[str]]] | None = None):
+        if not addresses and unix is None:
+            raise ValueError("an h2 channel needs host:port addresses or a unix socket")
         self.cancel_unary = cancel_unary  # False: a unary call whose caller went away is left to finish (upstream.cancel)
-        self.addresses = [(h.strip("[]"), p) for h, p in addresses]
         self.round_robin = lb_policy == "round_robin"
-        self._blocks = [request_block(path, f"{h}:{p}") for h, p in addresses]
+        self.ssl = ssl
+        self.max_message = max_message
+        if unix is not None:
+            self.addresses = [(unix, 0)]
+            authorities = [server_name or "localhost"]
+            slots = [Address(unix, 0, 0, True)]
+        else:
+            self.addresses = [(h.strip("[]"), p) for h, p in addresses]
+            authorities = [server_name or f"{h}:{p}" for h, p in addresses]
+            slots = [Address(h, p, k) for k, (h, p) in enumerate(self.addresses)]
+        self._server_names = [server_name or ("localhost" if unix is not None else h) for h, _ in self.addresses]
+        # round_robin over a name, or a name resolved by ``resolve`` (a dns: target's own DNS server): its
+        # addresses resolved (``_resolve``), the slots made from them
+        self._resolver = resolve
+        self._names = (self.round_robin or resolve is not None) and any(
+            not _literal(h) for h, _ in self.addresses) and unix is None
+        self._resolved_at = -math.inf
+        self._resolving: asyncio.Future | None = None
+        self._authorities = authorities
+        self._blocks = [request_block(path, a) for a in authorities]
         self._method_blocks = {path: self._blocks}  # other unary methods' (``blocks``)
-        self._stream_blocks = [request_block(STREAM_PATH, f"{h}:{p}") for h, p in addresses]
-        self._conns: list[Connection | None] = [None] * len(addresses)
-        self._opening: list[asyncio.Future | None] = [None] * len(addresses)
-        self._down = [0.0] * len(addresses)  # monotonic time until which an address is passed over
+        self._stream_blocks = [request_block(STREAM_PATH, a) for a in authorities]
         self.keepalive = keepalive
-        self._keepalive_time = [keepalive.time if keepalive is not None else math.inf] * len(addresses)
         self._next = 0
+        self._slots: list[Address] = []
+        self._conns: list[Connection | None] = []
+        self._opening: list[asyncio.Future | None] = []
+        self._down: list[float] = []  # monotonic time until which an address is passed over
+        self._keepalive_time: list[float] = []
+        self._place([] if self._names else slots)
+
+    def _place(self, slots: list[Address]) -> None:
+        """The addresses calls go to: connections (and their backoff, keepalive time) kept for those
+        still there; those gone closed once their calls are done."""
+        old = dict(zip(self._slots, zip(self._conns, self._opening, self._down, self._keepalive_time, strict=True),
+                       strict=True))
+        default = (None, None, 0.0, self.keepalive.time if self.keepalive is not None else math.inf)
+        kept = [old.pop(a, default) for a in slots]
+        for conn, opening, _, _ in old.values():
+            if opening is not None:
+                opening.cancel()
+            if conn is not None and not conn.closed:
+                conn.closed = True
+                if not conn.streams:
+                    conn.close()
+        self._slots = slots
+        self._conns = [k[0] for k in kept]
+        self._opening = [k[1] for k in kept]
+        self._down = [k[2] for k in kept]
+        self._keepalive_time = [k[3] for k in kept]
+        self._next %= max(1, len(slots))
+
+    async def _resolve(self, deadline: float) -> None:
+        """Every address of the configured names (round_robin over a name), as grpc's dns resolver
+        finds them; a name that does not resolve: UNAVAILABLE, unless earlier addresses are kept."""
+        if self._resolving is None:
+            self._resolving = asyncio.ensure_future(self._lookup())
+            self._resolving.add_done_callback(lambda f: (setattr(self, "_resolving", None),
+                                                         f.cancelled() or f.exception()))
+        try:
+            slots = await asyncio.wait_for(asyncio.shield(self._resolving), max(0.0, deadline - time.monotonic()))
+        except asyncio.TimeoutError:
+            raise error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+        self._resolved_at = time.monotonic()
+        if isinstance(slots, grpc.aio.AioRpcError):
+            if not self._slots:
+                raise slots
+            return
+        if slots != self._slots:
+            self._place(slots)
+
+    async def _lookup(self) -> list[Address] | grpc.aio.AioRpcError:
+        loop = asyncio.get_running_loop()
+        slots: list[Address] = []
+        for k, (host, port) in enumerate(self.addresses):
+            if _literal(host):
+                slots.append(Address(host, port, k))
+                continue
+            try:
+                if self._resolver is not None:
+                    found = await self._resolver(host, port)
+                else:
+                    found = [sockaddr[0] for *_, sockaddr in await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+            except OSError as exc:
+                return error(grpc.StatusCode.UNAVAILABLE, f"DNS resolution failed for {host}:{port}: {exc}")
+            for ip in found:
+                a = Address(ip, port, k)
+                if a not in slots:
+                    slots.append(a)
+        if not slots:
+            return error(grpc.StatusCode.UNAVAILABLE, f"DNS resolution failed for {self.addresses[0][0]}: no address")
+        return slots
+
+    def _stale(self) -> bool:
+        """A name to resolve: never resolved, or a connection to be opened anew (one closed, or one
+        that failed to connect: a replica gone or restarted) and the last resolution RESOLVE_S old."""
+        if not self._slots:
+            return True
+        if time.monotonic() - self._resolved_at < self.RESOLVE_S:
+            return False
+        return any(c is not None and c.closed for c in self._conns) or any(self._down)
 
     def _order(self) -> list[int]:
-        n = len(self.addresses)
+        n = len(self._slots)
         if self.round_robin:
             start, self._next = self._next, (self._next + 1) % n
         else:
@@ -647,11 +804,12 @@ class Channel:
         return [i for i in order if self._down[i] <= now] or order
 
     def blocks(self, path: str, keep: bool = True) -> list[bytes]:
-        """Each address's header block for unary calls of ``path`` (``call``'s ``blocks``); ``keep``
-        False: not kept (a method a client named, outside Triton's service: the map stays bounded)."""
+        """Each configured address's header block for unary calls of ``path`` (``call``'s ``blocks``);
+        ``keep`` False: not kept (a method a client named, outside Triton's service: the map stays
+        bounded)."""
         found = self._method_blocks.get(path)
         if found is None:
-            found = [request_block(path, f"{h}:{p}") for h, p in self.addresses]
+            found = [request_block(path, a) for a in self._authorities]
             if keep:
                 self._method_blocks[path] = found
         return found
@@ -686,12 +844,15 @@ class Channel:
                     raise error(err.code(), err.details()) from None
 
     async def _pick(self, deadline: float) -> tuple[int, Connection]:
-        """The address a call goes to and its connection, opened if it must be."""
-        conns = self._conns
+        """The configured address a call goes to (its index: its header blocks) and its connection,
+        opened if it must be."""
+        if self._names and self._stale():
+            await self._resolve(deadline)
         failure = None
         for i in self._order():
-            conn = conns[i]
+            conn = self._conns[i]
             if conn is None or conn.closed:
+                slot = self._slots[i]
                 try:
                     conn = await self._open(i, deadline)
                 except grpc.aio.AioRpcError as err:
@@ -699,7 +860,8 @@ class Channel:
                         raise
                     failure = err
                     continue
-            return i, conn
+                return slot.name, conn
+            return self._slots[i].name, conn
         raise failure
 
     def stream_call(self, deserialize: Callable[[bytes], object], timeout: float, metadata=None) -> StreamCall:
@@ -714,16 +876,27 @@ class Channel:
     async def _open(self, i: int, deadline: float) -> Connection:
         opening = self._opening[i]
         if opening is None:
-            opening = self._opening[i] = asyncio.ensure_future(self._connect(i))
-            opening.add_done_callback(lambda f: (self._opening.__setitem__(i, None),
-                                                 f.cancelled() or f.exception()))
+            slot = self._slots[i]
+            opening = self._opening[i] = asyncio.ensure_future(self._connect(slot))
+
+            def opened(f: asyncio.Future) -> None:
+                if i < len(self._opening) and self._opening[i] is f:
+                    self._opening[i] = None
+                if not f.cancelled():
+                    f.exception()
+
+            opening.add_done_callback(opened)
         try:
             return await asyncio.wait_for(asyncio.shield(opening), max(0.0, deadline - time.monotonic()))
         except asyncio.TimeoutError:
             raise error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
 
-    async def _connect(self, i: int) -> Connection:
-        host, port = self.addresses[i]
+    async def _connect(self, slot: Address) -> Connection:
+        """A connection to ``slot``, Triton's once its preface came: TCP or a unix socket, TLS with
+        ALPN "h2" where ``ssl`` says so; anything short of that failed to connect (UNAVAILABLE, the
+        address backed off)."""
+        i = self._slots.index(slot)
+        where = f"unix:{slot.host}" if slot.unix else f"{slot.host}:{slot.port}"
         loop = asyncio.get_running_loop()
         keepalive = self.keepalive
         if keepalive is not None:
@@ -732,34 +905,63 @@ class Channel:
                 self._keepalive_time[i] = old.keepalive_time  # too_many_pings on the last one
             if self._keepalive_time[i] != keepalive.time:
                 keepalive = keepalive._replace(time=self._keepalive_time[i])
+        tls = {} if self.ssl is None else {"ssl": self.ssl, "server_hostname": self._server_names[slot.name],
+                                           "ssl_handshake_timeout": self.CONNECT_S}
+
+        def protocol() -> Connection:
+            return Connection(keepalive, self.max_message)
+
         # connected once Triton's SETTINGS came (the preface both ways, as grpc's connector waits for
         # them): a socket that closes or speaks no HTTP/2 before (a TLS-only Triton) failed to connect
         start = loop.time()
         try:
-            _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: Connection(keepalive), host, port), self.CONNECT_S)
+            if slot.unix:
+                opening = loop.create_unix_connection(protocol, slot.host, **tls)
+            else:
+                opening = loop.create_connection(protocol, slot.host, slot.port, **tls)
+            _, conn = await asyncio.wait_for(opening, self.CONNECT_S)
         except (OSError, asyncio.TimeoutError) as exc:
             why = exc if str(exc) else "timed out"
         else:
-            try:
-                why = await asyncio.wait_for(asyncio.shield(conn.ready), max(0.0, start + self.CONNECT_S - loop.time()))
-            except asyncio.TimeoutError:
-                why = "no HTTP/2 preface (SETTINGS) from the server"
-            except asyncio.CancelledError:
-                conn.transport.abort()
-                raise
+            why = self._alpn(conn)
+            if why is None:
+                try:
+                    why = await asyncio.wait_for(asyncio.shield(conn.ready),
+                                                 max(0.0, start + self.CONNECT_S - loop.time()))
+                except asyncio.TimeoutError:
+                    why = "no HTTP/2 preface (SETTINGS) from the server"
+                except asyncio.CancelledError:
+                    conn.transport.abort()
+                    raise
+                if why is not None and "preface" not in why:
+                    why = f"{why} before the HTTP/2 preface"
             if why is not None:
                 conn.transport.abort()
-                why = f"{why} before the HTTP/2 preface" if "preface" not in why else why
+        i = self._slots.index(slot) if slot in self._slots else -1  # (the slots may have changed meanwhile)
         if why is not None:
-            self._down[i] = time.monotonic() + self.BACKOFF
-            raise error(grpc.StatusCode.UNAVAILABLE,
-                        f"failed to connect to all addresses; last error: {host}:{port}: {why}")
+            if i >= 0:
+                self._down[i] = time.monotonic() + self.BACKOFF
+            raise error(grpc.StatusCode.UNAVAILABLE, f"failed to connect to all addresses; last error: {where}: {why}")
+        if i < 0:  # resolved away while it connected
+            conn.close()
+            raise Unprocessed(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                              "address resolved away")
         self._down[i] = 0.0
         self._conns[i] = conn
         return conn
 
+    def _alpn(self, conn: Connection) -> str | None:
+        """Why a TLS connection is not HTTP/2 (grpc's words), or None."""
+        if self.ssl is None:
+            return None
+        tls = conn.transport.get_extra_info("ssl_object")
+        if tls is None or tls.selected_alpn_protocol() != "h2":
+            return "Cannot check peer: missing selected ALPN property."
+        return None
+
     async def close(self) -> None:
+        if self._resolving is not None:
+            self._resolving.cancel()
         for opening in self._opening:
             if opening is not None:
                 opening.cancel()
@@ -785,7 +987,7 @@ class StreamCall:
     caller gone) resets the stream (RST_STREAM CANCEL): Triton cancels the model's request."""
 
     __slots__ = ("channel", "deserialize", "deadline", "conn", "sid", "st", "buf", "timer", "data", "tries",
-                 "extra", "bidi")
+                 "extra", "bidi", "counted")
 
     def __init__(self, channel: Channel, deserialize: Callable[[bytes], object] | None, timeout: float,
                  metadata=None, bidi: bool = False):
@@ -797,6 +999,7 @@ class StreamCall:
         self.st: _Stream | None = None
         self.sid = 0
         self.buf = b""
+        self.counted = 0  # bytes of a message read in part whose window was given back already
         self.timer: asyncio.TimerHandle | None = None
         self.data = None if bidi else b""
         self.tries = 0
@@ -822,8 +1025,8 @@ class StreamCall:
             if waiting is None:
                 waiting = self.conn.send(self.sid, st, data[0], fin)
             else:
-                st.out.append(memoryview(data[0]))
                 st.fin = fin
+                self.conn.queue(st, memoryview(data[0]))  # (counted in what waits, as every queued byte)
         else:
             waiting = self.conn.send(self.sid, st, data, fin)
         if waiting is not None:
@@ -870,10 +1073,16 @@ class StreamCall:
                 if buf[0]:
                     self.cancel()
                     raise error(grpc.StatusCode.INTERNAL, "Failed to parse server response")
-                end = 5 + _U32.unpack_from(buf, 1)[0]
+                size = _U32.unpack_from(buf, 1)[0]
+                if size > self.conn.max_message:  # refused before it is held (grpc's words)
+                    self.cancel()
+                    raise error(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"Received message larger than max ({size} vs. {self.conn.max_message})")
+                end = 5 + size
                 if len(buf) >= end:
                     self.buf = buf[end:]
-                    st.unacked += end
+                    st.unacked += end - self.counted
+                    self.counted = 0
                     if st.unacked >= STREAM_WINDOW // 2 and self.conn.streams.get(self.sid) is st:
                         self.conn.transport.write(frame(WINDOW_UPDATE, 0, self.sid, _U32.pack(st.unacked)))
                         st.inwin += st.unacked
@@ -884,6 +1093,13 @@ class StreamCall:
                 st.chunks.clear()
                 continue
             self.buf = buf
+            if len(buf) > self.counted + STREAM_WINDOW // 4:  # a large message in part: its window given back
+                st.unacked += len(buf) - self.counted  # as it comes (its size is within max_message)
+                self.counted = len(buf)
+                if self.conn.streams.get(self.sid) is st:
+                    self.conn.transport.write(frame(WINDOW_UPDATE, 0, self.sid, _U32.pack(st.unacked)))
+                    st.inwin += st.unacked
+                    st.unacked = 0
             if st.end is not None:
                 return await self._ended(st.end)
             st.future = asyncio.get_running_loop().create_future()

@@ -9,8 +9,8 @@ disconnected or reset its stream, and the handler awaiting the call was cancelle
 
 A call's deadline ends it in every mode (Triton holds the same ``grpc-timeout``). Each transport
 applies the mode where the caller's cancellation reaches it: gateway/h2/client.py
-(``Connection.call``'s ``cancel``), gateway/upstream/direct.py (``unary``'s ``cancel``; the call
-otherwise awaited in a task of its own, ``uncancelled``), and for streams ``finish`` and ``Reader``
+(``Connection.call``'s ``cancel``), grpc.aio's unary call (gateway/upstream/unary.py ``over_grpc``;
+the call otherwise awaited in a task of its own, ``uncancelled``), and for streams ``finish`` and ``Reader``
 here, used by TritonUpstream.stream, the V2 passthrough and V2 generate. A stream whose final
 response was read is never cancelled: it is left to end with Triton's trailers (a cancellation
 after the final response is one more of the races those Tritons crash on).
@@ -26,6 +26,22 @@ from gateway.h2 import client as h2call
 
 MODES = ("streams", "all", "none")
 _draining: set[asyncio.Task] = set()  # strong references: the loop keeps only weak ones
+
+
+def _dropped(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: an answer (or error) nobody waits for any more is not logged
+
+
+async def uncancelled(call):
+    """``call`` awaited in a task of its own: a caller that goes away stops waiting, and the call
+    runs on to its end (or deadline), its answer dropped (a grpc.aio unary call under streams or none)."""
+    task = asyncio.ensure_future(call)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(_dropped)
+        raise
 
 
 def unary_cancelled(mode: str) -> bool:

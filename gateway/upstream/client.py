@@ -1,4 +1,5 @@
-"""The upstream client: KServe V2 gRPC to Triton over grpc.aio.
+"""The upstream client: KServe V2 gRPC to Triton, on the HTTP/2 client (gateway/h2/client.py) or,
+with ``upstream.transport: grpc``, grpc.aio.
 
 One ``TritonUpstream`` per worker process, connected inside the running loop (never at import
 time). Every grpc error is turned into a ``GatewayError`` here (``_translate``), so nothing above
@@ -26,12 +27,14 @@ from gateway.core.tensors import InferRequest, InferResponse, ModelIndexEntry, M
 from gateway.h2 import client as h2call
 from gateway.observe import metrics, tracing
 
-from . import cancel, codec, direct, shm, streammux, wire
+from . import cancel, codec, shm, streammux, wire
+from .unary import UnaryCall, over_grpc, over_h2
 
-# Unlimited message sizes on the upstream hop: the 4 MiB grpc default breaks real tensors.
+# Message sizes on the upstream hop as large as Triton's own (the 4 MiB grpc default breaks real
+# tensors): requests unlimited, answers up to INT32_MAX, Triton's gRPC maximum (upstream.max_answer_bytes)
 CHANNEL_OPTIONS = (
     ("grpc.max_send_message_length", -1),
-    ("grpc.max_receive_message_length", -1),
+    ("grpc.max_receive_message_length", h2call.MAX_MESSAGE),
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.http2.max_pings_without_data", 0),
@@ -55,12 +58,12 @@ LB_POLICIES = ("pick_first", "round_robin")
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 
 
-def methods(channel: grpc.aio.Channel, cancel_unary: bool = True) -> SimpleNamespace:
-    """Triton's RPCs on ``channel``, by name, with the serializers of its generated stub but not as
-    registered methods, which cost every call more with grpcio 1.85 (gateway/ops/grpchealth.py,
-    ``ServiceNames``). A unary RPC is a ``direct.unary`` call (awaited, in the
-    caller's task: gateway/upstream/direct.py; ``cancel_unary``: a caller that goes away cancels it);
-    a streaming one grpc.aio's multicallable."""
+def methods(channel: grpc.aio.Channel, unary: Callable[..., UnaryCall], cancel_unary: bool = True) -> SimpleNamespace:
+    """Triton's RPCs by name, with the serializers of its generated stub but not as registered
+    methods, which cost every call more with grpcio 1.85 (gateway/ops/grpchealth.py,
+    ``ServiceNames``). A unary RPC is made by ``unary(path, serializer, deserializer, cancel)``, the
+    transport's (gateway/upstream/unary.py; ``cancel_unary``: a caller that goes away cancels it);
+    a streaming one is grpc.aio's multicallable on ``channel``."""
     kinds = {(False, True): channel.unary_stream, (True, False): channel.stream_unary,
              (True, True): channel.stream_stream}
     rpcs = {}
@@ -69,22 +72,20 @@ def methods(channel: grpc.aio.Channel, cancel_unary: bool = True) -> SimpleNames
         serializer = getattr(service_pb2, m.input_type.name).SerializeToString
         deserializer = getattr(service_pb2, m.output_type.name).FromString
         if not (m.client_streaming or m.server_streaming):
-            rpcs[m.name] = direct.unary(channel, path, serializer, deserializer, cancel_unary)
+            rpcs[m.name] = unary(path, serializer, deserializer, cancel_unary)
         else:
             rpcs[m.name] = kinds[m.client_streaming, m.server_streaming](
                 path, request_serializer=serializer, response_deserializer=deserializer)
     return SimpleNamespace(**rpcs)
 
 
-# Triton's unary RPCs by name: (path, the answer's parser), for the h2 channel (``_idempotent``)
-_UNARY = {m.name: (f"/{SERVICE.full_name}/{m.name}", getattr(service_pb2, m.output_type.name).FromString)
-          for m in SERVICE.methods if not (m.client_streaming or m.server_streaming)}
+MODEL_INFER = f"/{SERVICE.full_name}/ModelInfer"
 
 
 _PATHS = frozenset(f"/{SERVICE.full_name}/{m.name}" for m in SERVICE.methods)  # Triton's own methods
 
 
-def channel_options(lb_policy: str = "pick_first") -> tuple[tuple[str, Any], ...]:
+def channel_options(lb_policy: str = "pick_first", max_answer: int = h2call.MAX_MESSAGE) -> tuple[tuple[str, Any], ...]:
     """CHANNEL_OPTIONS plus the load-balancing policy, as a service config.
 
     ``round_robin`` spreads calls over every address the target resolves to: several Triton
@@ -94,7 +95,9 @@ def channel_options(lb_policy: str = "pick_first") -> tuple[tuple[str, Any], ...
     if lb_policy not in LB_POLICIES:
         raise ValueError(f"lb_policy must be one of {LB_POLICIES}, not {lb_policy!r}")
     config = json.dumps({"loadBalancingConfig": [{lb_policy: {}}]})
-    return (*CHANNEL_OPTIONS, ("grpc.service_config", config))
+    options = tuple(("grpc.max_receive_message_length", max_answer) if k == "grpc.max_receive_message_length"
+                    else (k, v) for k, v in CHANNEL_OPTIONS)
+    return (*options, ("grpc.service_config", config))
 
 
 class Upstream(Protocol):
@@ -120,11 +123,11 @@ class Upstream(Protocol):
         ...
 
     def unary(self, method: str, serializer: Callable[[Any], bytes] | None = None,
-              deserializer: Callable[[bytes], Any] | None = None, cancel: bool | None = None) -> direct.UnaryCall:
-        """``call(request, *, timeout=None, metadata=None)``: the unary RPC ``method`` on Triton's
-        channel, made as the gateway's own calls are (gateway/upstream/direct.py), for a dialect
-        that forwards or writes a V2 call itself. ``cancel``: whether a caller that goes away cancels
-        it (None: as ``upstream.cancel`` says; True where the edge never cancels its caller, an h2
+              deserializer: Callable[[bytes], Any] | None = None, cancel: bool | None = None) -> UnaryCall:
+        """``call(request, *, timeout=None, metadata=None)``: the unary RPC ``method`` to Triton,
+        made as the gateway's own calls are (on the worker's transport: gateway/upstream/unary.py),
+        for a dialect that writes a V2 call itself (the V2 gRPC passthrough: ``relay``). ``cancel``:
+        whether a caller that goes away cancels it (None: as ``upstream.cancel`` says; True where the edge never cancels its caller, an h2
         listener's unary-unary handler under streams or none: no shield needed)."""
         ...
 
@@ -266,9 +269,10 @@ class TritonUpstream:
                  stream_timeout: float = 600.0, lb_policy: str = "pick_first",
                  credentials: grpc.ChannelCredentials | None = None, extra_options: tuple = (),
                  shared_memory: tuple[int, int] | None = None, stream_mux: tuple[int, int] | None = None,
-                 h2: h2call.Channel | None = None, cancel_mode: str = "streams"):
+                 h2: h2call.Channel | None = None, cancel_mode: str = "streams",
+                 max_answer_bytes: int = h2call.MAX_MESSAGE):
         self.target = target
-        self.options = (*channel_options(lb_policy), *extra_options)
+        self.options = (*channel_options(lb_policy, max_answer_bytes), *extra_options)
         self.credentials = credentials  # TLS / mTLS to Triton (gateway.access.channel_credentials); None: plaintext
         self.default_timeout = default_timeout
         self.stream_timeout = stream_timeout
@@ -284,7 +288,7 @@ class TritonUpstream:
         self._mux_sizes = stream_mux  # (streams, max_bytes): small ModelInfers as stream messages
         self._mux: streammux.Mux | None = None
         self._plain: dict[str, bool] = {}  # model -> not decoupled, as its last metadata said
-        self._h2 = h2  # upstream.transport h2: infer_bytes's and stream's calls as HTTP/2 frames on the loop (h2call.py)
+        self._h2 = h2  # upstream.transport h2 (the factory's choice): the calls as HTTP/2 frames on the loop (h2call.py)
         # upstream.cancel (gateway/upstream/cancel.py): what a caller that goes away cancels (the factory gives
         # the h2 channel the same, h2call.Channel cancel_unary)
         self.cancel_mode = cancel_mode
@@ -299,11 +303,13 @@ class TritonUpstream:
                 self._channel = grpc.aio.secure_channel(self.target, self.credentials, options=self.options)
             else:
                 self._channel = grpc.aio.insecure_channel(self.target, options=self.options)
-            self._stub = methods(self._channel, self._cancel_unary)
+            # the one choice of transport for every unary call (the HTTP/2 client, else grpc.aio);
+            # grpc.aio's channel also carries the V2 passthrough's and V2 REST's streams
+            self._unary_of = self._h2_unary if self._h2 is not None else self._grpc_unary
+            self._stub = methods(self._channel, self._unary_of, self._cancel_unary)
             # ModelInfer with requests written as wire bytes (wire.serialize_request, wire.Planned),
             # answers as gRPC received them (wire.parse_answer: a large answer's tensor data not copied)
-            self._model_infer_bytes = direct.unary(self._channel, "/inference.GRPCInferenceService/ModelInfer",
-                                                   cancel=self._cancel_unary)
+            self._model_infer_bytes = self._unary_of(MODEL_INFER, None, None, self._cancel_unary)
             if self._mux_sizes is not None:
                 self._mux = streammux.Mux(self._channel, *self._mux_sizes)
             if self._shm_sizes is not None and self.arena is None:
@@ -311,6 +317,12 @@ class TritonUpstream:
                 self.arena = shm.Arena(*self._shm_sizes, register=self._shm_register,
                                        unregister=self._shm_unregister, transient=_is_unavailable)
                 self._arena_opening = asyncio.ensure_future(self._open_arena())
+
+    def _h2_unary(self, method: str, serializer, deserializer, cancel: bool) -> UnaryCall:
+        return over_h2(self._h2, method, serializer, deserializer, cancel)
+
+    def _grpc_unary(self, method: str, serializer, deserializer, cancel: bool) -> UnaryCall:
+        return over_grpc(self._channel, method, serializer, deserializer, cancel)
 
     def body_buffer(self, size: int):
         """Where a large HTTP body is best read (``Edge.bodies``): a slice of the shared-memory region,
@@ -363,9 +375,11 @@ class TritonUpstream:
         return self._channel
 
     def unary(self, method: str, serializer: Callable[[Any], bytes] | None = None,
-              deserializer: Callable[[bytes], Any] | None = None, cancel: bool | None = None) -> direct.UnaryCall:
-        return direct.unary(self.channel, method, serializer, deserializer,
-                            self._cancel_unary if cancel is None else cancel)
+              deserializer: Callable[[bytes], Any] | None = None, cancel: bool | None = None) -> UnaryCall:
+        cancel = self._cancel_unary if cancel is None else cancel
+        if self._channel is None:
+            raise GatewayError(ErrorKind.INTERNAL, "upstream channel used before connect()")
+        return self._unary_of(method, serializer, deserializer, cancel)
 
     def relay(self, method: str, cancel: bool | None = None) -> Callable[[bytes, float, Any], Awaitable[bytes]]:
         """The V2 passthrough's unary call ``method``: ``call(request, timeout, metadata)``, the
@@ -427,7 +441,6 @@ class TritonUpstream:
         metadata it failed to give looked like an unknown model: found by make soak)."""
         rpc = getattr(self.stub, method)
         model = getattr(request, "name", "")
-        h2 = self._h2
         timeout = timeout or min(self.default_timeout, 10.0)
         try:
             async for attempt in AsyncRetrying(
@@ -437,9 +450,6 @@ class TritonUpstream:
                 reraise=True,
             ):
                 with attempt, _translate(method, model), tracing.upstream(method, model) as md:
-                    if h2 is not None:  # HTTP/2 frames on the loop, as ModelInfer (traced: its traceparent with it)
-                        path, parse = _UNARY[method]
-                        return parse(await h2.call(request.SerializeToString(), timeout, h2.blocks(path), md))
                     return await rpc(request, timeout=timeout, metadata=md)
         except GatewayError as err:
             if err.kind is ErrorKind.UNAVAILABLE:
@@ -466,8 +476,6 @@ class TritonUpstream:
             route = mux.route(data) if mux is not None and not md and self._plain.get(model) else None
             if route is not None:
                 return await mux.infer(route, data, self._timeout())
-            if self._h2 is not None:  # (traced: its traceparent as a header field)
-                return await self._h2.call(data, self._timeout(), None, md)
             return await self._model_infer_bytes(data, timeout=self._timeout(), metadata=md)
 
     async def stream(self, req: InferRequest) -> AsyncIterator[InferResponse]:

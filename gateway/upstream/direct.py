@@ -1,4 +1,11 @@
-"""Unary calls to Triton made on grpc.aio's own Cython call, in the caller's task.
+"""The V2 passthrough's unary calls to Triton, made on grpc.aio's own Cython call in the caller's
+task (``unary``), and the stream multiplexer's reach into grpc.aio's stream calls (``stream_op``).
+
+Every other call to Triton goes on the HTTP/2 client (gateway/h2/client.py), or with
+``upstream.transport: grpc`` through grpc.aio's public call (gateway/upstream/unary.py). The V2
+gRPC passthrough keeps this one while its errors must carry Triton's initial and trailing metadata
+as they came, which the HTTP/2 client does not yet give (``TritonUpstream.unary``'s
+``passthrough``); this fence goes once neither it nor the multiplexer needs it.
 
 ``channel.unary_unary(method)(request)`` in grpc.aio (1.85) builds a ``Metadata`` object (an ABC
 check of the metadata given), a ``UnaryUnaryCall`` with a census context, a task of its own that
@@ -6,7 +13,6 @@ runs the call, a weak-set entry on the channel and a debug log call; the caller 
 task. ``unary(channel, method)`` gives the same call without them: the Cython call object grpc.aio
 itself creates (``AioChannel.call``) runs its one batch (``_AioCall.unary_unary``: send metadata,
 message and half-close, receive metadata, message and status) in the task that awaits it.
-``python -m bench.instructions`` counts what that saves a call.
 
 What a caller sees is what the public call gives: the answer (through ``deserializer``), or
 ``grpc.aio.AioRpcError`` built by grpc.aio's own function from the call's status (code, details,
@@ -22,20 +28,22 @@ It rests on grpc.aio's private layer, so it is used only where that layer has wh
 Cython channel with ``call``, its call object with the methods below) and the channel has no client
 interceptors; elsewhere ``unary`` gives grpc.aio's public multicallable, called the same way.
 tests/unit/test_direct_call.py holds the two to the same answers, errors, deadlines and
-cancellation on a real grpc.aio server, and checks that the pinned grpcio (1.85.1, whose
-``AioChannel.call`` arguments the call passes) takes the direct path.
+cancellation on a real grpc.aio server.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 
 from gateway.observe import fastpaths
+
+from .cancel import uncancelled
+from .unary import UnaryCall
 
 try:  # grpc.aio's private layer: present in the pinned grpcio (1.85.1)
     from grpc._cython import cygrpc
@@ -57,8 +65,6 @@ def _missing() -> list[str]:
 
 ON = fastpaths.declare("grpc_direct_call", _missing())
 
-UnaryCall = Callable[..., Awaitable[Any]]  # (request, *, timeout=None, metadata=None) -> an awaitable answer
-
 
 def available(channel: grpc.aio.Channel) -> bool:
     """Whether calls on ``channel`` can be made directly: grpc.aio's Cython layer as grpcio 1.85
@@ -72,22 +78,6 @@ def available(channel: grpc.aio.Channel) -> bool:
            ("unary_unary", "unary_stream", "stream_unary", "stream_stream")):
         return False
     return True
-
-
-def _dropped(task: asyncio.Future) -> None:
-    if not task.cancelled():
-        task.exception()  # retrieved: an answer (or error) nobody waits for any more is not logged
-
-
-async def uncancelled(call: Awaitable[Any]) -> Any:
-    """``call`` awaited in a task of its own: a caller that goes away stops waiting, and the call
-    runs on to its end (or deadline), its answer dropped (``upstream.cancel`` streams or none)."""
-    task = asyncio.ensure_future(call)
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        task.add_done_callback(_dropped)
-        raise
 
 
 def unary(channel: grpc.aio.Channel, method: str, serializer: Callable[[Any], bytes] | None = None,

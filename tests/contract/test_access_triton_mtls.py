@@ -1,6 +1,7 @@
 """mTLS to a real Triton: its gRPC endpoint started with --grpc-use-ssl-mutual (trustme certificates
 made at test time), the gateway's upstream.tls presenting a client certificate; the same gateway
-without one is refused by Triton and answers UNAVAILABLE in each dialect's envelope."""
+without one is refused by Triton and answers UNAVAILABLE in each dialect's envelope. On both
+transports: the HTTP/2 client (the default: asyncio's TLS, ALPN h2) and ``upstream.transport: grpc``."""
 
 from __future__ import annotations
 
@@ -50,18 +51,21 @@ def mtls_triton(tmp_path_factory):
     proc.stop()
 
 
-async def _gateway(cfg, tls: str | None):
+async def _gateway(cfg, tls: str | None, transport: str = "h2"):
     ports = {"tfserving_rest": free_port(), "v2_grpc": free_port()}
     extra = {"UPSTREAM__TLS": tls} if tls else {}
-    w = Worker(worker_settings(ports, f"127.0.0.1:{cfg.grpc_port}", UPSTREAM__RETRIES="1", **extra))
+    w = Worker(worker_settings(ports, f"127.0.0.1:{cfg.grpc_port}", UPSTREAM__RETRIES="1",
+                               UPSTREAM__TRANSPORT=transport, **extra))
     await w.start()
+    assert (w.ctx.upstream._h2 is not None) == (transport == "h2")
     return w, ports
 
 
-async def test_the_gateway_reaches_triton_over_mtls(mtls_triton):
+@pytest.mark.parametrize("transport", ["h2", "grpc"])
+async def test_the_gateway_reaches_triton_over_mtls(mtls_triton, transport):
     cfg, f = mtls_triton
     tls = f"{{ca_file: {f['ca']}, cert_file: {f['client']}, key_file: {f['client-key']}}}"
-    w, ports = await _gateway(cfg, tls)
+    w, ports = await _gateway(cfg, tls, transport)
     try:
         async with aiohttp.ClientSession() as http:
             url = f"http://127.0.0.1:{ports['tfserving_rest']}/v1/models/{MODEL}:predict"
@@ -75,14 +79,18 @@ async def test_the_gateway_reaches_triton_over_mtls(mtls_triton):
             assert result.as_numpy("y").tolist() == [3.5, 4.0]
         finally:
             await client.close()
+        if transport == "h2":  # TLS with ALPN h2 on the HTTP/2 client's own connection
+            conn = w.ctx.upstream._h2._conns[0]
+            assert conn.transport.get_extra_info("ssl_object").selected_alpn_protocol() == "h2"
     finally:
         await w.stop(grace=0.1)
 
 
+@pytest.mark.parametrize("transport", ["h2", "grpc"])
 @pytest.mark.parametrize("tls", ["plaintext", "no_client_cert"])
-async def test_triton_refuses_a_gateway_without_its_client_certificate(mtls_triton, tls):
+async def test_triton_refuses_a_gateway_without_its_client_certificate(mtls_triton, tls, transport):
     cfg, f = mtls_triton
-    w, ports = await _gateway(cfg, None if tls == "plaintext" else f"{{ca_file: {f['ca']}}}")
+    w, ports = await _gateway(cfg, None if tls == "plaintext" else f"{{ca_file: {f['ca']}}}", transport)
     try:
         async with aiohttp.ClientSession() as http:
             url = f"http://127.0.0.1:{ports['tfserving_rest']}/v1/models/{MODEL}:predict"

@@ -21,6 +21,7 @@ from gateway.h2 import client as h2call
 from gateway.local import localtriton
 from gateway.settings import upstream_addresses
 from gateway.upstream import TritonUpstream
+from gateway.upstream.client import MODEL_INFER
 from tests.contract.test_streammux import CASES, HPT, _answer, _f32, _req, _same
 from tests.contract.test_triton_restart import own_triton  # noqa: F401 - the fixture: a Triton of the test's own
 from tests.support import ROOT, free_port
@@ -29,8 +30,9 @@ pytestmark = pytest.mark.contract
 
 
 def _pair(target: str) -> tuple[TritonUpstream, TritonUpstream]:
-    return (TritonUpstream(target),
-            TritonUpstream(target, h2=h2call.Channel(upstream_addresses(target))))
+    """grpc.aio and the HTTP/2 client, a caller that goes away cancelling its call (upstream.cancel: all)."""
+    return (TritonUpstream(target, cancel_mode="all"),
+            TritonUpstream(target, h2=h2call.Channel(upstream_addresses(target)), cancel_mode="all"))
 
 
 @pytest.fixture
@@ -197,9 +199,9 @@ async def test_the_translating_dialects_call_through_it(triton):
         infers = []  # the ModelInfer calls on it (metadata, config and readiness go on it too)
         call = chan.call
 
-        async def counted(data, timeout, blocks=None):
-            infers.append(blocks is None)
-            return await call(data, timeout, blocks)
+        async def counted(data, timeout, blocks=None, cancel=None):
+            infers.append(blocks is None or blocks is chan.blocks(MODEL_INFER))
+            return await call(data, timeout, blocks, cancel)
 
         chan.call = counted
         base = "http://127.0.0.1"

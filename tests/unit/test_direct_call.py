@@ -1,4 +1,5 @@
-"""gateway/upstream/direct.py: a direct unary call gives what grpc.aio's public call gives.
+"""gateway/upstream/direct.py (the V2 passthrough's unary calls): a direct unary call gives what
+grpc.aio's public call gives.
 
 A real grpc.aio server in this process answers both kinds of call the same way; every case sends the
 same request through ``direct.unary`` and through ``channel.unary_unary`` and compares what comes
@@ -15,59 +16,13 @@ import pytest
 
 from gateway.upstream import direct
 from tests.support import free_port
-
-SERVICE = "test.Echo"
-
-
-class Server:
-    """Methods: Echo (the request, reversed, with the server's view of the metadata), Fail (aborts
-    with initial and trailing metadata), Slow (waits until cancelled, noting it)."""
-
-    def __init__(self):
-        self.cancelled = asyncio.Event()
-        self.received: list[tuple] = []
-
-    async def echo(self, request: bytes, context):
-        self.received.append(tuple((k, v) for k, v in context.invocation_metadata() if not k.startswith("grpc-")
-                                   and k not in ("user-agent",)))
-        return request[::-1]
-
-    async def fail(self, request: bytes, context):
-        await context.send_initial_metadata((("initial-key", "i"),))
-        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"no room for {request.decode()}",
-                            (("trailing-key", "t"), ("trailing-bin", b"\x00\x01")))
-
-    async def slow(self, request: bytes, context):
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            self.cancelled.set()
-            raise
-        return b""
-
-    def handler(self) -> grpc.GenericRpcHandler:
-        return grpc.method_handlers_generic_handler(SERVICE, {
-            "Echo": grpc.unary_unary_rpc_method_handler(self.echo),
-            "Fail": grpc.unary_unary_rpc_method_handler(self.fail),
-            "Slow": grpc.unary_unary_rpc_method_handler(self.slow),
-        })
+from tests.unit.test_upstream_unary import SERVICE, serving
 
 
 @pytest.fixture
 async def served():
-    impl = Server()
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers((impl.handler(),))
-    port = free_port()
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    await server.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    try:
-        channel.address = f"127.0.0.1:{port}"
+    async with serving() as (impl, channel, _):
         yield impl, channel
-    finally:
-        await channel.close()
-        await server.stop(None)
 
 
 def _both(channel, name: str, serializer=None, deserializer=None):

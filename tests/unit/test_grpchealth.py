@@ -130,13 +130,17 @@ async def test_tritons_methods_are_its_stubs_unregistered():
     """gateway.upstream.client.methods: every RPC of Triton's generated stub, of the same kind."""
     from tritonclient.grpc import service_pb2_grpc
 
+    from gateway.h2 import client as h2call
     from gateway.upstream.client import methods
+    from gateway.upstream.unary import over_h2
 
     channel = grpc.aio.insecure_channel("127.0.0.1:1")  # never called
     try:
-        ours, stub = vars(methods(channel)), vars(service_pb2_grpc.GRPCInferenceServiceStub(channel))
+        h2 = h2call.Channel([("127.0.0.1", 1)])
+        ours = vars(methods(channel, lambda *a: over_h2(h2, *a)))
+        stub = vars(service_pb2_grpc.GRPCInferenceServiceStub(channel))
         assert sorted(ours) == sorted(stub)
-        for name, multicallable in stub.items():  # unary: a direct call (gateway/upstream/direct.py)
+        for name, multicallable in stub.items():  # unary: the h2 client's call (gateway/upstream/unary.py)
             if isinstance(multicallable, grpc.aio.UnaryUnaryMultiCallable):
                 assert inspect.iscoroutinefunction(ours[name]), name
             else:

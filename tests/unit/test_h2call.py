@@ -1,7 +1,7 @@
 """gateway/h2/client.py: HTTP/2 frames on the loop give what a grpc.aio unary call gives.
 
 A real grpc.aio server in this process (tests/unit/test_direct_call.py's) answers the h2 call and
-``direct.unary`` alike: answers, errors (code and details, grpc-message's escapes read back),
+grpc.aio's call alike: answers, errors (code and details, grpc-message's escapes read back),
 deadlines, a cancelled caller (the server hears it), large messages both ways (flow-control
 windows). A server written with the ``h2`` library plays what grpc's server does rarely or
 loosely: GOAWAY with calls in flight, PING, a non-200 HTTP status, a dropped socket,
@@ -26,8 +26,9 @@ from tritonclient.grpc import service_pb2
 from gateway.core.tensors import InferRequest
 from gateway.h2 import client as h2call
 from gateway.upstream.client import TritonUpstream
+from gateway.upstream.unary import over_grpc
 from tests.support import free_port
-from tests.unit.test_direct_call import SERVICE, Server, _both
+from tests.unit.test_upstream_unary import SERVICE, Server, _outcome
 
 
 @pytest.fixture
@@ -66,17 +67,10 @@ async def served():
         await server.stop(None)
 
 
-async def _outcome(call):
-    try:
-        return "ok", await call
-    except grpc.aio.AioRpcError as err:
-        return err.code(), err.details()
-
-
 async def test_answers_and_errors_as_grpc_gives_them(served):
     _, channel, h2 = served
     for name, request in (("Echo", b"hello"), ("Fail", b"that"), ("Percent", b""), ("Echo", b"")):
-        direct_call = _both(channel, name)[0]
+        direct_call = over_grpc(channel, f"/{SERVICE}/{name}")
         want = await _outcome(direct_call(request, timeout=5))
         assert await _outcome(h2(name).call(request, 5)) == want, name
     assert want == ("ok", b"")
@@ -85,7 +79,7 @@ async def test_answers_and_errors_as_grpc_gives_them(served):
 async def test_large_messages_both_ways(served):
     _, channel, h2 = served
     request = bytes(range(256)) * (40 << 10)  # 10 MiB: past every default window, in many frames
-    direct_call = _both(channel, "Big")[0]
+    direct_call = over_grpc(channel, f"/{SERVICE}/Big")
     assert await h2("Big").call(b"x", 5) == b"xx"  # the server's SETTINGS (2 streams at most) read
     answers = await asyncio.gather(*(h2("Big").call(request, 30) for _ in range(3)))
     assert answers == [await direct_call(request, timeout=30)] * 3

@@ -16,6 +16,7 @@ from gateway import config
 from gateway.h2 import client as h2call
 from gateway.settings import SettingsError
 from gateway.upstream import cancel, direct, from_settings
+from gateway.upstream.unary import over_grpc
 from tests.support import free_port
 
 SERVICE = "test.Later"
@@ -83,8 +84,7 @@ async def test_a_unary_call_whose_caller_left_on_each_transport(served, cancels)
     direct_call = direct.unary(channel, path, cancel=cancels)
     assert direct_call.__name__ == "call"  # grpc.aio's Cython call
     assert await _left(impl, direct_call(b"x", timeout=10)) == want
-    public = channel.unary_unary(path)
-    assert await _left(impl, public(b"x", timeout=10) if cancels else direct.uncancelled(public(b"x", timeout=10))) == want
+    assert await _left(impl, over_grpc(channel, path, cancel=cancels)(b"x", timeout=10)) == want
     chan = h2call.Channel([("127.0.0.1", port)], path=path, cancel_unary=cancels)
     try:
         assert await _left(impl, chan.call(b"x", 10)) == want

@@ -1,4 +1,5 @@
-"""TritonUpstream against a scripted in-process KServe server: streams, finals, errors, retries."""
+"""TritonUpstream against a scripted in-process KServe server: streams, finals, errors, retries, on
+both transports (the HTTP/2 client, the default, and ``upstream.transport: grpc``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from tritonclient.grpc import model_config_pb2, service_pb2
 from gateway import call as calls
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.core.tensors import InferRequest, Tensor
+from gateway.h2 import client as h2call
+from gateway.settings import upstream_addresses
 from gateway.upstream import TritonUpstream
 from tests.fakes import fake_triton
 
@@ -104,11 +107,16 @@ class Scripted(grpc.GenericRpcHandler):
             del prompt
 
 
-@pytest.fixture
-async def upstream():
+def _upstream(target: str, transport: str) -> TritonUpstream:
+    h2 = h2call.Channel(upstream_addresses(target)) if transport == "h2" else None
+    return TritonUpstream(target, cache_ttl=60, h2=h2)
+
+
+@pytest.fixture(params=["h2", "grpc"])
+async def upstream(request):
     scripted = Scripted()
     async with fake_triton(scripted) as (_, target):
-        up = TritonUpstream(target, cache_ttl=60)
+        up = _upstream(target, request.param)
         await up.connect()
         yield up, scripted
         await up.close()
@@ -192,7 +200,7 @@ async def test_inference_is_never_retried(upstream):
 async def test_unreachable_triton_is_unavailable_and_not_ready(upstream):
     up, _ = upstream
     await up.close()
-    up.target = "127.0.0.1:1"  # nothing listens there
+    up = _upstream("127.0.0.1:1", "h2" if up._h2 is not None else "grpc")  # nothing listens there
     await up.connect()
     token = calls.enter(calls.Call("r", "predict", timeout=2.0, stream_timeout=2.0))
     try:
@@ -202,6 +210,7 @@ async def test_unreachable_triton_is_unavailable_and_not_ready(upstream):
         calls.leave(token)
     assert err.value.kind in (ErrorKind.UNAVAILABLE, ErrorKind.DEADLINE_EXCEEDED)
     assert await up.server_ready() is False
+    await up.close()
 
 
 async def test_a_triton_that_stops_answering_is_not_ready_at_once(upstream):
