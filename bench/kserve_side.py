@@ -191,12 +191,15 @@ class Transformer:
 
 
 # -- the gateway side ---------------------------------------------------------------------------
-def make_run_config(triton_grpc: str, tf_port: int, admin_port: int, path: Path = ROOT / "gateway.yaml") -> dict:
+def make_run_config(triton_grpc: str, tf_port: int, admin_port: int, path: Path = ROOT / "gateway.yaml",
+                    v2_grpc_port: int | None = None) -> dict:
     """gateway.yaml (what ``make run`` serves with) pointed at this Triton, with only the TF Serving REST
-    and admin listeners, on free 127.0.0.1 ports."""
+    and admin listeners (and the V2 gRPC passthrough on ``v2_grpc_port``), on free 127.0.0.1 ports."""
     conf = yaml.safe_load(path.read_text())
     conf.pop("local_triton", None)  # `gateway serve` talks to the Triton named in upstream.grpc
     ports = {"tfserving_rest": tf_port, "admin_http": admin_port}
+    if v2_grpc_port is not None:
+        ports["v2_grpc"] = v2_grpc_port
     conf["listeners"] = gateway_config(triton_grpc, ports)["listeners"]
     conf.setdefault("upstream", {})["grpc"] = triton_grpc
     return conf
