@@ -26,7 +26,7 @@ from gateway.core.tensors import InferRequest, InferResponse, ModelIndexEntry, M
 from gateway.h2 import client as h2call
 from gateway.observe import metrics, tracing
 
-from . import cancel, codec, direct, shm, streammux, wire
+from . import cancel, codec, direct, shm, wire
 
 # Unlimited message sizes on the upstream hop: the 4 MiB grpc default breaks real tensors.
 CHANNEL_OPTIONS = (
@@ -254,7 +254,7 @@ class TritonUpstream:
     def __init__(self, target: str, *, default_timeout: float = 60.0, cache_ttl: float = 2.0, retries: int = 3,
                  stream_timeout: float = 600.0, lb_policy: str = "pick_first",
                  credentials: grpc.ChannelCredentials | None = None, extra_options: tuple = (),
-                 shared_memory: tuple[int, int] | None = None, stream_mux: tuple[int, int] | None = None,
+                 shared_memory: tuple[int, int] | None = None,
                  h2: h2call.Channel | None = None, cancel_mode: str = "streams"):
         self.target = target
         self.options = (*channel_options(lb_policy), *extra_options)
@@ -270,9 +270,6 @@ class TritonUpstream:
         self._shm_sizes = shared_memory  # (pool_bytes, min_bytes): large inputs through shm.Arena
         self.arena: shm.Arena | None = None
         self._arena_opening: asyncio.Task | None = None
-        self._mux_sizes = stream_mux  # (streams, max_bytes): small ModelInfers as stream messages
-        self._mux: streammux.Mux | None = None
-        self._plain: dict[str, bool] = {}  # model -> not decoupled, as its last metadata said
         self._h2 = h2  # upstream.transport h2: infer_bytes's and stream's calls as HTTP/2 frames on the loop (h2call.py)
         # upstream.cancel (gateway/upstream/cancel.py): what a caller that goes away cancels (the factory gives
         # the h2 channel the same, h2call.Channel cancel_unary)
@@ -293,8 +290,6 @@ class TritonUpstream:
             # answers as gRPC received them (wire.parse_answer: a large answer's tensor data not copied)
             self._model_infer_bytes = direct.unary(self._channel, "/inference.GRPCInferenceService/ModelInfer",
                                                    cancel=self._cancel_unary)
-            if self._mux_sizes is not None:
-                self._mux = streammux.Mux(self._channel, *self._mux_sizes)
             if self._shm_sizes is not None and self.arena is None:
                 # registered in the background: a worker starts at once, Triton up or not
                 self.arena = shm.Arena(*self._shm_sizes, register=self._shm_register,
@@ -335,9 +330,6 @@ class TritonUpstream:
         if self.arena is not None:
             await self.arena.close()
             self.arena = None
-        if self._mux is not None:
-            await self._mux.close()
-            self._mux = None
         if self._h2 is not None:
             await self._h2.close()
         if self._channel is not None:
@@ -424,10 +416,6 @@ class TritonUpstream:
         if self._channel is None:
             raise GatewayError(ErrorKind.INTERNAL, "upstream used before connect()")
         with _translate("ModelInfer", model), tracing.upstream("ModelInfer", model) as md:
-            mux = self._mux  # a message on a stream (gateway/upstream/streammux.py) where it answers alike
-            route = mux.route(data) if mux is not None and not md and self._plain.get(model) else None
-            if route is not None:
-                return await mux.infer(route, data, self._timeout())
             if self._h2 is not None and not md:  # a traced call keeps grpc.aio (its metadata)
                 return await self._h2.call(data, self._timeout())
             return await self._model_infer_bytes(data, timeout=self._timeout(), metadata=md)
@@ -516,11 +504,7 @@ class TritonUpstream:
             req = {"name": model, "version": version}
             meta = await self._idempotent("ModelMetadata", service_pb2.ModelMetadataRequest(**req))
             cfg = await self._idempotent("ModelConfig", service_pb2.ModelConfigRequest(**req))
-            found = codec.decode_metadata(meta, cfg.config)
-            if len(self._plain) > 1024:
-                self._plain.clear()
-            self._plain[model] = not found.decoupled
-            return found
+            return codec.decode_metadata(meta, cfg.config)
 
         return await self._cached(_meta_key(model, version), fetch)
 
