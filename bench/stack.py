@@ -163,9 +163,6 @@ class Stack:
         folder.mkdir()
         ports = {name: free_port() for name in LISTENERS}
         conf = gateway_config(self.triton.grpc_target, ports, {"workers": workers, "log_level": "WARNING"})
-        mux = os.environ.get("BENCH_STREAM_MUX", "")  # unset: the gateway's default (upstream.stream_mux)
-        if mux:
-            conf["upstream"]["stream_mux"] = {"enabled": mux not in ("0", "false", "no")}
         transport = os.environ.get("BENCH_UPSTREAM_TRANSPORT", "")  # grpc|h2; unset: the default
         if transport:
             conf["upstream"]["transport"] = transport
