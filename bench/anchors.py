@@ -23,7 +23,6 @@ transformer alike, since their runs never overlap).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -109,11 +108,7 @@ def markdown(res: dict) -> str:
 
 
 def write(res: dict, out_dir: Path) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    md, js = out_dir / "results.md", out_dir / "results.json"
-    md.write_text(markdown(res))
-    js.write_text(json.dumps(res, indent=1, default=str) + "\n")
-    return [md, js]
+    return report.write_text(res, markdown(res), out_dir)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,14 +27,13 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from bench import cases, grpcload, procstat, report, stats
-from bench.stack import pin
+from bench.stack import Session, pin
 from tests.support import free_port
 
 SIDES = ("gateway", "nginx")
@@ -105,8 +104,9 @@ http {{
 """
 
 
-class Nginx:
-    """nginx (master and one worker) in a session of its own, on a free loopback port."""
+class Nginx(Session):
+    """nginx (master and one worker) in a session of its own, on a free loopback port; ``stop`` ends
+    its process group (SIGTERM: nginx's fast shutdown)."""
 
     def __init__(self, folder: Path, triton: str):
         self.folder, self.triton = folder, triton
@@ -153,32 +153,6 @@ class Nginx:
             if p.exists():
                 text += p.read_text(errors="replace")
         return "\n".join(text.splitlines()[-lines:])
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self) -> None:
-        """SIGTERM to the master (nginx's fast shutdown), then SIGKILL to what is left of its processes, by pid."""
-        if self.proc is None:
-            return
-        proc, self.proc = self.proc, None
-        tree = [s for s in (procstat.read_stat(p) for p in procstat.process_tree(proc.pid)) if s is not None]
-        try:
-            proc.terminate()
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            pass
-        for before in tree:
-            now = procstat.read_stat(before.pid)
-            if now is not None and now.start == before.start:
-                try:
-                    os.kill(before.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 # -- measuring ----------------------------------------------------------------------------------
