@@ -3,6 +3,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 TRITON_VENV ?= .venv-triton
+KSERVE_VENV ?= .venv-kserve
 BIN := $(VENV)/bin
 CONFIG ?= gateway.yaml
 PIP_FLAGS ?= --disable-pip-version-check -q
@@ -120,8 +121,25 @@ valgrind:
 
 # Its own Triton and gateway on free 127.0.0.1 ports, stopped at the end (also on Ctrl-C): every row, about 11 minutes,
 # BENCH_QUICK=1 about 2. Writes bench/results/ (results.md, results.png, results.json); settings: bench/run.py.
-bench: $(VENV)/.installed $(TRITON_VENV)/.installed $(VENV)/.bench-installed bench-wrk
-	$(BIN)/python -m bench.run
+# Then the anchors (bench-anchors below, about 3 minutes more) unless BENCH_ONLY is set without naming anchors;
+# BENCH_ONLY=anchors runs only them.
+bench: $(VENV)/.installed $(TRITON_VENV)/.installed $(VENV)/.bench-installed $(KSERVE_VENV)/.installed bench-wrk bench-nginx
+	@if [ "$(BENCH_ONLY)" != anchors ]; then $(BIN)/python -m bench.run; fi
+	$(BIN)/python -m bench.anchors --make-bench $(ANCHORS_ARGS)
+
+# The gateway beside its two anchors in one run (bench/anchors.py, docs/benchmarks.md): Debian's nginx grpc_pass
+# beside the V2 gRPC passthrough (gateway ÷ nginx CPU per call, unary and stream messages) and KServe's transformer
+# beside the TF Serving REST predict; one Triton and one gateway (gateway.yaml), 127.0.0.1 only, all stopped at the
+# end; about 3 minutes. Writes bench/results/anchors/. ANCHORS_ARGS="--only nginx" for the nginx row alone; --help.
+.PHONY: bench-anchors bench-nginx
+bench-anchors: $(VENV)/.installed $(TRITON_VENV)/.installed $(KSERVE_VENV)/.installed bench-wrk bench-nginx
+	$(BIN)/python -m bench.anchors $(ANCHORS_ARGS)
+
+# nginx, the C proxy of the anchors (Debian package: nginx-light has the http2 and grpc modules). Where it cannot
+# be installed the nginx row says so and the rest of the bench runs.
+bench-nginx:
+	@PATH="$$PATH:/usr/sbin" command -v nginx >/dev/null || { apt-get update -qq && apt-get install -y -qq nginx-light; } \
+		|| echo "warning: nginx is missing and could not be installed (apt-get install -y nginx-light): the nginx anchor row will not run"
 
 # Its own Triton and gateway on free 127.0.0.1 ports, stopped at the end (also on Ctrl-C): steady load
 # over every dialect while Triton is SIGKILLed and restarted, clients vanish mid-stream, oversized,
@@ -138,7 +156,6 @@ bench-pd: $(VENV)/.installed $(TRITON_VENV)/.installed
 # The gateway against KServe's transformer pattern (bench/kserve_side.py, docs/benchmarks.md): its own Triton,
 # gateway (gateway.yaml, one worker) and kserve.ModelServer transformer (.venv-kserve) on free 127.0.0.1 ports,
 # stopped at the end (also on Ctrl-C); about 5 minutes. Writes bench/results/kserve/. Options: KSERVE_ARGS="--help".
-KSERVE_VENV ?= .venv-kserve
 .PHONY: bench-kserve
 bench-kserve: $(VENV)/.installed $(TRITON_VENV)/.installed $(KSERVE_VENV)/.installed bench-wrk
 	$(BIN)/python -m bench.kserve_side $(KSERVE_ARGS)

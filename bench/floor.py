@@ -53,7 +53,7 @@ from tritonclient.grpc import service_pb2
 
 from gateway._proto.tensorflow.core.framework import types_pb2
 from gateway._proto.tensorflow_serving.apis import predict_pb2
-from gateway.upstream.direct import uncancelled
+from gateway.upstream.cancel import uncancelled
 
 OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
            ("grpc.enable_http_proxy", 0)]

@@ -41,7 +41,7 @@ import orjson
 import yaml
 
 from bench import cases, procstat, report, stats, wrk
-from bench.stack import Stack, cpu_list, http, pin
+from bench.stack import Session, Stack, cpu_list, http, pin
 from tests.support import ROOT, free_port, gateway_config, start_gateway, wait_http
 
 KSERVE_VENV = ROOT / ".venv-kserve"
@@ -124,8 +124,9 @@ def transformer_command(python: Path, model: str, triton_grpc: str, http_port: i
             "--workers", str(workers), *extra]
 
 
-class Transformer:
-    """bench/kserve_transformer.py in a session of its own (its workers are its process group)."""
+class Transformer(Session):
+    """bench/kserve_transformer.py in a session of its own (its workers are its process group; ``stop``
+    ends the group)."""
 
     def __init__(self, tmp: Path, triton_grpc: str, model: str, workers: int, extra: list[str] | None = None):
         self.tmp, self.triton_grpc, self.model, self.workers = tmp, triton_grpc, model, workers
@@ -165,38 +166,17 @@ class Transformer:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
         return "\n".join(text.splitlines()[-lines:])
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self) -> None:
-        """SIGTERM to its process group, SIGKILL after 15 s (the group is the session it was started in)."""
-        if self.proc is None:
-            return
-        proc, self.proc = self.proc, None
-        for sig, wait_s in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
-            if not procstat.process_group(proc.pid):
-                break
-            try:
-                os.killpg(proc.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                break
-            deadline = time.monotonic() + wait_s
-            while time.monotonic() < deadline and procstat.process_group(proc.pid):
-                proc.poll()
-                time.sleep(0.1)
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            pass
-
 
 # -- the gateway side ---------------------------------------------------------------------------
-def make_run_config(triton_grpc: str, tf_port: int, admin_port: int, path: Path = ROOT / "gateway.yaml") -> dict:
+def make_run_config(triton_grpc: str, tf_port: int, admin_port: int, path: Path = ROOT / "gateway.yaml",
+                    v2_grpc_port: int | None = None) -> dict:
     """gateway.yaml (what ``make run`` serves with) pointed at this Triton, with only the TF Serving REST
-    and admin listeners, on free 127.0.0.1 ports."""
+    and admin listeners (and the V2 gRPC passthrough on ``v2_grpc_port``), on free 127.0.0.1 ports."""
     conf = yaml.safe_load(path.read_text())
     conf.pop("local_triton", None)  # `gateway serve` talks to the Triton named in upstream.grpc
     ports = {"tfserving_rest": tf_port, "admin_http": admin_port}
+    if v2_grpc_port is not None:
+        ports["v2_grpc"] = v2_grpc_port
     conf["listeners"] = gateway_config(triton_grpc, ports)["listeners"]
     conf.setdefault("upstream", {})["grpc"] = triton_grpc
     return conf
@@ -332,11 +312,7 @@ def markdown(res: dict) -> str:
 
 
 def write(res: dict, out_dir: Path) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    md, js = out_dir / "results.md", out_dir / "results.json"
-    md.write_text(markdown(res))
-    js.write_text(json.dumps(res, indent=1, default=str) + "\n")
-    return [md, js]
+    return report.write_text(res, markdown(res), out_dir)
 
 
 # -- the run ------------------------------------------------------------------------------------

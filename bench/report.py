@@ -351,6 +351,15 @@ def chart(res: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def write_text(res: dict, text: str, out_dir: Path) -> list[Path]:
+    """``out_dir``/results.md (``text``) and results.json (``res``): a side-by-side bench's output."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md, js = out_dir / "results.md", out_dir / "results.json"
+    md.write_text(text)
+    js.write_text(json.dumps(res, indent=1, default=str) + "\n")
+    return [md, js]
+
+
 def write(res: dict, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "results.json", out_dir / "results.md", out_dir / "results.png"]

@@ -43,7 +43,6 @@ Environment (defaults: full / BENCH_QUICK=1):
                            bench/shadow.py; shadow_grpc: the same on TF Serving gRPC, bench/shadow_grpc.py,
                            run only when named: the default run's plan stays under 15 minutes)
   BENCH_RESULTS            output folder (bench/results)
-  BENCH_STREAM_MUX=1|0     the gateway with upstream.stream_mux on or off (unset: the default, off)
   BENCH_UPSTREAM_TRANSPORT=grpc|h2  the gateway's upstream.transport (unset: the default, h2)
   BENCH_UPSTREAM_CANCEL=streams|all|none  the gateway's upstream.cancel (unset: the default, streams; all
                            cancels every call whose client left, as the gateway did before: Triton 2.51 can crash)

@@ -95,6 +95,37 @@ def pin(pids, var: str) -> None:
                 pass
 
 
+class Session:
+    """A process started in a session of its own (``start_new_session=True``): its process group is it
+    and what it forks (a server's workers). ``stop`` ends that group by its id: SIGTERM, SIGKILL to
+    what is left after ``term_s``."""
+
+    proc: subprocess.Popen | None = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, term_s: float = 15) -> None:
+        if self.proc is None:
+            return
+        proc, self.proc = self.proc, None
+        for sig, wait_s in ((signal.SIGTERM, term_s), (signal.SIGKILL, 5)):
+            if not procstat.process_group(proc.pid):
+                break
+            try:
+                os.killpg(proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                break
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline and procstat.process_group(proc.pid):
+                proc.poll()
+                time.sleep(0.1)
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
 class StackDied(RuntimeError):
     """A process of the stack exited while the bench ran: ``headline`` says which and how, ``tail``
     is the end of its log."""
@@ -163,9 +194,6 @@ class Stack:
         folder.mkdir()
         ports = {name: free_port() for name in LISTENERS}
         conf = gateway_config(self.triton.grpc_target, ports, {"workers": workers, "log_level": "WARNING"})
-        mux = os.environ.get("BENCH_STREAM_MUX", "")  # unset: the gateway's default (upstream.stream_mux)
-        if mux:
-            conf["upstream"]["stream_mux"] = {"enabled": mux not in ("0", "false", "no")}
         transport = os.environ.get("BENCH_UPSTREAM_TRANSPORT", "")  # grpc|h2; unset: the default
         if transport:
             conf["upstream"]["transport"] = transport

@@ -1,17 +1,18 @@
-"""The same small ModelInfer to a real Triton as unary calls, or as messages on long-lived
-ModelStreamInfer streams (gateway/upstream/streammux.py), CPU per request on both sides.
+"""The same small ModelInfer to a real Triton as a grpc.aio unary call or as one on the HTTP/2
+client, CPU per request on both sides.
 
-A client process (one grpc.aio channel on uvloop, as a gateway worker has) sends N requests of
-bench/cases.py's small V2 request (four FP32 values to saved_model_half_plus_three, each with an id
-of its own) from CONC callers, either as unary calls the way the gateway makes them
-(gateway/upstream/direct.py) or through ``streammux.Mux`` with K streams (mode ``muxK``). Per mode
-and concurrency: the client's CPU time per request (its own ``process_time``, every thread), and
-Triton's (utime+stime of its processes, the python-backend stubs included, from /proc). Modes are
-alternated in rounds; the median of the rounds is printed.
+A client process (on uvloop, as a gateway worker is) sends N requests of bench/cases.py's small V2
+request (four FP32 values to saved_model_half_plus_three, each with an id of its own) from CONC
+callers, either as unary calls the way grpc.aio makes them (gateway/upstream/direct.py, mode
+``unary``) or on gateway/h2/client.py's ``Channel.call`` (mode ``h2``: the translating dialects'
+call, ``upstream.transport: h2``). Per mode and concurrency: the client's CPU time per request (its
+own ``process_time``, every thread), and Triton's (utime+stime of its processes, the python-backend
+stubs included, from /proc). Modes are alternated in rounds; the median of the rounds is printed.
+bench/h2_vs_grpc.py drives its own modes with this module's driver.
 
     .venv/bin/python -m bench.stream_vs_unary                     CPU time (wall-clock noise: a quiet machine)
     .venv/bin/python -m bench.stream_vs_unary --callgrind         the client's instructions per request
-    env: N=3000 CONC=1,8,64 MODES=unary,mux1,mux4 ROUNDS=3 INSTANCES=(the repository's) N1=500 N2=2500
+    env: N=3000 CONC=1,8,64 MODES=unary,h2 ROUNDS=3 INSTANCES=(the repository's) N1=500 N2=2500
          TASKSET_CLIENT / TASKSET_TRITON: CPU lists ("0-1", as taskset writes them) to pin the two sides to
 
 ``--callgrind`` runs the client under valgrind's callgrind (instrumentation off until warm) and
@@ -39,27 +40,37 @@ MODEL_INFER = cases.MODEL_INFER
 
 # -- the client (a child process) ---------------------------------------------------------------
 async def _client(target: str, mode: str, conc: int) -> None:
-    import grpc
+    if mode == "h2":
+        one = h2_unary(target)
+    elif mode == "unary":
+        import grpc
 
-    from bench import grpcload
-    from gateway.upstream import direct, streammux
+        from bench import grpcload
+        from gateway.upstream import direct
 
-    channel = grpc.aio.insecure_channel(target, options=grpcload.CHANNEL_OPTIONS)
-    if mode == "unary":
-        call = direct.unary(channel, MODEL_INFER)
+        call = direct.unary(grpc.aio.insecure_channel(target, options=grpcload.CHANNEL_OPTIONS), MODEL_INFER)
 
         async def one(data: bytes) -> bytes:
             return await call(data, timeout=60)
     else:
-        mux = streammux.Mux(channel, streams=int(mode[3:]), max_bytes=1 << 20)
-
-        async def one(data: bytes) -> bytes:
-            route = mux.route(data)
-            if route is None:
-                raise RuntimeError("a request the mux would not take")
-            return await mux.infer(route, data, 60)
+        raise ValueError(f"mode {mode!r}: unary or h2")
 
     await serve(one, conc)
+
+
+def h2_unary(target: str):
+    """``one(data)``: a ModelInfer on gateway/h2/client.py's ``Channel.call``, as the translating
+    dialects send theirs (``upstream.transport: h2``, the default: keepalive as the gateway has it)."""
+    from gateway.h2 import client as h2call
+    from gateway.upstream.client import keepalive
+
+    host, _, port = target.rpartition(":")
+    channel = h2call.Channel([(host, int(port))], keepalive=keepalive())
+
+    async def one(data: bytes) -> bytes:
+        return await channel.call(data, 60.0)
+
+    return one
 
 
 async def serve(one, conc: int) -> None:
@@ -194,7 +205,7 @@ def _callgrind(target: str, modes: list[str], concs: list[int], module: str = "b
     return rows
 
 
-def main(argv: list[str], module: str = "bench.stream_vs_unary", default_modes: str = "unary,mux1,mux4") -> int:
+def main(argv: list[str], module: str = "bench.stream_vs_unary", default_modes: str = "unary,h2") -> int:
     """The driver (``module``'s client processes, ``MODES`` or ``default_modes``), or with
     ``client`` first, this module's client."""
     if argv[:1] == ["client"]:

@@ -101,16 +101,6 @@ class SharedMemorySettings(Strict):
     pool_bytes: Annotated[int, Field(ge=1 << 20)] = 256 << 20  # the region, per worker
 
 
-class StreamMuxSettings(Strict):
-    """``upstream.stream_mux``: small ModelInfer requests of the translating dialects sent as messages
-    on a few long-lived ModelStreamInfer streams per worker instead of one call each
-    (gateway/upstream/streammux.py says which go unary regardless)."""
-
-    enabled: bool = False  # off: a model's own error codes reach the client only on a unary call (docs/streammux.md)
-    streams: Annotated[int, Field(ge=1, le=64)] = 2  # per worker
-    max_bytes: Annotated[int, Field(ge=0)] = 64 << 10  # larger requests are unary calls
-
-
 class UpstreamSettings(Strict):
     grpc: str = "127.0.0.1:18001"  # the local Triton of `gateway local`; Triton's own default 8001 is ours
     lb_policy: Literal["pick_first", "round_robin"] = "pick_first"  # round_robin: every address the
@@ -120,7 +110,6 @@ class UpstreamSettings(Strict):
     retries: Annotated[int, Field(ge=1)] = 3  # attempts for idempotent calls on UNAVAILABLE
     tls: UpstreamTls | None = None  # None: plaintext gRPC to Triton
     shared_memory: SharedMemorySettings = SharedMemorySettings()
-    stream_mux: StreamMuxSettings = StreamMuxSettings()
     # h2: the calls to Triton written as HTTP/2 frames on the event loop (gateway/h2/client.py), every target
     #   (host:port, dns:, ipv4:, ipv6:, unix:) and upstream.tls alike; grpc: through grpc.aio.
     #   docs/operations.md, "The upstream transport"
@@ -138,6 +127,16 @@ class UpstreamSettings(Strict):
     def _target(cls, value: str) -> str:
         upstream_addresses(value)
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data):
+        """A key this section had and lost: refused with why and what to do, not as an unknown key."""
+        if isinstance(data, dict) and "stream_mux" in data:
+            raise ValueError("stream_mux was removed: every ModelInfer is one call to Triton (messages on "
+                             "ModelStreamInfer streams measured no cheaper than HTTP/2 unary calls, "
+                             "docs/benchmarks.md); delete upstream.stream_mux")
+        return data
 
 
 class Limits(Strict):

@@ -37,7 +37,8 @@ from gateway.core.tensors import (
     Tensor,
     TensorSpec,
 )
-from gateway.upstream import direct, wire
+from gateway.upstream import wire
+from gateway.upstream.unary import over_grpc
 
 TRTLLM_INPUTS = ("text_input", "max_tokens", "stream", "temperature", "top_p", "top_k", "seed",
                  "repetition_penalty", "stop_words", "exclude_input_in_output")
@@ -113,9 +114,8 @@ class FakeUpstream:
 
     channel = None  # a fake with a gRPC server standing in for Triton sets its channel here
 
-    def unary(self, method: str, serializer=None, deserializer=None, cancel: bool | None = None,
-              passthrough: bool = False):
-        return direct.unary(self.channel, method, serializer, deserializer, True if cancel is None else cancel)
+    def unary(self, method: str, serializer=None, deserializer=None, cancel: bool | None = None):
+        return over_grpc(self.channel, method, serializer, deserializer, True if cancel is None else cancel)
 
     def relay(self, method: str, cancel: bool | None = None):
         """The V2 passthrough's unary call (TritonUpstream.relay), on ``channel`` as grpc.aio makes it."""
@@ -129,6 +129,12 @@ class FakeUpstream:
             return self.channel.stream_stream(method)(timeout=timeout, metadata=metadata)
 
         return open_call
+
+    async def stream_one(self, request: bytes, deserialize, timeout: float, metadata=None):
+        """ModelStreamInfer of one request (TritonUpstream.stream_one), grpc.aio's stream call on ``channel``."""
+        multicallable = self.channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer",
+                                                   response_deserializer=deserialize)
+        return multicallable(iter((request,)), timeout=timeout, metadata=metadata)
 
     def body_buffer(self, size: int):
         return None  # large bodies in a buffer of the edge's own

@@ -1,9 +1,9 @@
 """Which fast paths this process runs, and why one is off.
 
-A fast path reaches below a library's public API (sanic's HTTP internals, grpc.aio's Cython call,
+A fast path reaches below a library's public API (sanic's HTTP internals,
 grpcio-health-checking's and prometheus-client's private fields). Each reach lives in one fence
 module, which checks at import that what it needs is there and declares its paths here:
-``gateway/edge/sanicx.py`` (sanic), ``gateway/upstream/direct.py`` (grpc.aio),
+``gateway/edge/sanicx.py`` (sanic),
 ``gateway/ops/grpchealth.py`` (grpcio-health-checking), ``gateway/observe/metrics.py``
 (prometheus-client). A path whose piece is missing is off: the plain, public way serves instead,
 with one warning naming the piece, never an exception per request.

@@ -10,7 +10,6 @@ from importlib.metadata import version
 from gateway.edge import sanicx  # noqa: F401  (each fence declares its paths on import)
 from gateway.h2 import client, server  # noqa: F401
 from gateway.observe import fastpaths, metrics  # noqa: F401
-from gateway.upstream import direct  # noqa: F401
 
 
 def main() -> int:

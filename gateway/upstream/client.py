@@ -27,7 +27,7 @@ from gateway.core.tensors import InferRequest, InferResponse, ModelIndexEntry, M
 from gateway.h2 import client as h2call
 from gateway.observe import metrics, tracing
 
-from . import cancel, codec, shm, streammux, wire
+from . import cancel, codec, shm, wire
 from .unary import UnaryCall, over_grpc, over_h2
 
 # Message sizes on the upstream hop as large as Triton's own (the 4 MiB grpc default breaks real
@@ -137,6 +137,11 @@ class Upstream(Protocol):
 
     def relay_stream(self, method: str) -> Callable[[float, Any], Awaitable[Any]]:
         """The V2 passthrough's ModelStreamInfer on bytes: ``await open(timeout, metadata)``, a call both ways."""
+        ...
+
+    async def stream_one(self, request: bytes, deserialize: Callable[[bytes], Any], timeout: float, metadata=None):
+        """ModelStreamInfer of one request's wire bytes (half-closed with it), its answers ``deserialize``d
+        as they come: a call to iterate, ``cancel`` and hand to ``cancel.finish``."""
         ...
 
     def body_buffer(self, size: int) -> tuple[memoryview, Callable[[], None]] | None:
@@ -268,7 +273,7 @@ class TritonUpstream:
     def __init__(self, target: str, *, default_timeout: float = 60.0, cache_ttl: float = 2.0, retries: int = 3,
                  stream_timeout: float = 600.0, lb_policy: str = "pick_first",
                  credentials: grpc.ChannelCredentials | None = None, extra_options: tuple = (),
-                 shared_memory: tuple[int, int] | None = None, stream_mux: tuple[int, int] | None = None,
+                 shared_memory: tuple[int, int] | None = None,
                  h2: h2call.Channel | None = None, cancel_mode: str = "streams",
                  max_answer_bytes: int = h2call.MAX_MESSAGE):
         self.target = target
@@ -285,9 +290,6 @@ class TritonUpstream:
         self._shm_sizes = shared_memory  # (pool_bytes, min_bytes): large inputs through shm.Arena
         self.arena: shm.Arena | None = None
         self._arena_opening: asyncio.Task | None = None
-        self._mux_sizes = stream_mux  # (streams, max_bytes): small ModelInfers as stream messages
-        self._mux: streammux.Mux | None = None
-        self._plain: dict[str, bool] = {}  # model -> not decoupled, as its last metadata said
         self._h2 = h2  # upstream.transport h2 (the factory's choice): the calls as HTTP/2 frames on the loop (h2call.py)
         # upstream.cancel (gateway/upstream/cancel.py): what a caller that goes away cancels (the factory gives
         # the h2 channel the same, h2call.Channel cancel_unary)
@@ -310,8 +312,6 @@ class TritonUpstream:
             # ModelInfer with requests written as wire bytes (wire.serialize_request, wire.Planned),
             # answers as gRPC received them (wire.parse_answer: a large answer's tensor data not copied)
             self._model_infer_bytes = self._unary_of(MODEL_INFER, None, None, self._cancel_unary)
-            if self._mux_sizes is not None:
-                self._mux = streammux.Mux(self._channel, *self._mux_sizes)
             if self._shm_sizes is not None and self.arena is None:
                 # registered in the background: a worker starts at once, Triton up or not
                 self.arena = shm.Arena(*self._shm_sizes, register=self._shm_register,
@@ -358,9 +358,6 @@ class TritonUpstream:
         if self.arena is not None:
             await self.arena.close()
             self.arena = None
-        if self._mux is not None:
-            await self._mux.close()
-            self._mux = None
         if self._h2 is not None:
             await self._h2.close()
         if self._channel is not None:
@@ -393,6 +390,18 @@ class TritonUpstream:
             return lambda request, timeout, metadata: call(request, timeout=timeout, metadata=metadata)
         blocks, send = h2.blocks(method, method in _PATHS), h2.call
         return lambda request, timeout, metadata: send(request, timeout, blocks, metadata, cancel)
+
+    async def stream_one(self, request: bytes, deserialize: Callable[[bytes], Any], timeout: float, metadata=None):
+        """ModelStreamInfer of one request's wire bytes, sent with the half-close (Triton answers on, a
+        decoupled model's responses all), its answers ``deserialize``d as they come: h2call.StreamCall
+        on the h2 channel, else grpc.aio's stream call (V2 REST's generate and generate_stream)."""
+        h2 = self._h2
+        if h2 is not None:
+            call = h2.stream_call(deserialize, timeout, metadata)
+            await call.write(request)
+            return call
+        multicallable = self.channel.stream_stream(h2call.STREAM_PATH, response_deserializer=deserialize)
+        return multicallable(iter((request,)), timeout=timeout, metadata=metadata)
 
     def relay_stream(self, method: str) -> Callable[[float, Any], Awaitable[Any]]:
         """The V2 passthrough's ModelStreamInfer: ``await open(timeout, metadata)``, a call both ways on
@@ -472,10 +481,6 @@ class TritonUpstream:
         if self._channel is None:
             raise GatewayError(ErrorKind.INTERNAL, "upstream used before connect()")
         with _translate("ModelInfer", model), tracing.upstream("ModelInfer", model) as md:
-            mux = self._mux  # a message on a stream (gateway/upstream/streammux.py) where it answers alike
-            route = mux.route(data) if mux is not None and not md and self._plain.get(model) else None
-            if route is not None:
-                return await mux.infer(route, data, self._timeout())
             return await self._model_infer_bytes(data, timeout=self._timeout(), metadata=md)
 
     async def stream(self, req: InferRequest) -> AsyncIterator[InferResponse]:
@@ -563,11 +568,7 @@ class TritonUpstream:
             req = {"name": model, "version": version}
             meta = await self._idempotent("ModelMetadata", service_pb2.ModelMetadataRequest(**req))
             cfg = await self._idempotent("ModelConfig", service_pb2.ModelConfigRequest(**req))
-            found = codec.decode_metadata(meta, cfg.config)
-            if len(self._plain) > 1024:
-                self._plain.clear()
-            self._plain[model] = not found.decoupled
-            return found
+            return codec.decode_metadata(meta, cfg.config)
 
         return await self._cached(_meta_key(model, version), fetch)
 

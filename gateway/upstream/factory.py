@@ -23,7 +23,6 @@ def from_settings(settings: Settings, **overrides) -> TritonUpstream:
                 stream_timeout=settings.limits.stream_timeout_s, lb_policy=u.lb_policy,
                 credentials=creds, extra_options=tls_options, max_answer_bytes=u.max_answer_bytes,
                 shared_memory=(u.shared_memory.pool_bytes, u.shared_memory.min_bytes) if shm_on else None,
-                stream_mux=(u.stream_mux.streams, u.stream_mux.max_bytes) if u.stream_mux.enabled else None,
                 cancel_mode=u.cancel)
     if h2_off(settings) is None:
         args["h2"] = h2_channel(settings)

@@ -22,7 +22,7 @@ from gateway.local import localtriton
 from gateway.settings import upstream_addresses
 from gateway.upstream import TritonUpstream
 from gateway.upstream.client import MODEL_INFER
-from tests.contract.test_streammux import CASES, HPT, _answer, _f32, _req, _same
+from tests.contract.modelinfer_cases import CASES, HPT, _answer, _f32, _req, _same
 from tests.contract.test_triton_restart import own_triton  # noqa: F401 - the fixture: a Triton of the test's own
 from tests.support import ROOT, free_port
 

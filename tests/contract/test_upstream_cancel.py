@@ -1,6 +1,6 @@
 """``upstream.cancel`` against a real Triton (a Triton of the test's own: the pinned stand-in, 2.51,
 is one of the releases that can crash on a cancelled call). A client that goes away in the middle
-of a unary call (TF Serving REST, on the HTTP/2 client; V2 REST, on grpc.aio's direct call) leaves
+of a unary call (TF Serving REST, on the HTTP/2 client; V2 REST, on the same client) leaves
 Triton's call to finish under ``streams``, the default (the model, which polls
 ``request.is_cancelled()``, logs that it finished) and cancels it under ``all`` (the model logs the
 cancellation); a client that leaves a V2 generate_stream SSE response cancels Triton's stream under
@@ -116,7 +116,7 @@ async def test_a_unary_call_whose_client_left(slow_triton, mode, outcome):
                      {"instances": [float(tag)]}, 0.4)
         assert await _logged(log, rf"slow: request {tag} (finished|cancelled)") is not None
         assert re.search(rf"slow: request {tag} (\w+)", log.read_text()).group(1) == outcome
-        # V2 REST: ModelInfer on grpc.aio's direct call
+        # V2 REST: ModelInfer on the HTTP/2 client
         await _leave(f"http://127.0.0.1:{ports['v2_http']}/v2/models/slow/infer",
                      {"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [tag + 1.0]}]}, 0.4)
         assert await _logged(log, rf"slow: request {tag + 1} (finished|cancelled)") is not None

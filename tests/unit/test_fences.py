@@ -10,13 +10,12 @@ import pytest
 
 from gateway.edge import sanicx
 from gateway.observe import fastpaths, metrics
-from gateway.upstream import direct
 from tests.support import ROOT
 
 # module prefix of a private surface -> the gateway modules allowed to import it
 PRIVATE = {
-    "grpc._cython": {"gateway/upstream/direct.py"},
-    "grpc.aio._": {"gateway/upstream/direct.py"},
+    "grpc._cython": set(),
+    "grpc.aio._": set(),
     "sanic.http": {"gateway/edge/sanicx.py", "gateway/edge/fastlane.py", "gateway/edge/httpbody.py"},
     "sanic.server": {"gateway/edge/sanicx.py", "gateway/edge/fastlane.py"},
     "sanic.touchup": {"gateway/edge/sanicx.py"},
@@ -50,27 +49,27 @@ def test_only_the_fence_modules_import_a_private_surface():
 
 
 def test_under_the_pinned_versions_every_fast_path_is_on():
-    assert sanicx.FAST_LANE and sanicx.BODY_READER and sanicx.ANSWER_HEADERS and direct.ON
+    assert sanicx.FAST_LANE and sanicx.BODY_READER and sanicx.ANSWER_HEADERS
     assert metrics.BATCH_OBSERVE
     assert set(fastpaths.paths()) >= {"http_fast_lane", "http_body_reader", "http_answer_headers",
-                                      "grpc_direct_call", "metrics_batch_observe"}
+                                      "metrics_batch_observe"}
     assert all(not missing for missing in fastpaths.paths().values())
 
 
 def test_a_missing_piece_turns_its_path_off_with_one_warning(monkeypatch, caplog):
     monkeypatch.setattr(fastpaths, "_PATHS", dict(fastpaths._PATHS))
     assert fastpaths.declare("http_fast_lane", ["Http._safe_int"]) is False
-    assert fastpaths.paths()["http_fast_lane"] == ("Http._safe_int",) and not fastpaths.paths()["grpc_direct_call"]
+    assert fastpaths.paths()["http_fast_lane"] == ("Http._safe_int",) and not fastpaths.paths()["metrics_batch_observe"]
     log = logging.getLogger("test.fastpaths")
     with caplog.at_level(logging.INFO, logger="test.fastpaths"):
         fastpaths.announce(log, metrics.FAST_PATH, {"http_body_reader": "a setting"})
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings == ["fast path http_fast_lane is off: Http._safe_int missing in this version"]
     line = next(r.getMessage() for r in caplog.records if r.levelno == logging.INFO)
-    assert "http_fast_lane=off" in line and "grpc_direct_call=on" in line
+    assert "http_fast_lane=off" in line and "metrics_batch_observe=on" in line
     assert "http_body_reader=off (a setting)" in line
     assert metrics.FAST_PATH.labels("http_fast_lane")._value.get() == 0
-    assert metrics.FAST_PATH.labels("grpc_direct_call")._value.get() == 1
+    assert metrics.FAST_PATH.labels("metrics_batch_observe")._value.get() == 1
 
 
 @pytest.mark.parametrize("piece", ["_safe_int", "__touchup__"])

@@ -169,3 +169,14 @@ def test_the_reference_file_is_complete_and_valid():
     for d in CATALOGUE:
         for spec in d.listeners:
             assert f"{spec.name}:" in text, f"gateway.yaml does not list {spec.name}"
+
+
+@pytest.mark.parametrize("text, env", [
+    ("upstream:\n  grpc: triton:8001\n  stream_mux: {enabled: false}\n", {}),
+    ("upstream: {grpc: 'triton:8001'}\n", {"GATEWAY__UPSTREAM__STREAM_MUX__ENABLED": "true"}),
+])
+def test_the_removed_stream_mux_is_refused_with_why_and_what_to_do(tmp_path, text, env):
+    """An old file (or environment) that still sets upstream.stream_mux gets its own error, not "extra inputs"."""
+    msg = _error(tmp_path, text, env)
+    assert "stream_mux was removed" in msg and "delete upstream.stream_mux" in msg
+    assert ("GATEWAY__UPSTREAM__STREAM_MUX__ENABLED" in msg) if env else ("gateway.yaml:1: upstream:" in msg)

@@ -1,6 +1,6 @@
 """``upstream.cancel`` (gateway/upstream/cancel.py) on every transport to Triton: a unary call whose
 caller goes away is cancelled only under ``all`` (a real grpc.aio server in this process sees the
-cancellation, or the call's end), on the HTTP/2 client (h2call), grpc.aio's direct call and its
+cancellation, or the call's end), on the HTTP/2 client (h2call) and grpc.aio's
 public multicallable; a stream whose caller goes away is cancelled under ``streams`` and ``all``,
 and read to its end under ``none``; a stream whose final response was read is never cancelled.
 And which Triton releases the start-up warning and ``gateway check`` name."""
@@ -15,7 +15,7 @@ import pytest
 from gateway import config
 from gateway.h2 import client as h2call
 from gateway.settings import SettingsError
-from gateway.upstream import cancel, direct, from_settings
+from gateway.upstream import cancel, from_settings
 from gateway.upstream.unary import over_grpc
 from tests.support import free_port
 
@@ -81,9 +81,6 @@ async def test_a_unary_call_whose_caller_left_on_each_transport(served, cancels)
     impl, channel, port = served
     path = f"/{SERVICE}/Later"
     want = "cancelled" if cancels else "finished"
-    direct_call = direct.unary(channel, path, cancel=cancels)
-    assert direct_call.__name__ == "call"  # grpc.aio's Cython call
-    assert await _left(impl, direct_call(b"x", timeout=10)) == want
     assert await _left(impl, over_grpc(channel, path, cancel=cancels)(b"x", timeout=10)) == want
     chan = h2call.Channel([("127.0.0.1", port)], path=path, cancel_unary=cancels)
     try:

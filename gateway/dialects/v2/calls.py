@@ -42,7 +42,6 @@ class Rest:
         self.upstream = state.ctx.upstream
         self.control = state.config.control_plane
         self.cancels = cancel.streams_cancelled(state.ctx.settings.upstream.cancel)  # a stream whose client left
-        channel = state.ctx.channel
         self._rpc = {}
         for name, resp in (("ServerLive", service_pb2.ServerLiveResponse),
                            ("ServerReady", service_pb2.ServerReadyResponse),
@@ -60,18 +59,12 @@ class Rest:
         # (answer, its raw contents as views of gRPC's bytes, or None: the answer's own)
         # ModelInfer is always given its wire bytes (http._parse): no serializer to call
         self._rpc["ModelInfer"] = state.ctx.unary(PREFIX + "ModelInfer", None, parse_response)
-        self._stream = channel.stream_stream(PREFIX + "ModelStreamInfer", request_serializer=_bytes_or_message,
-                                             response_deserializer=service_pb2.ModelStreamInferResponse.FromString)
 
-    def stream(self, request: bytes, done: asyncio.Event, metadata=None):
-        """ModelStreamInfer of one request; the request side stays open until ``done`` (Triton's
-        answers for it are complete)."""
-
-        async def requests():
-            yield request
-            await done.wait()
-
-        return self._stream(requests(), timeout=current().remaining(stream=True), metadata=metadata)
+    async def stream(self, request: bytes, metadata=None):
+        """ModelStreamInfer of one request (half-closed with it), on the worker's transport
+        (``Upstream.stream_one``): the call, its answers ModelStreamInferResponse messages."""
+        return await self.upstream.stream_one(request, service_pb2.ModelStreamInferResponse.FromString,
+                                              current().remaining(stream=True), metadata)
 
     def check(self, model: str) -> None:
         if self.scope is not None and not self.scope.allows(model):

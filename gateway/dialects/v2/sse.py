@@ -60,10 +60,11 @@ async def handle(rest: Rest, request: Request, model: str, version: str, streami
     done = asyncio.Event()
     start, code = time.perf_counter(), "OK"
     span = tracing.upstream("ModelStreamInfer", model)  # tracing on: a client span, its traceparent to Triton
-    call = rest.stream(jsontensor.serialize(parsed), done, span.__enter__())
     edge_call = current()
-    reader = None if rest.cancels else cancel.Reader(call)  # upstream.cancel none: reads that outlive the client
+    call = reader = None
     try:
+        call = await rest.stream(jsontensor.serialize(parsed), span.__enter__())
+        reader = None if rest.cancels else cancel.Reader(call)  # upstream.cancel none: reads that outlive the client
         answers = aiter(call if reader is None else reader)
         first = await _next_event(answers, done, meta.decoupled)
         if not streaming:
@@ -96,10 +97,9 @@ async def handle(rest: Rest, request: Request, model: str, version: str, streami
         code = "CANCELLED"
         raise
     finally:
-        answered = done.is_set()
-        done.set()  # the request side closed
         # complete: left to end with Triton's trailers; the client gone: cancelled (upstream.cancel)
-        cancel.finish(call, answered, rest.cancels, reader)
+        if call is not None:
+            cancel.finish(call, done.is_set(), rest.cancels, reader)
         metrics.observe_upstream("ModelStreamInfer", model, code, time.perf_counter() - start)
         span.__exit__(*sys.exc_info())
 

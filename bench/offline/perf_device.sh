@@ -1,9 +1,9 @@
-# Issue 47's device check, on a machine without a network (16 cores), from the bundle bench/offline/bundle.sh
-# made in .dev/: (1) bench/stream_vs_unary.py, unary calls against stream messages, CPU per request
-# on both sides; (2) the translating paths through one gateway worker with upstream.stream_mux on and
-# off (the floor beside the first); (3) the scaling rows with 1, 2, 4, 8 workers. Each side on cores
-# of its own (taskset / BENCH_CPUS_*). Everything into $OUT.
-# usage, from the repository root: OUT=<folder> bash bench/offline/perf_mux.sh [parts, default 1,2,3]
+# A device check on a machine without a network (16 cores), from the bundle bench/offline/bundle.sh
+# made in .dev/: (1) bench/stream_vs_unary.py, grpc.aio's unary call against the h2 client's, CPU per
+# request on both sides; (2) the translating paths through one gateway worker, the floor beside them;
+# (3) the scaling rows with 1, 2, 4, 8 workers. Each side on cores of its own (taskset / BENCH_CPUS_*).
+# Everything into $OUT.
+# usage, from the repository root: OUT=<folder> bash bench/offline/perf_device.sh [parts, default 1,2,3]
 # env: DURATION (2 s), REPEATS (2), N (3000 requests a stream_vs_unary run), INSTANCES (8)
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 PARTS=${1:-1,2,3}
@@ -21,17 +21,15 @@ pack() {  # a part's files into one archive as soon as it ends (what a device ca
 }
 common="BENCH_TRITON_INSTANCES=${INSTANCES:-8} BENCH_WRK_THREADS=2 BENCH_REPEATS=$R BENCH_DURATION=$D BENCH_WARMUP=1 BENCH_IDLE=1"
 if [[ $PARTS == *1* ]]; then  # client on 2 cores, Triton on 12
-  env TASKSET_CLIENT=0-1 TASKSET_TRITON=4-15 INSTANCES=${INSTANCES:-8} N=${N:-3000} ROUNDS=2 CONC=1,8,64 MODES=unary,mux1,mux4 \
+  env TASKSET_CLIENT=0-1 TASKSET_TRITON=4-15 INSTANCES=${INSTANCES:-8} N=${N:-3000} ROUNDS=2 CONC=1,8,64 MODES=unary,h2 \
     RESULTS=$OUT/svu.json timeout 130 .venv/bin/python -m bench.stream_vs_unary 2>&1 | tee $OUT/svu.log
   cp $OUT/svu.log $OUT/summary-svu.txt; pack svu
   echo "part 1 done at $(( $(date +%s) - t0 )) s"
 fi
 if [[ $PARTS == *2* ]]; then  # load on 4 cores, the one gateway worker (and the floor) on 2, Triton on 10
   pins="BENCH_CPUS_LOAD=0-3 BENCH_CPUS_GATEWAY=4-5 BENCH_CPUS_TRITON=6-15"
-  for mux in 1 0; do
-    env $common $pins BENCH_STREAM_MUX=$mux BENCH_FLOOR=$mux BENCH_ONLY=tf_rest_small,tf_grpc,grps_gtensors,v2_rest_json \
-      BENCH_WORKERS=1 BENCH_BUDGET_S=140 BENCH_RESULTS=$OUT/paths-mux$mux timeout 170 .venv/bin/python -m bench.run 2>&1 | tee $OUT/paths-mux$mux.log
-  done
+  env $common $pins BENCH_ONLY=tf_rest_small,tf_grpc,grps_gtensors,v2_rest_json \
+    BENCH_WORKERS=1 BENCH_BUDGET_S=140 BENCH_RESULTS=$OUT/paths timeout 170 .venv/bin/python -m bench.run 2>&1 | tee $OUT/paths.log
   pack paths
   echo "part 2 done at $(( $(date +%s) - t0 )) s"
 fi
