@@ -72,7 +72,6 @@ class DialectContext:
         """The raw channel to Triton (TritonUpstream.channel), for byte-level forwarding."""
         return self.worker.upstream.channel
 
-    def unary(self, method: str, serializer=None, deserializer=None, cancel: bool | None = None,
-              passthrough: bool = False):
+    def unary(self, method: str, serializer=None, deserializer=None, cancel: bool | None = None):
         """A unary RPC to Triton, made as the gateway's own calls are (``Upstream.unary``)."""
-        return self.worker.upstream.unary(method, serializer, deserializer, cancel, passthrough)
+        return self.worker.upstream.unary(method, serializer, deserializer, cancel)
