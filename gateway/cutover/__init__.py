@@ -10,6 +10,7 @@ Dialect-neutral: no dialect is imported here; a dialect builds one ``Cutover`` p
 
 The parts: settings (the schema), routing (route per model, canary draw, reload), legacy_http (the
 pooled HTTP client), httprelay (a sanic answer from a legacy reply, SSE streams as they come),
+httproute and grpcroute (a listener's request answered as its route says),
 shadow (the background side, bounded, with its own deadline), compare (neutral tensors), record
 (the mismatch JSONL), report (``gateway migration report``). Metrics are gateway/observe/metrics.py's
 ``gateway_migration_*``. /work/notes/cutover-api.md and docs/migration.md say how a dialect plugs in.
