@@ -48,9 +48,9 @@ run: install
 run-pd: install
 	$(BIN)/gateway run-pd --config $(CONFIG)
 
-# tests/migrate (TensorFlow's answers, minutes) run from `make test-migrate` only
+# tests/migrate (TensorFlow's answers, minutes) run from `make test-migrate` only; the 25 slowest tests listed at the end (CI logs show where the time goes)
 test: install
-	$(BIN)/python -m pytest tests -m "not migrate"
+	$(BIN)/python -m pytest tests -m "not migrate" --durations=25
 
 test-unit: install
 	$(BIN)/python -m pytest tests -m "not contract and not migrate"

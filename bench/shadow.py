@@ -28,7 +28,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -83,23 +85,35 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def run(triton_target: str, tmp: Path, duration_s: float, repeats: int) -> dict:
+    def rounds(front, route: str, duration: float, callers: int):
+        return _round(f"{front.url('tfserving_rest')}/v1/models/hp3_{route}:predict", duration, callers)
+
+    return measure(triton_target, tmp, duration_s, repeats, listener="tfserving_rest", name="shadow",
+                   legacy_link=lambda legacy: {"http": legacy.url("tfserving_rest")}, rounds=rounds)
+
+
+def measure(triton_target: str, tmp: Path, duration_s: float, repeats: int, *, listener: str, name: str,
+            legacy_link: Callable[[Any], dict], rounds: Callable[[Any, str, float, int], Awaitable]) -> dict:
+    """The cut-over rows' bench on one TF Serving ``listener`` (this file's REST, bench/shadow_grpc.py's
+    gRPC): the legacy and front gateways (their folders ``{name}-legacy``, ``{name}-front``), the front's
+    ``legacy`` section pointed at the legacy one by ``legacy_link(legacy gateway)``, and
+    ``rounds(front, route, duration_s, callers)`` -> (latencies, errors) alternated per route."""
     from tests.support import free_port, gateway_config, start_gateway, stop_gateway
 
-    http = ("tfserving_rest", "admin_http")
-    legacy = start_gateway(gateway_config(triton_target, {n: free_port() for n in http}, {
+    listeners = (listener, "admin_http")
+    legacy = start_gateway(gateway_config(triton_target, {n: free_port() for n in listeners}, {
         "log_level": "WARNING", "access_log": False, "dialects": {"tfserving": {"models": _legacy_models()}}}),
-        _folder(tmp, "shadow-legacy"))
+        _folder(tmp, f"{name}-legacy"))
     front = None
     try:
-        mig = tmp / "shadow-migration"
-        front = start_gateway(gateway_config(triton_target, {n: free_port() for n in http}, {
+        front = start_gateway(gateway_config(triton_target, {n: free_port() for n in listeners}, {
             "log_level": "WARNING", "access_log": False, "dialects": {"tfserving": {"models": _models(), "legacy": {
-                "http": legacy.url("tfserving_rest"), "shadow_concurrency": 64, "mismatches": {"path": str(mig)},
+                **legacy_link(legacy), "shadow_concurrency": 64, "mismatches": {"path": str(tmp / f"{name}-migration")},
                 "models": {"hp3_legacy": {"route": "legacy"}, "hp3_shadow": {"route": "shadow"}}}}}}),
-            _folder(tmp, "shadow-front"))
+            _folder(tmp, f"{name}-front"))
         pids = procstat.process_tree(front.proc.pid)
         for route in ROUTES:  # warm-up
-            asyncio.run(_round(f"{front.url('tfserving_rest')}/v1/models/hp3_{route}:predict", 0.5, 2))
+            asyncio.run(rounds(front, route, 0.5, 2))
         time.sleep(0.5)
         out = {"concurrency": list(CONCURRENCY), "duration_s": duration_s, "repeats": repeats, "rows": []}
         for callers in CONCURRENCY:
@@ -108,9 +122,8 @@ def run(triton_target: str, tmp: Path, duration_s: float, repeats: int) -> dict:
             errors = dict.fromkeys(ROUTES, 0)
             for _ in range(repeats):
                 for route in ROUTES:
-                    url = f"{front.url('tfserving_rest')}/v1/models/hp3_{route}:predict"
                     before = procstat.ticks(pids)
-                    lat, err = asyncio.run(_round(url, duration_s, callers))
+                    lat, err = asyncio.run(rounds(front, route, duration_s, callers))
                     time.sleep(0.3)  # the last background comparisons finish inside the measured ticks
                     cpu[route].append((procstat.ticks(pids) - before, len(lat)))
                     samples[route] += lat
@@ -152,13 +165,18 @@ def _counts(gw) -> dict[str, float]:
 
 
 def markdown(sc: dict) -> list[str]:
+    return table(sc, "TF Serving REST small predict", "callers", "bench/shadow.py")
+
+
+def table(sc: dict, what: str, callers: str, source: str) -> list[str]:
+    """bench/report.md's section of a cut-over row (this file's, bench/shadow_grpc.py's)."""
     from bench.report import num
 
-    lines = ["", "## Cut-over: TF Serving REST small predict on the shadow route (one front worker)", ""]
+    lines = ["", f"## Cut-over: {what} on the shadow route (one front worker)", ""]
     if sc.get("skipped"):
         return lines + [f"skipped: {sc['skipped']}"]
-    lines += [f"Closed-loop callers, {sc['repeats']} × {sc['duration_s']:g} s per route, alternated; the legacy "
-              "server is a second gateway (bench/shadow.py). CPU: the front gateway's alone. Comparisons "
+    lines += [f"Closed-loop {callers}, {sc['repeats']} × {sc['duration_s']:g} s per route, alternated; the legacy "
+              f"server is a second gateway ({source}). CPU: the front gateway's alone. Comparisons "
               f"counted: {sc.get('migration', {})}.", "",
               "| callers | route | requests | errors | p50 ms | p99 ms | front CPU µs/req |",
               "|---|---|---|---|---|---|---|"]
@@ -169,22 +187,28 @@ def markdown(sc: dict) -> list[str]:
 
 
 def main() -> int:
+    return alone(run, markdown, "gateway-bench-shadow-", repeats=3)
+
+
+def alone(run_row: Callable[[str, Path, float, int], dict], markdown_row: Callable[[dict], list[str]], prefix: str,
+          repeats: int) -> int:
+    """``python -m bench.shadow`` (or ``bench.shadow_grpc``): the row on a Triton of its own, 3 s a round."""
     import tempfile
 
     from gateway.local import localtriton
     from gateway.settings import LocalTriton
     from tests.support import ROOT, free_port
 
-    tmp = Path(tempfile.mkdtemp(prefix="gateway-bench-shadow-"))
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
     tp = localtriton.start(LocalTriton(venv=str(ROOT / ".venv-triton"), model_repository=str(ROOT / "model_repository"),
                                        workdir=str(tmp / "triton"), http_port=free_port(), grpc_port=free_port(),
                                        metrics_port=free_port(), startup_timeout_s=180), ROOT,
                            log_path=tmp / "triton.log")
     try:
-        res = run(tp.grpc_target, tmp, 3.0, 3)
+        res = run_row(tp.grpc_target, tmp, 3.0, repeats)
     finally:
         tp.stop()
-    print("\n".join(markdown(res)))
+    print("\n".join(markdown_row(res)))
     print(json.dumps(res, indent=1))
     return 0
 

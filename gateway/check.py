@@ -121,35 +121,42 @@ async def collect(settings: Settings, upstream: Upstream) -> Report:
     return report
 
 
+# a legacy server's side -> (what a finding calls the server, whose requests fail when it is not reachable)
+_LEGACY_SIDES = {"http": ("legacy server", "requests"), "grpc": ("legacy gRPC server", "gRPC requests")}
+
+
 async def _legacy(dialect: str, legacy, report: Report) -> dict[str, Any]:
     """The dialect's legacy server (docs/migration.md): its HTTP and gRPC sides probed, its routes summarised."""
-    from gateway.cutover.legacy_http import LegacyHttp
-
     out: dict[str, Any] = {"http": legacy.http, "grpc": legacy.grpc, "route": legacy.route,
                            "models": {name: m.route or legacy.route for name, m in legacy.models.items()}}
-    if legacy.http:
+    for side, (server, requests) in _LEGACY_SIDES.items():
+        address = getattr(legacy, side)
+        if not address:
+            continue
+        out[f"{side}_reachable"] = up = await _probe(side, dialect, legacy)
+        if not up:
+            report.findings.append(Finding("warning", dialect, f"legacy.{side}",
+                                           f"{server} {address} not reachable: {requests} of models on the legacy, "
+                                           "shadow and canary routes that it answers will fail"))
+    return out
+
+
+async def _probe(side: str, dialect: str, legacy) -> bool:
+    """One side of the legacy server takes a connection (and, over HTTP, answers ``/``)."""
+    if side == "http":
+        from gateway.cutover.legacy_http import LegacyHttp
+
         client = LegacyHttp(dialect, legacy)
-        try:
-            out["http_reachable"] = await client.probe("/")
-        finally:
-            await client.close()
-        if not out["http_reachable"]:
-            report.findings.append(Finding("warning", dialect, "legacy.http",
-                                           f"legacy server {legacy.http} not reachable: requests of models on the "
-                                           "legacy, shadow and canary routes that it answers will fail"))
-    if legacy.grpc:
+        probe = client.probe("/")
+    else:
         from gateway.upstream.relay import GrpcRelay
 
-        relay = GrpcRelay(legacy)
-        try:
-            out["grpc_reachable"] = await relay.probe()
-        finally:
-            await relay.close()
-        if not out["grpc_reachable"]:
-            report.findings.append(Finding("warning", dialect, "legacy.grpc",
-                                           f"legacy gRPC server {legacy.grpc} not reachable: gRPC requests of models "
-                                           "on the legacy, shadow and canary routes that it answers will fail"))
-    return out
+        client = GrpcRelay(legacy)
+        probe = client.probe()
+    try:
+        return await probe
+    finally:
+        await client.close()
 
 
 async def run(settings: Settings) -> Report:

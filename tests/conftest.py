@@ -35,8 +35,9 @@ def triton(tmp_path_factory) -> localtriton.TritonProcess:
     """A real Triton on CPU serving model_repository/ (once per session)."""
     work = tmp_path_factory.mktemp("triton")
     cfg = LocalTriton(venv=str(ROOT / ".venv-triton"),
-        model_repository=str(ROOT / "model_repository"),
-        # a session inside this one (tests/contract/test_triton_watch.py) names its own work dir
+        # a session inside this one (tests/contract/test_triton_watch.py) names its own work dir, and
+        # a repository of the one model it calls (Triton starts twice there: each start loads it all)
+        model_repository=os.environ.get("TEST_TRITON_REPOSITORY") or str(ROOT / "model_repository"),
         workdir=os.environ.get("TEST_TRITON_WORKDIR") or str(ROOT / ".run" / "test-triton"),
         http_port=free_port(),
         grpc_port=free_port(),

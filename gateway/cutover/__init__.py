@@ -10,6 +10,7 @@ Dialect-neutral: no dialect is imported here; a dialect builds one ``Cutover`` p
 
 The parts: settings (the schema), routing (route per model, canary draw, reload), legacy_http (the
 pooled HTTP client), httprelay (a sanic answer from a legacy reply, SSE streams as they come),
+httproute and grpcroute (a listener's request answered as its route says),
 shadow (the background side, bounded, with its own deadline), compare (neutral tensors), record
 (the mismatch JSONL), report (``gateway migration report``). Metrics are gateway/observe/metrics.py's
 ``gateway_migration_*``. /work/notes/cutover-api.md and docs/migration.md say how a dialect plugs in.
@@ -35,29 +36,39 @@ __all__ = ["Answer", "Comparison", "Cutover", "Decision", "LegacySettings", "Pen
 
 
 class Cutover:
-    """One dialect's cutover state in one worker: routes, the legacy HTTP client, the shadow runner."""
+    """One dialect's cutover state in one worker: routes, the legacy HTTP client, the gRPC relay (a
+    dialect with a gRPC listener, ``grpc``), the shadow runner."""
 
-    def __init__(self, dialect: str, legacy: LegacySettings, source: str = ""):
+    def __init__(self, dialect: str, legacy: LegacySettings, source: str = "", grpc: bool = False):
         self.dialect = dialect
         self.settings = legacy
         self.routes = Routes(dialect, legacy, source)
         self.recorder = Recorder(dialect, legacy.mismatches)
         self.shadow = Shadow(dialect, self.recorder)
         self.http = None
-        self._probe: asyncio.Task | None = None
+        self.grpc = None  # the channel the gRPC listener relays on (gateway/upstream/relay.py)
+        self._probes: list[asyncio.Task] = []
         if legacy.http:
             from .legacy_http import LegacyHttp
 
             self.http = LegacyHttp(dialect, legacy)
+        if grpc and legacy.grpc:
+            from gateway.upstream.relay import GrpcRelay
+
+            self.grpc = GrpcRelay(legacy)
 
     def choose(self, model: str, header=None, client: str = "") -> Decision:
         """Who answers this request (routing.Routes.choose)."""
         return self.routes.choose(model, header, client)
 
     async def start(self, probe_path: str = "/") -> None:
-        """At the worker's start: probe the legacy HTTP server in the background (never holds the start)."""
+        """At the worker's start: probe the legacy server's HTTP and gRPC sides in the background
+        (never holds the start)."""
+        loop = asyncio.get_running_loop()
         if self.http is not None:
-            self._probe = asyncio.get_running_loop().create_task(self.check_http(probe_path))
+            self._probes.append(loop.create_task(self.check_http(probe_path)))
+        if self.grpc is not None:
+            self._probes.append(loop.create_task(self.grpc.check(self.dialect)))
 
     async def check_http(self, path: str = "/") -> bool:
         """Probe the legacy HTTP server once (``gateway_legacy_up{transport="http"}``, a start-up line)."""
@@ -72,13 +83,16 @@ class Cutover:
         return up
 
     async def close(self) -> None:
-        if self._probe is not None and not self._probe.done():
-            self._probe.cancel()
+        for probe in self._probes:
+            probe.cancel()
         await self.shadow.close()
         if self.http is not None:
             await self.http.close()
+        if self.grpc is not None:
+            await self.grpc.close()
 
 
-def open(dialect: str, legacy: LegacySettings | None, source: str = "") -> Cutover | None:  # noqa: A001
-    """The dialect's Cutover, or None without a ``legacy`` section (every request to Triton)."""
-    return None if legacy is None else Cutover(dialect, legacy, source)
+def open(dialect: str, legacy: LegacySettings | None, source: str = "", grpc: bool = False) -> Cutover | None:  # noqa: A001
+    """The dialect's Cutover, or None without a ``legacy`` section (every request to Triton); ``grpc``:
+    the dialect has a gRPC listener, which relays to ``legacy.grpc``."""
+    return None if legacy is None else Cutover(dialect, legacy, source, grpc)

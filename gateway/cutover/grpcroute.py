@@ -277,12 +277,12 @@ class GrpcCutover:
 
 
 def for_listener(state, read: Read, render, model_of, keys) -> GrpcCutover | None:
-    """The gRPC listener's GrpcCutover from the dialect's state (its ``cutover`` and ``legacy_grpc``;
+    """The gRPC listener's GrpcCutover from the dialect's state (its ``cutover``, with a gRPC relay;
     None without them: the listener's handlers stay as they are); ``keys``: the listener's API keys."""
-    cut, relay = getattr(state, "cutover", None), getattr(state, "legacy_grpc", None)
-    if cut is None or relay is None:
+    cut = getattr(state, "cutover", None)
+    if cut is None or cut.grpc is None:
         return None
-    return GrpcCutover(cut.dialect, cut.routes, cut.shadow, relay, read, render, model_of, keys is not None)
+    return GrpcCutover(cut.dialect, cut.routes, cut.shadow, cut.grpc, read, render, model_of, keys is not None)
 
 
 __all__ = ["GrpcCutover", "MAX_STREAM_MESSAGES", "client_address", "for_listener"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -79,8 +80,11 @@ def test_gateway_restart_against_the_same_triton(triton, tmp_path):
     assert gw.proc.returncode == 0, gw.log_tail()
 
 
+TWO_STUBS = ("saved_model_half_plus_three", "grps_echo")  # python backend models, each a stub process
+
+
 def test_local_announces_listeners_and_leaves_nothing_behind_on_sigterm(tmp_path):
-    ports, path = _local_config(tmp_path)
+    ports, path = _local_config(tmp_path, TWO_STUBS)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     log = tmp_path / "local.log"
     with open(log, "wb") as sink:
@@ -215,11 +219,19 @@ def test_missing_triton_environment_is_reported(tmp_path):
         localtriton.start(cfg, ROOT)
 
 
-def _local_config(tmp_path) -> tuple[dict, object]:
+def _local_config(tmp_path, models: tuple[str, ...] = ()) -> tuple[dict, object]:
+    """`gateway local`'s config on free ports; ``models``: its Triton serves only these (two python
+    backend stubs are as much a process family as twelve, and start in a fraction of the time),
+    else all of model_repository/."""
+    repo = ROOT / "model_repository"
+    if models:
+        for name in models:
+            shutil.copytree(repo / name, tmp_path / "models" / name)
+        repo = tmp_path / "models"
     cfg = {
         "local_triton": {"http_port": free_port(), "grpc_port": free_port(), "metrics_port": free_port(),
                          "workdir": str(tmp_path / "triton"), "venv": str(ROOT / ".venv-triton"),
-                         "model_repository": str(ROOT / "model_repository")},
+                         "model_repository": str(repo)},
         "listeners": {n: {"host": "127.0.0.1", "port": free_port()} for n in LISTENERS},  # every one, v2_http too
     }
     path = tmp_path / "local.yaml"
@@ -241,7 +253,7 @@ def test_local_stops_everything_when_its_parent_dies(tmp_path):
     from gateway.local import stubregions
 
     regions = stubregions.present()
-    cfg, path = _local_config(tmp_path)
+    cfg, path = _local_config(tmp_path, TWO_STUBS)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     # bash stays the parent (a second command follows), like make does for `make run`
     parent = subprocess.Popen(["bash", "-c", f"{sys.executable} -m gateway local --config {path} > {tmp_path}/l.log 2>&1; true"],

@@ -1,5 +1,6 @@
 """The gRPC listeners served by gateway/h2/server.py (``grpc_server: h2``) held to grpc.aio's server
-(``grpc_server: grpc``): two gateways in front of the session's Triton, the same requests with the
+(``grpc_server: grpc``): two gateways in front of the session's Triton (the session's own, on h2serve,
+and one on grpc.aio's server), the same requests with the
 real grpcio client (TF Serving, GRPS, the V2 passthrough unary and ModelStreamInfer, grpc.health.v1)
 give the same answer bytes, codes, details and trailing metadata; through h2serve a client's
 deadline and a cancelled client stream reach Triton's call."""
@@ -40,21 +41,23 @@ LISTENERS = ("tfserving_grpc", "grps_grpc", "v2_grpc", "admin_http")
 
 
 @pytest.fixture(scope="module")
-def gateways(triton, tmp_path_factory):
-    """(the gateway on grpc.aio's server, the one on h2serve), with the contract tests' dialect settings."""
+def gateways(gateway, triton, tmp_path_factory):
+    """(a gateway on grpc.aio's server, the one on h2serve), with the contract tests' dialect settings:
+    the h2serve one is the session's gateway (``grpc_server: h2`` is the default), so only the
+    grpc.aio one is started here."""
+    from gateway.settings import Settings
+
+    assert Settings().grpc_server == "h2" and "grpc_server" not in gateway.config_path.read_text()
     dialects: dict = {}
     for f in sorted((ROOT / "tests" / "config").glob("*.yaml")):
         dialects.update((yaml.safe_load(f.read_text()) or {}).get("dialects") or {})
-    started = []
+    ports = {name: free_port() for name in LISTENERS}
+    cfg = gateway_config(triton.grpc_target, ports, {"dialects": dialects, "grpc_server": "grpc"})
+    reference = start_gateway(cfg, tmp_path_factory.mktemp("gw-grpc"))
     try:
-        for kind in ("grpc", "h2"):
-            ports = {name: free_port() for name in LISTENERS}
-            cfg = gateway_config(triton.grpc_target, ports, {"dialects": dialects, "grpc_server": kind})
-            started.append(start_gateway(cfg, tmp_path_factory.mktemp(f"gw-{kind}")))
-        yield tuple(started)
+        yield reference, gateway
     finally:
-        for gw in started:
-            stop_gateway(gw)
+        stop_gateway(reference)
 
 
 @pytest.fixture(scope="module")

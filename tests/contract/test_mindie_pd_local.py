@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -135,9 +136,10 @@ def _user_goes_away(ports: list[int]) -> None:
 def test_run_pd_starts_a_cluster_that_answers_and_stops_on_ctrl_c(tmp_path):
     ports = [free_port() for _ in range(5)]
     triton = {"http_port": free_port(), "grpc_port": free_port(), "metrics_port": free_port()}
+    shutil.copytree(ROOT / "model_repository" / "tiny_llm", tmp_path / "models" / "tiny_llm")  # all it calls
     cfg = tmp_path / "local.yaml"
     cfg.write_text(yaml.safe_dump({"local_triton": {"venv": str(ROOT / ".venv-triton"), "workdir": ".run/test-pd-triton",
-                                                    "model_repository": str(ROOT / "model_repository"),
+                                                    "model_repository": str(tmp_path / "models"),
                                                     "startup_timeout_s": 180, **triton}}))
     log = open(tmp_path / "launcher.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen([sys.executable, "-m", "gateway", "run-pd", "--config", str(cfg),

@@ -4,6 +4,7 @@ keeps serving, and recovers on its own within seconds (no restart of the gateway
 from __future__ import annotations
 
 import json
+import shutil
 import time
 import urllib.error
 import urllib.request
@@ -36,9 +37,16 @@ def _health(gw) -> int:
         return e.code
 
 
+OWN_MODELS = ("saved_model_half_plus_three", "tiny_llm")  # what the tests on own_triton call
+
+
 @pytest.fixture
 def own_triton(tmp_path):
-    cfg = LocalTriton(venv=str(ROOT / ".venv-triton"), model_repository=str(ROOT / "model_repository"),
+    """A Triton of the test's own (it is killed or restarted), serving only ``OWN_MODELS``: each of its
+    starts loads two models, not twelve."""
+    for name in OWN_MODELS:
+        shutil.copytree(ROOT / "model_repository" / name, tmp_path / "models" / name)
+    cfg = LocalTriton(venv=str(ROOT / ".venv-triton"), model_repository=str(tmp_path / "models"),
                   workdir=str(ROOT / ".run" / "restart-triton"), http_port=free_port(), grpc_port=free_port(),
                   metrics_port=free_port(), startup_timeout_s=120)
     procs = [localtriton.start(cfg, ROOT, log_path=tmp_path / "triton-1.log")]

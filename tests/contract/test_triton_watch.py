@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import psutil
 
 from tests.support import ROOT
 
+MODEL = "saved_model_half_plus_three"
 CONFTEST = '''
 import json, os
 
@@ -85,6 +87,9 @@ def test_a_triton_killed_mid_test_fails_that_test_only_and_is_restarted(tmp_path
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GATEWAY_", "PYTEST_"))}
     env["WATCH_DIR"] = str(suite)
     env["TEST_TRITON_WORKDIR"] = str(tmp_path / "triton")  # not the outer session's (its stub regions' list)
+    models = tmp_path / "models"  # the one model the suite calls: each of its two Triton starts loads only it
+    shutil.copytree(ROOT / "model_repository" / MODEL, models / MODEL)
+    env["TEST_TRITON_REPOSITORY"] = str(models)
     with open(tmp_path / "pytest.log", "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "pytest", "-c", str(suite / "pytest.ini"),
                                  "--basetemp", str(tmp_path / "base"), str(suite)],

@@ -21,9 +21,8 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
-from gateway.call import current
 from gateway.core.errors import GatewayError
-from gateway.cutover import Answer, Wire, failure, httprelay
+from gateway.cutover import Answer, Wire, failure, httproute
 
 from . import codec
 
@@ -47,65 +46,13 @@ def model_of(request, cfg) -> str:
 async def predict_http(svc, cut, request, local, streaming: bool):
     """(handled, answer): the answer for a predict on a legacy route (None: streamed to the client);
     handled False when Triton answers it as today. ``local(request)``: the listener's own predict."""
-    model = model_of(request, svc.cfg)
-    d = cut.choose(model, request.headers.get, httprelay.client(request))
-    if d.route == "triton":
-        return False, None
-    call = current()
-    if call is not None:
-        call.model = model
-    body = bytes(request.body or b"")
-    if d.shadow:  # a large body's buffer is given back once the client is answered: the background keeps a copy
-        request.body = body
-    if d.answer == "legacy":
-        if streaming:
-            if d.shadow:
-                cut.shadow.count(model, d.route, "skipped")
-            await httprelay.stream(cut, request, body)
-            return True, None
-        pending = cut.shadow.start(model, d, body, lambda: _triton(request, local)) if d.shadow else None
-        try:
-            reply = await httprelay.forward(cut, request, body)
-        except GatewayError as err:
-            if pending is not None:
-                pending.fail(err.kind.value, err.message)
-            raise
-        if pending is not None:
-            pending.settle(_wire(reply.status, reply.header("content-type"), reply.body))
-        return True, httprelay.answer(reply)
-    if not d.shadow or streaming:
-        if d.shadow:
-            cut.shadow.count(model, d.route, "skipped")
-        return False, None
-    pending = cut.shadow.start(model, d, body, lambda: _legacy(cut, request, body))
-    try:
-        resp = await local(request)
-    except GatewayError as err:
-        if pending is not None:
-            pending.settle(_error(svc, err))
-        raise
-    if pending is not None:
-        pending.settle(_wire(resp.status, resp.content_type, bytes(resp.body or b"")))
-    return True, resp
+    return await httproute.routed(cut, request, model_of(request, svc.cfg), streaming, local=lambda: local(request),
+                                  read=_wire, error=lambda err: _error(svc, err))
 
 
 def _error(svc, err: GatewayError) -> Answer:
     resp = svc.errors.http(err)
     return decode(resp.status, resp.content_type, bytes(resp.body or b""))
-
-
-async def _triton(request, local) -> Answer:
-    svc = request.app.ctx.grps
-    try:
-        resp = await local(request)
-    except GatewayError as err:
-        return _error(svc, err)
-    return _wire(resp.status, resp.content_type, bytes(resp.body or b""))
-
-
-async def _legacy(cut, request, body: bytes) -> Wire:
-    reply = await httprelay.forward(cut, request, body)
-    return _wire(reply.status, reply.header("content-type"), reply.body)
 
 
 def _wire(status: int, content_type: str | None, body: bytes) -> Wire:

@@ -10,7 +10,6 @@ offline on all of them.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,7 +25,6 @@ from gateway.core.errors import ErrorKind, GatewayError, not_found
 from gateway.core.tensors import InferResponse, ModelMetadata, Tensor
 from gateway.process import offload, shared
 from gateway.upstream import wire
-from gateway.upstream.relay import GrpcRelay
 
 from . import answer, codec, config, errors, mapping, plans
 from .monitor import Monitor
@@ -46,26 +44,17 @@ class GrpsService:
         self._plans = Plans(plans.MAX_PLANS)  # plain predicts: per target and input layout (None: no plan)
         self._targets: dict[str, mapping.Target] = {}  # model names resolved (_resolve)
         # the GRPS server behind the gateway (dialects.grps.legacy), shared by HTTP and gRPC; None: none
-        self.cutover = cutover.open("grps", cfg.legacy, ctx.settings.source)
-        # its gRPC side (legacy.grpc): the channel the gRPC listener relays on (gateway/upstream/relay.py)
-        self.legacy_grpc = GrpcRelay(cfg.legacy) if self.cutover is not None and cfg.legacy.grpc else None
-        self._probe = None
+        self.cutover = cutover.open("grps", cfg.legacy, ctx.settings.source, grpc=True)
 
     async def start(self) -> None:
         self.monitor.start()
         if self.cutover is not None:
             await self.cutover.start("/grps/v1/health/live")
-        if self.legacy_grpc is not None:  # in the background: never holds the start
-            self._probe = asyncio.get_running_loop().create_task(self.legacy_grpc.check("grps"))
 
     async def close(self) -> None:
         await self.monitor.stop()
         if self.cutover is not None:
             await self.cutover.close()
-        if self.legacy_grpc is not None:
-            if self._probe is not None:
-                self._probe.cancel()
-            await self.legacy_grpc.close()
 
     # -- health ---------------------------------------------------------------------------------
     @property

@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import orjson
 
-from gateway.call import current
 from gateway.core.errors import GatewayError
-from gateway.cutover import Answer, failure, httprelay
+from gateway.cutover import Answer, failure, httproute
 
 
 def greedy(body: dict) -> bool:
@@ -38,64 +37,19 @@ async def generation(h, cut, request, body: dict, kw: dict, local):
     model = kw.get("path_model") or (body.get("model") if isinstance(body.get("model"), str) else "")
     if not model:
         model = await h.catalog.default_name()
-    d = cut.choose(model, request.headers.get, httprelay.client(request))
-    if d.route == "triton":
-        return False, None
-    call = current()
-    if call is not None:
-        call.model = model
     stream = bool(kw.get("stream")) or body.get("stream") is True
-    raw = bytes(request.body or b"")
     eager = greedy(body)
-    if d.answer == "legacy":
-        if stream:
-            if d.shadow:
-                cut.shadow.count(model, d.route, "skipped")
-            await httprelay.stream(cut, request, raw)
-            return True, None
-        pending = cut.shadow.start(model, d, raw, lambda: _triton(h, local, eager)) if d.shadow else None
-        try:
-            reply = await httprelay.forward(cut, request, raw)
-        except GatewayError as err:
-            if pending is not None:
-                pending.fail(err.kind.value, err.message)
-            raise
-        if pending is not None:
-            pending.settle(lambda: decode(reply.status, reply.body, eager))
-        return True, httprelay.answer(reply)
-    if not d.shadow or stream:
-        if d.shadow:
-            cut.shadow.count(model, d.route, "skipped")
-        return False, None
-    pending = cut.shadow.start(model, d, raw, lambda: _legacy(cut, request, raw, eager))
-    try:
-        resp = await local()
-    except GatewayError as err:
-        if pending is not None:
-            pending.settle(_error(h, err))
-        raise
-    if pending is not None:
-        out = bytes(resp.body or b"")
-        pending.settle(lambda: decode(resp.status, out, eager))
-    return True, resp
+
+    def read(status: int, _content_type, out: bytes):
+        return lambda: decode(status, out, eager)
+
+    return await httproute.routed(cut, request, model, stream, local=local, read=read,
+                                  error=lambda err: _error(h, err))
 
 
 def _error(h, err: GatewayError) -> Answer:
     resp = h.errors.http(err)
     return decode(resp.status, bytes(resp.body or b""), True)
-
-
-async def _triton(h, local, eager: bool) -> Answer:
-    try:
-        resp = await local()
-    except GatewayError as err:
-        return _error(h, err)
-    return decode(resp.status, bytes(resp.body or b""), eager)
-
-
-async def _legacy(cut, request, raw: bytes, eager: bool) -> Answer:
-    reply = await httprelay.forward(cut, request, raw)
-    return decode(reply.status, reply.body, eager)
 
 
 def _words(doc) -> str:

@@ -7,7 +7,6 @@ examples) lives here and in ``mapping``/``examples``, nothing about wire formats
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,7 +18,6 @@ from gateway.core.bounded import DIMS, Plans, clip
 from gateway.core.errors import invalid
 from gateway.core.tensors import InferRequest, InferResponse, Tensor
 from gateway.upstream import wire
-from gateway.upstream.relay import GrpcRelay
 
 from . import errors, examples, shapes
 from .config import TFServingConfig
@@ -47,10 +45,7 @@ class Service:
         self.servables = Servables(conf, ctx.upstream)
         self.errors = errors.Rendering()
         # the TF Serving behind the gateway (dialects.tfserving.legacy), shared by REST and gRPC; None: none
-        self.cutover = cutover.open("tfserving", conf.legacy, ctx.settings.source)
-        # its gRPC side (legacy.grpc): the channel the gRPC listener relays on (gateway/upstream/relay.py)
-        self.legacy_grpc = GrpcRelay(conf.legacy) if self.cutover is not None and conf.legacy.grpc else None
-        self._probe = None
+        self.cutover = cutover.open("tfserving", conf.legacy, ctx.settings.source, grpc=True)
         self._plans = Plans(MAX_PLANS)  # predict: per target, output filter, inputs' names, shapes, dtypes
         self._wire = True  # plans may take Upstream.infer_bytes (tests turn it off to compare with the neutral path)
         # resolve(spec, *, grpc=False, method=None) -> Target: Servables.resolve itself (no coroutine of its own)
@@ -59,16 +54,10 @@ class Service:
     async def start(self) -> None:
         if self.cutover is not None:
             await self.cutover.start("/")
-        if self.legacy_grpc is not None:  # in the background: never holds the start
-            self._probe = asyncio.get_running_loop().create_task(self.legacy_grpc.check("tfserving"))
 
     async def close(self) -> None:
         if self.cutover is not None:
             await self.cutover.close()
-        if self.legacy_grpc is not None:
-            if self._probe is not None:
-                self._probe.cancel()
-            await self.legacy_grpc.close()
 
     async def _infer(self, req: InferRequest) -> InferResponse:
         return await self.ctx.upstream.infer(req)
