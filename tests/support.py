@@ -36,6 +36,30 @@ def free_port() -> int:
             return port
 
 
+@contextlib.asynccontextmanager
+async def grpc_and_h2(handler, options: tuple = ()):
+    """(a grpc.aio channel, an h2call.Channel) to a real grpc.aio server in this process serving
+    ``handler`` (a generic handler) on a free port; ``options`` for the server and the channel."""
+    import grpc
+
+    from gateway.h2 import client as h2call
+
+    server = grpc.aio.server(options=list(options))
+    server.add_generic_rpc_handlers((handler,))
+    port = free_port()
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=list(options))
+    channel.address = f"127.0.0.1:{port}"
+    h2 = h2call.Channel([("127.0.0.1", port)])
+    try:
+        yield channel, h2
+    finally:
+        await h2.close()
+        await channel.close()
+        await server.stop(None)
+
+
 def wait_http(url: str, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
     """``url`` answers 200 (gateway.local.launch.wait_health, which ``gateway run-pd`` uses too)."""
     launch.wait_health(url, proc, timeout)

@@ -14,8 +14,7 @@ import asyncio
 import grpc
 import pytest
 
-from gateway.h2 import client as h2call
-from tests.support import free_port
+from tests.support import grpc_and_h2
 
 SERVICE = "inference.GRPCInferenceService"
 STREAM = f"/{SERVICE}/ModelStreamInfer"
@@ -70,20 +69,9 @@ class Server:
 @pytest.fixture
 async def served():
     impl = Server()
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
-    server.add_generic_rpc_handlers((impl.handler(),))
-    port = free_port()
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    await server.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_receive_message_length", -1),
-                                                                       ("grpc.max_send_message_length", -1)])
-    h2 = h2call.Channel([("127.0.0.1", port)])
-    try:
+    async with grpc_and_h2(impl.handler(), (("grpc.max_receive_message_length", -1),
+                                            ("grpc.max_send_message_length", -1))) as (channel, h2):
         yield impl, channel, h2
-    finally:
-        await h2.close()
-        await channel.close()
-        await server.stop(None)
 
 
 METADATA = (("x-tenant", "a b"), ("trace-bin", b"\x00\xff\x10"), ("x-tenant", "second"), ("traceparent",

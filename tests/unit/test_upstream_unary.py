@@ -18,7 +18,7 @@ import pytest
 
 from gateway.h2 import client as h2call
 from gateway.upstream.unary import over_grpc, over_h2
-from tests.support import free_port
+from tests.support import free_port, grpc_and_h2
 
 SERVICE = "test.Echo"
 
@@ -65,20 +65,8 @@ class Server:
 async def serving():
     """(Server, a grpc.aio channel to it, an h2 channel to it), a real grpc.aio server in this process."""
     impl = Server()
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers((impl.handler(),))
-    port = free_port()
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    await server.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    channel.address = f"127.0.0.1:{port}"
-    h2 = h2call.Channel([("127.0.0.1", port)])
-    try:
+    async with grpc_and_h2(impl.handler()) as (channel, h2):
         yield impl, channel, h2
-    finally:
-        await h2.close()
-        await channel.close()
-        await server.stop(None)
 
 
 @pytest.fixture
