@@ -199,9 +199,9 @@ async def test_the_translating_dialects_call_through_it(triton):
         infers = []  # the ModelInfer calls on it (metadata, config and readiness go on it too)
         call = chan.call
 
-        async def counted(data, timeout, blocks=None, cancel=None):
+        async def counted(data, timeout, blocks=None, metadata=None, cancel=None):
             infers.append(blocks is None or blocks is chan.blocks(MODEL_INFER))
-            return await call(data, timeout, blocks, cancel)
+            return await call(data, timeout, blocks, metadata, cancel)
 
         chan.call = counted
         base = "http://127.0.0.1"

@@ -1,6 +1,6 @@
 """gateway/h2/client.py: HTTP/2 frames on the loop give what a grpc.aio unary call gives.
 
-A real grpc.aio server in this process (tests/unit/test_direct_call.py's) answers the h2 call and
+A real grpc.aio server in this process (tests/unit/test_upstream_unary.py's) answers the h2 call and
 grpc.aio's call alike: answers, errors (code and details, grpc-message's escapes read back),
 deadlines, a cancelled caller (the server hears it), large messages both ways (flow-control
 windows). A server written with the ``h2`` library plays what grpc's server does rarely or
@@ -70,8 +70,8 @@ async def served():
 async def test_answers_and_errors_as_grpc_gives_them(served):
     _, channel, h2 = served
     for name, request in (("Echo", b"hello"), ("Fail", b"that"), ("Percent", b""), ("Echo", b"")):
-        direct_call = over_grpc(channel, f"/{SERVICE}/{name}")
-        want = await _outcome(direct_call(request, timeout=5))
+        grpc_call = over_grpc(channel, f"/{SERVICE}/{name}")
+        want = await _outcome(grpc_call(request, timeout=5))
         assert await _outcome(h2(name).call(request, 5)) == want, name
     assert want == ("ok", b"")
 
@@ -79,10 +79,10 @@ async def test_answers_and_errors_as_grpc_gives_them(served):
 async def test_large_messages_both_ways(served):
     _, channel, h2 = served
     request = bytes(range(256)) * (40 << 10)  # 10 MiB: past every default window, in many frames
-    direct_call = over_grpc(channel, f"/{SERVICE}/Big")
+    grpc_call = over_grpc(channel, f"/{SERVICE}/Big")
     assert await h2("Big").call(b"x", 5) == b"xx"  # the server's SETTINGS (2 streams at most) read
     answers = await asyncio.gather(*(h2("Big").call(request, 30) for _ in range(3)))
-    assert answers == [await direct_call(request, timeout=30)] * 3
+    assert answers == [await grpc_call(request, timeout=30)] * 3
 
 
 async def test_deadline_and_cancel(served):
