@@ -2,7 +2,7 @@
 
     request id   from ``X-Request-Id`` / ``x-request-id`` metadata, else generated; Triton gets it
                  as the request id (upstream), the client gets it back (response header, or gRPC
-                 trailing metadata)
+                 trailing metadata; with ``generated_id_back`` False, only the one it sent)
     API key      on a listener with keys (gateway/access.py), ``Authorization: Bearer <key>`` or
                  the dialect's UNAUTHENTICATED answer (401), before admission; routes declared
                  ``public`` (admin /health, /live) stay open for probes
@@ -81,6 +81,9 @@ class Edge:
         # True on an h2 listener whose unary-unary handlers are left to finish when their client goes
         # away (upstream.cancel streams or none; gateway/h2/server.py): their upstream calls need no shield
         self.unary_outlives_client = False
+        # False: a gRPC call's trailing metadata carries its request id only when the client sent one
+        # (a listener that answers as its upstream said it, the V2 passthrough: Triton stamps none)
+        self.generated_id_back = True
 
     # -- shared steps ------------------------------------------------------------------------
     def begin(self, route: str, given_id: str | None, client_timeout: float | None = None) -> Call:
@@ -219,13 +222,14 @@ class Edge:
         """The request's Call (id and deadline from the metadata, kept as ``call.metadata``), made
         current; its trailing metadata."""
         md = context.invocation_metadata()
-        call = self.begin(route, _metadata_value(md, REQUEST_ID), _grpc_timeout(context))
+        given = _metadata_value(md, REQUEST_ID)
+        call = self.begin(route, given, _grpc_timeout(context))
         call.metadata = md
         if model_of is not None:
             call.model = model_of(request)
         if self.tracer is not None:
             call.trace = self.tracer.grpc(call, context)
-        return call, enter(call), ((REQUEST_ID, call.request_id),)
+        return call, enter(call), ((REQUEST_ID, call.request_id),) if given or self.generated_id_back else ()
 
     def _grpc_admit(self, call: Call) -> None:
         """The API key (listeners with ``api_keys``), then admission: refused requests raise."""
