@@ -194,6 +194,8 @@ def test_grps_answers_the_same(channels):
              (svc + "CheckLiveness", grps_pb2.GrpsMessage().SerializeToString()),
              (svc + "CheckReadiness", grps_pb2.GrpsMessage().SerializeToString()),
              (svc + "ServerMetadata", grps_pb2.GrpsMessage().SerializeToString())]
+    for ch in channels["grps_grpc"]:  # both online (GRPS starts offline; other tests switch the session's gateway)
+        ch.unary_unary(svc + "Online")(grps_pb2.GrpsMessage().SerializeToString(), timeout=30)
     for n, (path, request) in enumerate(cases):
         _same(channels["grps_grpc"], path, request, n)
 
