@@ -1059,11 +1059,13 @@ class StreamCall:
         await self._send(b"", True)
 
     def __aiter__(self):
-        return self._messages()
+        return self
 
-    async def _messages(self):
-        while (item := await self.read()) is not grpc.aio.EOF:
-            yield item
+    async def __anext__(self):  # (no async generator around ``read``: one step less per message)
+        item = await self.read()
+        if item is grpc.aio.EOF:
+            raise StopAsyncIteration
+        return item
 
     async def read(self):
         st = self.st

@@ -177,6 +177,43 @@ def refused(reason: str) -> None:
     metrics.H2_REFUSED.labels(reason).inc()
 
 
+class Joined:
+    """A transport whose writes within one turn of the event loop leave in one write, at the turn's
+    end: the frames of calls answered in the same turn (HEADERS, DATA, trailers, WINDOW_UPDATE,
+    acks) share a syscall, as grpc core and nginx write what a read made in one go. One
+    ``call_soon`` per turn that writes; ``close`` and ``abort`` write what waits first, in order.
+    The rest is the transport's. (No ``__slots__``: a test may wrap ``write`` on the instance.)"""
+
+    def __init__(self, transport: asyncio.Transport):
+        self._transport = transport
+        self._parts: list | None = None  # written this turn, not yet given to the transport
+        self._loop = asyncio.get_running_loop()
+
+    def write(self, data) -> None:
+        parts = self._parts
+        if parts is None:
+            self._parts = [data]
+            self._loop.call_soon(self._flush)
+        else:
+            parts.append(data)
+
+    def _flush(self) -> None:
+        parts, self._parts = self._parts, None
+        if parts and not self._transport.is_closing():
+            self._transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._flush()
+        self._transport.abort()
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
+
 class Framing(asyncio.Protocol):
     """What both ends written on the loop do with the frames they read (gateway/h2/client.py's
     ``Connection``, gateway/h2/server.py's): whole frames cut from the bytes read (``frames``, at most
@@ -214,13 +251,14 @@ class Framing(asyncio.Protocol):
     peer_streams = 1 << 31  # the peer's MAX_CONCURRENT_STREAMS
 
     def connection_made(self, transport) -> None:
-        self.transport = transport
         sock = transport.get_extra_info("socket")
-        if sock is not None:
+        if sock is not None:  # a socket's: its writes joined per turn of the loop (``Joined``)
+            transport = Joined(transport)
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:  # pragma: no cover - not TCP
                 pass
+        self.transport = transport
 
     # -- reading, paused and resumed ------------------------------------------------------------
     def pause_writing(self) -> None:
