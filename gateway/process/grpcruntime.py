@@ -16,7 +16,9 @@ gateway process forks to use gRPC in the child (workers are spawned); it only fo
 ``subprocess`` with a ``preexec_fn``: Triton, a test's or a bench's gateway). There a restarted
 poller thread can reach ``epoll_wait`` on the closed fd before the exec: gRPC aborts the child
 ("Epoll1Poller ... encountered epoll_wait error: Bad file descriptor", SIGABRT), a few children in a
-hundred while gRPC is busy in the parent. So ``GRPC_ENABLE_FORK_SUPPORT=false`` too.
+hundred while gRPC is busy in the parent; and until the exec those threads share the parent's
+sockets and epoll set, so that the parent's own calls fail ("Socket closed", a corrupt HTTP/2 frame,
+a connection that never sees its SETTINGS). So ``GRPC_ENABLE_FORK_SUPPORT=false`` too.
 
 gRPC reads both variables once, when ``grpc`` is imported, so ``configure`` runs from
 ``gateway/__init__.py``; an operator's own value of either wins. A name gRPC no longer knows
