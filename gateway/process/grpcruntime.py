@@ -10,8 +10,18 @@ V2 passthrough's ModelStreamInfer (one message per turn, 8 streams, the gateway'
 less CPU per message; unary calls cost the same either way. docs/architecture.md, "Processes,
 loops and listeners".
 
-gRPC reads ``GRPC_EXPERIMENTS`` once, when ``grpc`` is imported, so ``configure`` runs from
-``gateway/__init__.py``; an operator's own ``GRPC_EXPERIMENTS`` wins. A name gRPC no longer knows
+grpcio also turns on gRPC's fork support by default: pthread_atfork handlers that, in a child of
+``fork()``, restart the EventEngine's threads and close the inherited epoll fd under them. No
+gateway process forks to use gRPC in the child (workers are spawned); it only forks to exec (a
+``subprocess`` with a ``preexec_fn``: Triton, a test's or a bench's gateway). There a restarted
+poller thread can reach ``epoll_wait`` on the closed fd before the exec: gRPC aborts the child
+("Epoll1Poller ... encountered epoll_wait error: Bad file descriptor", SIGABRT), a few children in a
+hundred while gRPC is busy in the parent; and until the exec those threads share the parent's
+sockets and epoll set, so that the parent's own calls fail ("Socket closed", a corrupt HTTP/2 frame,
+a connection that never sees its SETTINGS). So ``GRPC_ENABLE_FORK_SUPPORT=false`` too.
+
+gRPC reads both variables once, when ``grpc`` is imported, so ``configure`` runs from
+``gateway/__init__.py``; an operator's own value of either wins. A name gRPC no longer knows
 costs one error line at start-up ("Unknown experiment") and nothing else. Triton, started by
 ``gateway local``, does not inherit the gateway's value (gateway/local/localtriton.py).
 """
@@ -24,21 +34,27 @@ from collections.abc import MutableMapping
 
 ENV = "GRPC_EXPERIMENTS"
 EXPERIMENTS = "-event_engine_client,-event_engine_listener,-event_engine_for_all_other_endpoints"
+FORK_ENV = "GRPC_ENABLE_FORK_SUPPORT"
+FORK = "false"
+OURS = {ENV: EXPERIMENTS, FORK_ENV: FORK}
 
 
 def configure(environ: MutableMapping[str, str] | None = None, grpc_loaded: bool | None = None) -> bool:
-    """Set ``GRPC_EXPERIMENTS`` unless it is set already or grpc is loaded (too late to matter in
-    this process; spawned workers import the gateway first and set it themselves). True: set now."""
+    """Set ``GRPC_EXPERIMENTS`` and ``GRPC_ENABLE_FORK_SUPPORT``, each unless it is set already,
+    and neither once grpc is loaded (too late to matter in this process; spawned workers import the
+    gateway first and set them themselves). True: one or both set now."""
     environ = os.environ if environ is None else environ
     loaded = "grpc" in sys.modules if grpc_loaded is None else grpc_loaded
-    if ENV in environ or loaded:
+    if loaded:
         return False
-    environ[ENV] = EXPERIMENTS
-    return True
+    unset = {name: value for name, value in OURS.items() if name not in environ}
+    environ.update(unset)
+    return bool(unset)
 
 
 def for_child(env: dict[str, str]) -> dict[str, str]:
-    """``env`` for a process that is not the gateway (Triton): without the gateway's own value."""
-    if env.get(ENV) == EXPERIMENTS:
-        env.pop(ENV)
+    """``env`` for a process that is not the gateway (Triton): without the gateway's own values."""
+    for name, value in OURS.items():
+        if env.get(name) == value:
+            env.pop(name)
     return env

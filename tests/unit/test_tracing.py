@@ -9,6 +9,7 @@ in-memory exporter.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 
@@ -36,6 +37,7 @@ class FakeTriton(grpc.GenericRpcHandler):
 
     def __init__(self):
         self.calls: list[tuple[str, dict]] = []
+        self.metadata_read = asyncio.Event()  # a ServerMetadata call came (the worker makes one at start)
 
     def service(self, details):
         name = details.method.rsplit("/", 1)[1]
@@ -44,6 +46,8 @@ class FakeTriton(grpc.GenericRpcHandler):
     def _answer(self, name):
         async def answer(request: bytes, context):
             self.calls.append((name, dict(context.invocation_metadata())))
+            if name == "ServerMetadata":
+                self.metadata_read.set()
             if name == "ServerReady":
                 return service_pb2.ServerReadyResponse(ready=True).SerializeToString()
             if name == "RepositoryIndex":  # the model is listed, but its metadata is NOT_FOUND
@@ -72,6 +76,11 @@ async def traced(request, monkeypatch):
 
     async with fake_triton(fake) as (_, target), running_worker(ports, target, **extra), \
             grpc.aio.insecure_channel(f"127.0.0.1:{ports['v2_grpc']}") as channel:
+        # the worker's own start-up read of Triton's version (gateway/app.py, _warn_on_triton_version)
+        # runs beside the tests' calls: it is waited for and forgotten, so that ``fake.calls`` holds
+        # what the tests sent (it came after a ModelInfer and was taken for it in one full run)
+        await asyncio.wait_for(fake.metadata_read.wait(), 10)
+        fake.calls.clear()
         yield fake, channel, ports, spans
 
 
