@@ -13,6 +13,7 @@ size, the listener's admission limit for slots.
 from __future__ import annotations
 
 import re
+import time
 
 import orjson
 from sanic import Request, Sanic, response
@@ -73,6 +74,7 @@ class TritonMeta:
                       "available_tokens_length": free * resolved.spec.max_tokens})
 
     async def stop(self, request: Request, model: str):
+        received = time.monotonic()  # the stop is judged as of now (running.py), as MindIE judges it
         await self.h.catalog.resolve(model)
         body = await json_body(request)
         if "id" not in body:
@@ -84,7 +86,7 @@ class TritonMeta:
             raise v.invalid("id must be string type.")
         if not _ID.match(stop_id):
             raise v.invalid(BAD_ID)
-        if not await self.h.bus.stop(stop_id):  # on whichever worker runs it
+        if not await self.h.bus.stop(stop_id, received):  # on whichever worker runs it
             return httpbody.raw(orjson.dumps({"error": f"RequestId is {stop_id} not found.",
                                               "error_type": "NotFoundError"}),
                                 status=404, content_type="application/json")

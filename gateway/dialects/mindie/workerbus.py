@@ -6,9 +6,14 @@ instance's. Each worker of the set listens on a unix socket of the supervisor's 
 (gateway/process/shared.py), ``mindie-<pid>.sock``; a question one worker cannot answer alone goes to every
 other worker's socket, one JSON line each way:
 
-    {"op": "stop", "id": "<id>"}   -> {"ok": true|false}     (the generation with that id is stopped)
+    {"op": "stop", "id": "<id>", "since": t} -> {"ok": true|false}  (the generation with that id is
+                                   stopped; t: when the stopInfer was received, running.py)
     {"op": "load"}                 -> {"limit": n, "inflight": n, "running": n}
     {"op": "stop_all"}             -> {"stopped": n}          (stopService?mode=Force)
+
+A question is answered in the protocol's ``data_received`` callback, with no task and no stream
+reader between the socket and the running table: a worker busy streaming tokens answers it in the
+loop pass that reads it.
 
 A worker that died leaves a socket nobody answers: it is skipped (and its file removed). Without a
 shared directory (one worker, or tests running a Worker in-process) the bus is this process alone.
@@ -20,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +35,7 @@ from gateway.process import shared
 
 log = logging.getLogger("gateway.mindie")
 ASK_TIMEOUT_S = 2.0
+MAX_LINE = 65536  # a question is one short JSON line
 
 
 class WorkerBus:
@@ -47,7 +54,8 @@ class WorkerBus:
 
     async def start(self) -> None:
         if self.dir is not None:
-            self._server = await asyncio.start_unix_server(self._serve, path=str(self.path))
+            loop = asyncio.get_running_loop()
+            self._server = await loop.create_unix_server(lambda: _Answering(self._answer), path=str(self.path))
 
     async def close(self) -> None:
         if self._server is not None:
@@ -64,22 +72,14 @@ class WorkerBus:
     def _answer(self, msg: dict) -> dict:
         op = msg.get("op")
         if op == "stop":
-            return {"ok": self.running.stop(str(msg.get("id", "")))}
+            since = msg.get("since")
+            since = float(since) if isinstance(since, int | float) and not isinstance(since, bool) else None
+            return {"ok": self.running.stop(str(msg.get("id", "")), since)}
         if op == "load":
             return self.local_load()
         if op == "stop_all":
             return {"stopped": self.running.stop_all()}
         return {"error": f"unknown op {op!r}"}
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            line = await reader.readline()
-            writer.write(orjson.dumps(self._answer(orjson.loads(line))) + b"\n")
-            await writer.drain()
-        except (OSError, orjson.JSONDecodeError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
 
     # -- the other workers ------------------------------------------------------------------------
     def _others(self) -> list[Path]:
@@ -111,11 +111,14 @@ class WorkerBus:
         return [a for a in answers if isinstance(a, dict)]
 
     # -- what the routes use ------------------------------------------------------------------------
-    async def stop(self, request_id: str) -> bool:
-        """Stop the generation with this id, on whichever worker runs it."""
-        if self.running.stop(request_id):
+    async def stop(self, request_id: str, since: float | None = None) -> bool:
+        """Stop the generation with this id, on whichever worker runs it. ``since``: when the
+        stopInfer was received (``time.monotonic()``; default now): one that ended after is found."""
+        since = time.monotonic() if since is None else since
+        if self.running.stop(request_id, since):
             return True
-        return any(a.get("ok") is True for a in await self.ask_all({"op": "stop", "id": request_id}))
+        msg = {"op": "stop", "id": request_id, "since": since}
+        return any(a.get("ok") is True for a in await self.ask_all(msg))
 
     async def load(self) -> list[dict]:
         """Every worker's admission limit, requests in flight and generations running (this one first)."""
@@ -124,6 +127,33 @@ class WorkerBus:
     async def stop_all(self) -> int:
         answers = await self.ask_all({"op": "stop_all"})
         return self.running.stop_all() + sum(int(a.get("stopped", 0)) for a in answers)
+
+
+class _Answering(asyncio.Protocol):
+    """One question, one answer, then the connection is closed."""
+
+    def __init__(self, answer: Callable[[dict], dict]):
+        self.answer = answer
+        self.buf = bytearray()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        end = self.buf.find(b"\n")
+        if end < 0:
+            if len(self.buf) > MAX_LINE:
+                self.transport.close()
+            return
+        try:
+            msg = orjson.loads(self.buf[:end])
+            reply = self.answer(msg) if isinstance(msg, dict) else {"error": "not an object"}
+        except orjson.JSONDecodeError:
+            reply = {"error": "not JSON"}
+        self.transport.write(orjson.dumps(reply) + b"\n")
+        self.transport.close()  # after the answer is written
 
 
 def _alive(sock: Path) -> bool:

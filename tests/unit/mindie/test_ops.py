@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from gateway.call import Admission
 from gateway.dialects.mindie.management import peers_v1, peers_v2
@@ -40,6 +41,48 @@ async def test_a_stop_reaches_the_other_worker_and_loads_add_up(tmp_path):
         await a.close()
         await b.close()
     assert not list(tmp_path.glob("mindie-*.sock"))
+
+
+async def test_a_stop_is_judged_as_of_its_receipt_on_either_worker(tmp_path):
+    """The flaky contract test's race, made deterministic: the stopInfer is received while b runs
+    the generation; before the question reaches b, the generation ends on its own. MindIE (one
+    process) would have found it then: the answer is found, not 404. Asked after the end: 404."""
+    a_run, b_run = Running(), Running()
+    a = WorkerBus(a_run, Ctx(8), str(tmp_path), me=1)
+    b = WorkerBus(b_run, Ctx(8), str(tmp_path), me=2)
+    await a.start()
+    await b.start()
+    try:
+        with b_run.track("num-1", "gen-2"):
+            received = time.monotonic()  # the stopInfer arrives on a now, the generation running on b
+        # ... and the generation ended (its last token) before the question reached b
+        assert await a.stop("gen-2", received) is True
+        assert await a.stop("num-1", received) is True
+        assert await a.stop("gen-2") is False  # received after the end: not found
+        assert await a.stop("gen-2", time.monotonic()) is False
+        with a_run.track("gen-3"):  # the same on the worker that received it
+            received = time.monotonic()
+        assert await a.stop("gen-3", received) is True
+        assert await b.stop("gen-3") is False
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_ended_generations_are_remembered_for_a_bounded_time_and_number(monkeypatch):
+    from gateway.dialects.mindie import running
+
+    run = Running()
+    since = time.monotonic()
+    monkeypatch.setattr(running, "ENDED_MAX", 3)
+    for i in range(5):
+        with run.track(f"g{i}"):
+            pass
+    assert [run.stop(f"g{i}", since) for i in range(5)] == [False, False, True, True, True]
+    monkeypatch.setattr(running, "ENDED_KEEP_S", 0.0)
+    with run.track("g5"):
+        pass
+    assert [run.stop(f"g{i}", since) for i in range(6)] == [False] * 6
 
 
 async def test_a_dead_workers_socket_is_skipped(tmp_path):
