@@ -594,7 +594,10 @@ class TritonUpstream:
                 return False
             return bool(resp.ready)
 
-        return await self._cached(_READY_KEY, fetch)
+        ready = await self._cached(_READY_KEY, fetch)
+        if not ready:  # only "ready" is kept: a Triton back up is seen by the next check, not a cache_ttl later
+            self._cache.forget(_READY_KEY)
+        return ready
 
     async def server_metadata(self) -> dict[str, Any]:
         async def fetch() -> dict[str, Any]:
