@@ -504,7 +504,7 @@ class Connection(Core):
         self.next_sid += 2
         if self.next_sid > LAST_STREAM_ID:
             self.closed = True  # ids spent: the next call opens another connection
-        st = self.streams[sid] = _Stream(asyncio.get_running_loop().create_future(), self.peer_window, streaming)
+        st = self.streams[sid] = _Stream(self.loop.create_future(), self.peer_window, streaming)
         st.sid = sid
         block += extra + timeout_field(left) if extra else timeout_field(left)
         n = len(block)
@@ -553,7 +553,7 @@ class Connection(Core):
         message; the answer message's bytes, or AioRpcError. A cancelled caller resets the stream;
         with ``cancel`` False (``upstream.cancel`` streams or none) the call is left to finish, its
         answer dropped (its deadline still resets it). ``extra``: the call's metadata (``open``)."""
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         if len(self.streams) < self.peer_streams:  # a stream slot free: sent now, no await before it
             sid, st = self._open(block, data, timeout, False, extra)
             timer = loop.call_later(timeout, self._expire, sid, st)

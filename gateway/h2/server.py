@@ -392,7 +392,7 @@ class Connection(Core):
         rpc = self.calls[sid] = Rpc(self, sid, method, handler, metadata, deadline, encoding, self.peer_window)
         rpc.inwin = STREAM_WINDOW
         if deadline is not None:
-            loop = asyncio.get_running_loop()
+            loop = self.loop
             rpc.timer = loop.call_at(loop.time() + (deadline - time.monotonic()), self._expire, rpc)
         if end:
             self._half_close(rpc)
@@ -569,7 +569,7 @@ class Connection(Core):
             self._start(rpc)
 
     def _start(self, rpc: Rpc) -> None:
-        rpc.task = asyncio.get_running_loop().create_task(h2rpc.serve(rpc))
+        rpc.task = self.loop.create_task(h2rpc.serve(rpc))
 
     # -- a call's end ------------------------------------------------------------------------
     def _error(self, rpc: Rpc, code: grpc.StatusCode, details: str) -> None:

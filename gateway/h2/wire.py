@@ -234,6 +234,7 @@ class Framing(asyncio.Protocol):
     credit_on_read = True  # the connection's window given back as DATA is read (else: ``credit``)
 
     transport: asyncio.Transport | None = None
+    loop: asyncio.AbstractEventLoop | None = None  # the loop it runs on (asyncio.get_running_loop() is a syscall a call in 3.11)
     lost = False  # the socket is gone (or going): nothing more is read
     conn_unacked = 0
     recv_window = DEFAULT_WINDOW  # what the peer may still send on the connection
@@ -251,6 +252,7 @@ class Framing(asyncio.Protocol):
     peer_streams = 1 << 31  # the peer's MAX_CONCURRENT_STREAMS
 
     def connection_made(self, transport) -> None:
+        self.loop = asyncio.get_running_loop()
         sock = transport.get_extra_info("socket")
         if sock is not None:  # a socket's: its writes joined per turn of the loop (``Joined``)
             transport = Joined(transport)
