@@ -122,6 +122,10 @@ class FakeUpstream:
         call = self.unary(method, cancel=cancel)
         return lambda request, timeout, metadata: call(request, timeout=timeout, metadata=metadata)
 
+    def relay_now(self, method: str, cancel: bool | None = None):
+        """None: the fake's relayed calls are awaited (``relay``), as under upstream.transport grpc."""
+        return None
+
     def relay_stream(self, method: str):
         """The V2 passthrough's ModelStreamInfer (TritonUpstream.relay_stream), grpc.aio's stream call."""
 

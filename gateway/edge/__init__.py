@@ -267,6 +267,48 @@ class Edge:
 
         return handler
 
+    def unary_now(self, route: str, begin: Callable[[bytes, Call, Callable[[Any], None]], Any],
+                  model_of: Callable[[Any], str] | None = None,
+                  upstream_error: Callable[[BaseException], Exception] = lambda exc: exc):
+        """``unary``'s steps for a call begun at once and answered from a callback, without a task or a
+        coroutine (the h2 server's ``now``, gateway/h2/server.py; the V2 passthrough's relay):
+        ``begin(request, call, done)`` begins it and gives what ``cancel``s it, or None where it
+        cannot begin at once (then the task path, ``unary``, takes the call); ``done`` gets the
+        answer's bytes or the call's failure, answered as ``upstream_error(failure)``. None with
+        tracing on (a span lives in a task's context)."""
+        if self.tracer is not None:
+            return None
+
+        def now(rpc) -> bool:
+            request = rpc.messages[0]
+            md = rpc.metadata
+            given = _metadata_value(md, REQUEST_ID)
+            call = self.begin(route, given, _grpc_timeout(rpc))
+            call.metadata = md
+            if model_of is not None:
+                call.model = model_of(request)
+            answering = _Answering(self, rpc, call, ((REQUEST_ID, call.request_id),) if given or self.generated_id_back
+                                   else (), len(request), upstream_error)
+            try:
+                self._grpc_admit(call)
+            except Exception as exc:  # noqa: BLE001 - the edge: every failure takes Edge.failure
+                answering.fail(exc)
+                return True
+            try:
+                handle = begin(request, call, answering.settle)
+            except Exception as exc:  # noqa: BLE001 - as above
+                answering.settle(exc)
+                return True
+            if handle is None:
+                self.admission.release()
+                return False
+            rpc.messages.popleft()
+            answering.handle = handle
+            rpc.task = answering
+            return True
+
+        return now
+
     def stream(self, route: str, fn: Callable[[Any, Any], AsyncIterator[Any]],
                model_of: Callable[[Any], str] | None = None):
         """A server- or bidi-streaming gRPC behaviour ``fn(request_or_iterator, context)`` behind the
@@ -318,6 +360,58 @@ class Edge:
         if err is None:
             return outcome, None
         return outcome, (err.status if isinstance(err, RelayedStatus) else self.errors.grpc(err))
+
+
+class _Answering:
+    """A call ``Edge.unary_now`` began, standing in for its task on the h2 server (``done``,
+    ``cancel``: the client went away, or its deadline passed, as the task would be cancelled): its
+    answer or failure, metrics and access line, as ``Edge.unary`` gives them."""
+
+    __slots__ = ("edge", "rpc", "call", "trailing", "size", "upstream_error", "handle", "over")
+
+    def __init__(self, edge: Edge, rpc, call: Call, trailing: tuple, size: int, upstream_error):
+        self.edge = edge
+        self.rpc = rpc
+        self.call = call
+        self.trailing = trailing
+        self.size = size  # the request's bytes
+        self.upstream_error = upstream_error
+        self.handle = None
+        self.over = False
+
+    def done(self) -> bool:
+        return self.over
+
+    def settle(self, result) -> None:
+        """The call's end: the answer's bytes, or its failure."""
+        if self.over:
+            return
+        self.edge.admission.release()
+        if result.__class__ is bytes:
+            self.over = True
+            call = self.call
+            self.rpc.reply(result, call.trailing + self.trailing if call.trailing else self.trailing)
+            self.edge.finish(call, call.failed or "ok", "OK", self.size, len(result))
+        else:
+            self.fail(self.upstream_error(result))
+
+    def fail(self, exc: Exception) -> None:
+        self.over = True
+        outcome, failure = self.edge._grpc_failure(exc)
+        self.rpc.end(failure.code, failure.message, failure.trailing + self.trailing)
+        self.edge.finish(self.call, outcome, failure.code.name, self.size, 0)
+
+    def cancel(self) -> None:
+        if self.over:
+            return
+        self.over = True
+        self.handle.cancel()
+        self.edge.admission.release()
+        if self.rpc.expired:
+            self.rpc.end(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        else:  # the server stopping (a client that went away hears nothing more)
+            self.rpc.end(grpc.StatusCode.CANCELLED, "Cancelled")
+        self.edge.finish(self.call, "cancelled", "CANCELLED", self.size, 0)
 
 
 _access_enabled = logs.ACCESS.isEnabledFor

@@ -43,6 +43,7 @@ import base64
 import binascii
 import collections
 import ipaddress
+import logging
 import math
 import socket
 import ssl as _ssl
@@ -85,6 +86,7 @@ from gateway.h2.wire import SETTING as _SETTING
 from gateway.h2.wire import U32 as _U32
 from gateway.observe import fastpaths
 
+log = logging.getLogger("gateway")
 ON = fastpaths.declare("upstream_h2", [] if Decoder is not None else ["hpack"])
 
 STREAM_WINDOW = 8 << 20  # what Triton may send on one stream before we read it
@@ -215,6 +217,76 @@ class _Stream:
         self.sent: asyncio.Future | None = None  # a bidi stream's writer, waiting for ``out`` to go
         self.got = 0  # a unary answer's bytes read so far
         self.check = 4  # past this many, the answer's size is checked (``Connection._too_large``)
+
+
+class Started:
+    """A unary call ``Channel.start`` began: it stands in for the stream's future (``done``,
+    ``set_result``, ``set_exception``) and hands the call's end to ``done`` at once, with what
+    ``Channel.call`` would have given: the answer's bytes, or the AioRpcError (a call Triton never
+    started, Unprocessed, is sent once more as ``call`` does, and its end handed on). ``cancel``: the
+    caller went away, as an awaiting caller's task is cancelled: the stream reset (``cancel`` True),
+    or left to finish at its deadline, its answer dropped."""
+
+    __slots__ = ("channel", "fn", "data", "deadline", "blocks", "metadata", "resets", "conn", "sid", "st", "timer",
+                 "settled", "ended", "retry")
+
+    def __init__(self, channel: Channel, fn: Callable[[bytes | grpc.aio.AioRpcError], None], data: bytes,
+                 deadline: float, blocks: list[bytes], metadata, resets: bool):
+        self.channel = channel
+        self.fn = fn
+        self.data = data
+        self.deadline = deadline
+        self.blocks = blocks
+        self.metadata = metadata
+        self.resets = resets
+        self.conn: Connection | None = None
+        self.sid = 0
+        self.st: _Stream | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.settled = False  # the stream's end came
+        self.ended = False  # ``fn`` called, or the caller gone
+        self.retry: asyncio.Task | None = None
+
+    def done(self) -> bool:
+        return self.settled
+
+    def set_result(self, result) -> None:
+        self.settled = True
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.ended:  # the caller went away: the answer dropped
+            return
+        if isinstance(result, Unprocessed):  # Triton never started it: once more, on a new connection
+            extra = request_metadata(self.metadata) if self.metadata else b""
+            self.retry = asyncio.ensure_future(self.channel._again(self.data, self.deadline, self.blocks, extra,
+                                                                   self.resets, 1))
+            self.retry.add_done_callback(self._retried)
+            return
+        self._end(result)
+
+    set_exception = set_result
+
+    def _retried(self, task: asyncio.Task) -> None:
+        if not self.ended and not task.cancelled():
+            self._end(task.exception() or task.result())
+
+    def _end(self, result) -> None:
+        self.ended = True
+        try:
+            self.fn(result)
+        except Exception:  # noqa: BLE001 - the caller's failure is its own, never the connection's
+            log.exception("a call's answer could not be handed on")
+
+    def cancel(self) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        if self.retry is not None:
+            self.retry.cancel()
+        elif self.resets and not self.settled and self.conn.streams.get(self.sid) is self.st:
+            self.timer.cancel()
+            self.conn._reset(self.sid, self.st)
 
 
 class Connection(Core):
@@ -493,7 +565,8 @@ class Connection(Core):
                 raise error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
         return self._open(block, data, deadline - time.monotonic(), streaming, extra)
 
-    def _open(self, block: bytes, data: bytes | None, left: float, streaming: bool, extra: bytes) -> tuple[int, _Stream]:
+    def _open(self, block: bytes, data: bytes | None, left: float, streaming: bool, extra: bytes,
+              future=None) -> tuple[int, _Stream]:
         """``open`` once a stream slot is free, ``left`` seconds before the call's deadline."""
         if self.closed:  # GOAWAY or the socket gone since it was picked: never started, sent again (Channel.call)
             raise Unprocessed(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
@@ -504,7 +577,7 @@ class Connection(Core):
         self.next_sid += 2
         if self.next_sid > LAST_STREAM_ID:
             self.closed = True  # ids spent: the next call opens another connection
-        st = self.streams[sid] = _Stream(self.loop.create_future(), self.peer_window, streaming)
+        st = self.streams[sid] = _Stream(future or self.loop.create_future(), self.peer_window, streaming)
         st.sid = sid
         block += extra + timeout_field(left) if extra else timeout_field(left)
         n = len(block)
@@ -575,6 +648,12 @@ class Connection(Core):
         finally:
             if timer is not None:
                 timer.cancel()
+
+    def start(self, block: bytes, data: bytes, timeout: float, extra: bytes, started: Started) -> None:
+        """``call`` begun at once (a stream slot is free), its end handed to ``started`` (``Channel.start``)."""
+        sid, st = self._open(block, data, timeout, False, extra, started)
+        started.conn, started.sid, started.st = self, sid, st
+        started.timer = self.loop.call_later(timeout, self._expire, sid, st)
 
     def _expire(self, sid: int, st: _Stream) -> None:
         if self.streams.get(sid) is st:
@@ -826,14 +905,38 @@ class Channel:
         if cancel is None:
             cancel = self.cancel_unary
         deadline = time.monotonic() + timeout
-        tries = 0
         if len(conns) == 1:
             conn = conns[0]
             if conn is not None and not conn.closed:
                 try:
                     return await conn.call(blocks[0], data, timeout, cancel, extra)
                 except Unprocessed:  # Triton never started it: once more, on a new connection
-                    tries = 1
+                    return await self._again(data, deadline, blocks, extra, cancel, 1)
+        return await self._again(data, deadline, blocks, extra, cancel, 0)
+
+    def start(self, data: bytes, timeout: float, blocks: list[bytes], metadata, cancel: bool | None,
+              done: Callable[[bytes | grpc.aio.AioRpcError], None]) -> Started | None:
+        """``call`` begun at once, not awaited: ``done`` gets what ``call`` would give (the answer's
+        bytes or the AioRpcError) as soon as it is read, in that turn of the loop; the ``Started``
+        returned is cancelled as an awaiting caller's task is. None where the call cannot begin at
+        once (several addresses, the connection not open, no stream slot free): ``call`` it then."""
+        conns = self._conns
+        if len(conns) != 1:
+            return None
+        conn = conns[0]
+        if conn is None or conn.closed or len(conn.streams) >= conn.peer_streams:
+            return None
+        started = Started(self, done, data, time.monotonic() + timeout, blocks, metadata,
+                          self.cancel_unary if cancel is None else cancel)
+        try:
+            conn.start(blocks[0], data, timeout, request_metadata(metadata) if metadata else b"", started)
+        except grpc.aio.AioRpcError as err:  # metadata that cannot be sent, a deadline already spent
+            started.set_exception(err)
+        return started
+
+    async def _again(self, data: bytes, deadline: float, blocks: list[bytes], extra: bytes, cancel: bool,
+                     tries: int) -> bytes:
+        """``call`` on the connection ``_pick`` gives, ``tries`` made already (Unprocessed: one more)."""
         while True:
             try:
                 i, conn = await self._pick(deadline)

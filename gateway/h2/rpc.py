@@ -197,6 +197,22 @@ class Rpc:
             self.trailing = tuple(trailing_metadata)
         raise grpc.aio.AbortError()
 
+    # -- answering from a callback (a handler's ``now``: no task) --------------------------------
+    def reply(self, answer: bytes, trailing=()) -> None:
+        """The call answered: ``answer`` (serialized) and trailers with ``trailing`` (nothing once the call is over)."""
+        if not self.state & LOCAL:
+            self.trailing = trailing
+            self.conn.send_message(self, answer, True)
+
+    def end(self, code: grpc.StatusCode, details: str, trailing=()) -> None:
+        """The call ended with ``code`` as ``abort`` ends it (nothing once the call is over)."""
+        if not self.state & LOCAL:
+            self.status = grpc.StatusCode.UNKNOWN if code is grpc.StatusCode.OK else code
+            self.message = details
+            if trailing:
+                self.trailing = tuple(trailing)
+            self.conn.finish(self)
+
     # -- grpc.aio.ServicerContext ------------------------------------------------------------
     def invocation_metadata(self):
         return self.metadata

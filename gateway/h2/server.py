@@ -6,7 +6,11 @@ frames in ``data_received`` and each call is one task running the handler the li
 found through the same generic handlers grpc's server asks (``GenericRpcHandler.service`` ->
 ``RpcMethodHandler``, its (de)serializers and behaviour kind), so every service a listener's
 ``attach`` adds (TF Serving, GRPS, the V2 passthrough, grpc.health.v1) is served unchanged. Its
-context (gateway/h2/rpc.py) is what the handlers use of ``grpc.aio.ServicerContext``.
+context (gateway/h2/rpc.py) is what the handlers use of ``grpc.aio.ServicerContext``. A unary
+handler may also carry ``now(rpc) -> bool``: the call begun at once from ``data_received`` and
+answered from callbacks (``Rpc.reply``, ``Rpc.end``), its ``rpc.task`` a stand-in with ``done`` and
+``cancel`` (gateway/edge's ``unary_now``); False, or a client with answers queued past SEND_CAP:
+the task, as for any other.
 
 What the client gets is what grpc.aio's server gives it:
 
@@ -569,6 +573,9 @@ class Connection(Core):
             self._start(rpc)
 
     def _start(self, rpc: Rpc) -> None:
+        now = getattr(rpc.handler, "now", None)  # a unary handler that answers from callbacks: no task
+        if now is not None and self.queued <= SEND_CAP and now(rpc):
+            return
         rpc.task = self.loop.create_task(h2rpc.serve(rpc))
 
     # -- a call's end ------------------------------------------------------------------------
@@ -609,7 +616,8 @@ class Connection(Core):
         for rpc in list(self.calls.values()):
             if rpc.task is not None and not rpc.task.done():
                 rpc.task.cancel()
-                tasks.append(rpc.task)
+                if isinstance(rpc.task, asyncio.Future):  # (one answered from callbacks has answered now)
+                    tasks.append(rpc.task)
             elif not rpc.state & LOCAL:
                 self._error(rpc, grpc.StatusCode.UNAVAILABLE, "Server shutting down")
         return tasks

@@ -135,6 +135,12 @@ class Upstream(Protocol):
         """The V2 passthrough's unary call ``method`` on bytes: ``call(request, timeout, metadata)``."""
         ...
 
+    def relay_now(self, method: str, cancel: bool | None = None) -> Callable[..., Any] | None:
+        """``relay``'s call begun at once, not awaited: ``start(request, timeout, metadata, done)``,
+        ``done`` given the answer's bytes or the AioRpcError; it returns what ``cancel``s the call, or
+        None where the call cannot begin at once (``relay``'s then). None: no such calls here."""
+        ...
+
     def relay_stream(self, method: str) -> Callable[[float, Any], Awaitable[Any]]:
         """The V2 passthrough's ModelStreamInfer on bytes: ``await open(timeout, metadata)``, a call both ways."""
         ...
@@ -390,6 +396,16 @@ class TritonUpstream:
             return lambda request, timeout, metadata: call(request, timeout=timeout, metadata=metadata)
         blocks, send = h2.blocks(method, method in _PATHS), h2.call
         return lambda request, timeout, metadata: send(request, timeout, blocks, metadata, cancel)
+
+    def relay_now(self, method: str, cancel: bool | None = None) -> Callable[..., Any] | None:
+        """``relay``'s call begun at once on the h2 channel (``Channel.start``: the answer handed to a
+        callback in the turn it is read, no task); None under ``upstream.transport: grpc``."""
+        h2 = self._h2
+        if h2 is None:
+            return None
+        cancel = self._cancel_unary if cancel is None else cancel
+        blocks, start = h2.blocks(method, method in _PATHS), h2.start
+        return lambda request, timeout, metadata, done: start(request, timeout, blocks, metadata, cancel, done)
 
     async def stream_one(self, request: bytes, deserialize: Callable[[bytes], Any], timeout: float, metadata=None):
         """ModelStreamInfer of one request's wire bytes, sent with the half-close (Triton answers on, a

@@ -486,3 +486,62 @@ async def test_a_stream_read_to_its_final_response_ends_with_its_trailers_not_a_
     finally:
         await chan.close()
         server.close()
+
+
+def _sent(srv: FakeServer, sid: int) -> bytes:
+    """The request message a fake server read on stream ``sid`` (prefix taken off)."""
+    return b"".join(e.data for e in srv.events if isinstance(e, h2.events.DataReceived) and e.stream_id == sid)[5:]
+
+
+async def test_a_call_begun_at_once_hands_its_end_to_a_function():
+    """Channel.start: what ``call`` would give (bytes, AioRpcError) handed to a function, without
+    a task; a call a GOAWAY left out sent again on a new connection and its end handed on; its
+    deadline; ``cancel`` resets the stream (cancel True) or leaves it to finish, its answer dropped
+    (False); None where it cannot begin at once (no connection open yet)."""
+    later = []
+
+    def script(srv: FakeServer, sid: int):
+        sent = _sent(srv, sid)
+        if sent == b"goaway" and srv is servers[0]:  # on the first connection
+            srv.flush()
+            srv.transport.write(h2call.frame(h2call.GOAWAY, 0, 0, (sid - 2).to_bytes(4, "big") + bytes(4)))
+        elif sent in (b"slow", b"hold"):
+            pass  # never answered
+        elif sent == b"late":  # answered once the caller has gone
+            later.append(asyncio.get_running_loop().call_later(0.2, lambda: (srv.answer(sid, b"late!"), srv.flush())))
+        else:
+            srv.answer(sid, b"ans:" + sent)
+
+    server, servers, chan = await _fake(script)
+    got: list = []
+    blocks = chan.blocks(h2call.STREAM_PATH.replace("ModelStreamInfer", "ModelInfer"))
+    try:
+        assert chan.start(b"a", 5, blocks, None, None, got.append) is None  # nothing open yet: ``call`` then
+        assert await chan.call(b"x", 5) == b"ans:x"
+        assert chan.start(b"a", 5, blocks, (("x-k", "v"),), None, got.append) is not None
+        await _until(lambda: got, "the answer")
+        assert got == [b"ans:a"]
+        first = chan._conns[0]
+        chan.start(b"goaway", 5, blocks, None, None, got.append)  # left out by the GOAWAY: sent again
+        await _until(lambda: len(got) == 2, "the answer sent again")
+        assert got[1] == b"ans:goaway" and first.closed and len(servers) == 2
+        chan.start(b"slow", 0.2, blocks, None, None, got.append)
+        await _until(lambda: len(got) == 3, "the deadline")
+        assert got[2].code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        resets = lambda: [e.stream_id for e in servers[1].events if isinstance(e, h2.events.StreamReset)]  # noqa: E731
+        await _until(lambda: len(resets()) == 1, "the expired stream reset")
+        started = chan.start(b"hold", 5, blocks, None, True, got.append)
+        await asyncio.sleep(0.05)
+        started.cancel()  # the caller went away: the stream reset
+        await _until(lambda: len(resets()) == 2, "the cancelled stream reset")
+        conn = chan._conns[0]
+        started = chan.start(b"late", 5, blocks, None, False, got.append)
+        await asyncio.sleep(0.05)
+        started.cancel()  # left to finish: no reset, its answer dropped
+        await _until(lambda: not conn.streams, "the late answer read")
+        assert len(resets()) == 2 and len(got) == 3 and started.timer is None
+    finally:
+        for handle in later:
+            handle.cancel()
+        await chan.close()
+        server.close()

@@ -91,6 +91,8 @@ async def proxy(request):
     async with fake_triton(fake, options=unlimited[1:]) as (_, target), \
             running_worker({"v2_grpc": port}, target, grace=5.0, **extra) as (_, ctx), \
             grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=unlimited) as channel:
+        # the connection to Triton opened (a first call finds none and takes the task path on the h2 client)
+        await ctx.upstream.relay(SVC + "ServerMetadata")(b"", 5, None)
         yield fake, channel, ctx
 
 
@@ -111,6 +113,28 @@ async def test_bytes_metadata_and_deadline_are_forwarded(proxy):
     assert md["user-agent"].startswith("gateway-h2") == h2 and md["user-agent"].startswith("grpc-python") != h2
     # without propagation the upstream would see no deadline (None); grpc rounds the header up a little
     assert fake.seen["time_remaining"] is not None and 3 < fake.seen["time_remaining"] <= 5.1
+
+
+@BOTH
+async def test_a_relayed_unary_call_takes_no_task_on_the_h2_client(proxy, monkeypatch):
+    """On the h2 client a unary call begins from the request's frames and is answered from the
+    callback that reads Triton's answer (Edge.unary_now), so the semantics here hold on that path;
+    under upstream.transport grpc (and for the streams) the handler's task runs."""
+    from gateway.h2 import rpc as h2rpc
+
+    _, channel, ctx = proxy
+    served, serve = [], h2rpc.serve
+
+    async def counted(rpc):
+        served.append(rpc.method)
+        await serve(rpc)
+
+    monkeypatch.setattr(h2rpc, "serve", counted)
+    assert await channel.unary_unary(SVC + "ModelInfer")(b"x", timeout=5) == b"echo:x"
+    assert served == ([] if ctx.settings.upstream.transport == "h2" else [SVC + "ModelInfer"])
+    assert [m async for m in channel.stream_stream(SVC + "ModelStreamInfer")(_one(b"s"), timeout=5)] == [
+        b"s#0", b"s#1", b"s#2"]
+    assert served[-1] == SVC + "ModelStreamInfer"
 
 
 @BOTH

@@ -136,15 +136,21 @@ class Passthrough(grpc.GenericRpcHandler):
         if name in STREAMING:  # no serializers on either side: bytes
             fn = _stream(self._upstream.relay_stream(method), self._drop, self._scope, name, self._cancels)
             return grpc.stream_stream_rpc_method_handler(self._edge.stream(name, fn))
+        now = None
         if name in CONTROL and not self._control:
             fn = _denied(name)
         else:
             # on an h2 listener that leaves unary handlers to finish, the call needs no shield of its own
-            upstream = self._upstream.relay(method, True if self._edge.unary_outlives_client else None)
-            fn = _unary(upstream, self._drop, name)
+            cancel = True if self._edge.unary_outlives_client else None
+            fn = _unary(self._upstream.relay(method, cancel), self._drop, name)
             if self._scope is not None:
                 fn = _scoped(name, fn, self._scope)
-        return grpc.unary_unary_rpc_method_handler(self._edge.unary(name, fn, model_of))
+            else:  # on the h2 server and the h2 client: begun from the request's frames, no task
+                now = _now(self._edge, self._upstream.relay_now(method, cancel), self._drop, name, model_of)
+        handler = grpc.unary_unary_rpc_method_handler(self._edge.unary(name, fn, model_of))
+        if now is not None:
+            handler.now = now
+        return handler
 
 
 def _denied(name: str):
@@ -169,6 +175,23 @@ def _unary(upstream, drop: frozenset[str], name: str):
                 raise UpstreamStatus(err) from None
 
     return unary
+
+
+def _now(edge: Edge, start, drop: frozenset[str], name: str, model_of):
+    """``_unary``'s call as the edge begins it at once (``Edge.unary_now``), where the upstream can
+    (``relay_now``: the h2 client) and tracing is off; None otherwise."""
+    if start is None:
+        return None
+    skip = _HOP_KEYS | drop
+
+    def begin(request: bytes, edge_call, done):
+        return start(request, edge_call.remaining(), _forwarded(edge_call.metadata, skip), done)
+
+    return edge.unary_now(name, begin, model_of, _upstream_error)
+
+
+def _upstream_error(exc: BaseException) -> BaseException:
+    return UpstreamStatus(exc) if isinstance(exc, grpc.aio.AioRpcError) else exc
 
 
 # RPCs that name a model in another field than 1, and answers that list models (filtered by a scope)
