@@ -112,3 +112,30 @@ async def test_a_hostile_answer_is_refused():
         with pytest.raises(OSError):
             await _resolved_by(answer)
 
+
+async def test_a_truncated_answer_is_asked_again_over_tcp():
+    """A headless Service with more replicas than a UDP answer holds: the server sets TC and the
+    name is asked again over TCP (as c-ares does), every address taken."""
+    addresses = [f"10.0.{i // 250}.{i % 250 + 1}" for i in range(40)]
+    records = b"".join(struct.pack(">HHHIH", 0xC00C, 1, 1, 60, 4) + bytes(int(b) for b in a.split("."))
+                       for a in addresses)
+
+    async def over_tcp(reader, writer):
+        size = struct.unpack(">H", await reader.readexactly(2))[0]
+        query = await reader.readexactly(size)
+        end = query.index(b"\x00", 12) + 5
+        out = _answer(records, len(addresses))(struct.unpack(">H", query[:2])[0], query[12:end])
+        writer.write(struct.pack(">H", len(out)) + out)
+        await writer.drain()
+        writer.close()
+
+    loop = asyncio.get_running_loop()
+    udp, _ = await loop.create_datagram_endpoint(lambda: _Scripted(_answer(b"", 0, flags=0x8380)),
+                                                 local_addr=("127.0.0.1", 0))
+    port = udp.get_extra_info("sockname")[1]
+    tcp = await asyncio.start_server(over_tcp, "127.0.0.1", port)
+    try:
+        assert sorted(await dns.resolver(("127.0.0.1", port), timeout=2.0)("t.test", 8001)) == sorted(addresses)
+    finally:
+        udp.close()
+        tcp.close()
