@@ -18,8 +18,8 @@ processes (the gateway's: its worker processes; nginx's: master and worker) from
 divided by the calls it completed (bench/procstat.py), Triton's the same, apart. Printed and kept:
 gateway ÷ nginx CPU per call round by round and their median.
 
-Run alone (``python -m bench.nginx_side``: its own Triton and gateway, ``make run``'s settings) or by
-bench/anchors.py beside the KServe transformer (``make bench-anchors``).
+Run by bench/anchors.py: alone (``python -m bench.anchors --only nginx``: its own Triton and gateway,
+``make run``'s settings) or beside the KServe transformer (``make bench-anchors``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import asyncio
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -290,14 +289,3 @@ def markdown(res: dict) -> list[str]:
     same = ", ".join(f"{c['kind']} {'yes' if c['same_bytes'] else '**no**'}" for c in res.get("checks", []))
     return [*lines, "", f"The same answer bytes through both: {same}.", ""]
 
-
-# -- alone --------------------------------------------------------------------------------------
-def main(argv: list[str] | None = None) -> int:
-    """This row alone, on a stack of its own (bench/anchors.py with ``--only nginx``)."""
-    from bench import anchors
-
-    return anchors.main(["--only", "nginx", *(argv if argv is not None else sys.argv[1:])])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
