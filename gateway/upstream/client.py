@@ -118,11 +118,6 @@ class Upstream(Protocol):
 
     def stream(self, req: InferRequest) -> AsyncIterator[InferResponse]: ...
 
-    @property
-    def channel(self) -> grpc.aio.Channel:
-        """The raw channel to Triton, for a dialect that forwards bytes (the V2 passthrough)."""
-        ...
-
     def unary(self, method: str, serializer: Callable[[Any], bytes] | None = None,
               deserializer: Callable[[bytes], Any] | None = None, cancel: bool | None = None) -> UnaryCall:
         """``call(request, *, timeout=None, metadata=None)``: the unary RPC ``method`` to Triton,
