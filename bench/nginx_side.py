@@ -255,20 +255,13 @@ def run(triton: str, gateway_target: str, gateway_pids: list[int], triton_pids, 
             s = stats.spread(ratios)
             row["ratio"] = s.as_dict() if s else None
             row["ratio_rounds"] = ratios
-            print(f"  {kind}: gateway ÷ nginx CPU per call {_ratio_text(row['ratio'])}", flush=True)
+            print(f"  {kind}: gateway ÷ nginx CPU per call {report.times_spread(row['ratio'], 'rounds ')}", flush=True)
     finally:
         nginx.stop()
     return out
 
 
 # -- the report ---------------------------------------------------------------------------------
-def _ratio_text(s: dict | None) -> str:
-    if not s:
-        return "–"
-    text = f"{s['median']:.2f}×"
-    return f"{text} (rounds {s['min']:.2f}–{s['max']:.2f})" if s["n"] > 1 else text
-
-
 def markdown(res: dict) -> list[str]:
     """The row's lines: a table of both sides per kind, and gateway ÷ nginx."""
     lines = ["## The V2 gRPC passthrough against nginx `grpc_pass` (bench/nginx_side.py)", ""]
@@ -284,7 +277,7 @@ def markdown(res: dict) -> list[str]:
             s = row[side].get("summary", {})
             rows.append([KINDS[kind][0], side, report.cell(s.get("per_s")), report.cell(s.get("p50_ms")),
                          report.cell(s.get("side_cpu_us")), report.cell(s.get("triton_cpu_us"))])
-        rows.append([KINDS[kind][0], "**gateway ÷ nginx**", "", "", f"**{_ratio_text(row.get('ratio'))}**", ""])
+        rows.append([KINDS[kind][0], "**gateway ÷ nginx**", "", "", f"**{report.times_spread(row.get('ratio'), 'rounds ')}**", ""])
     lines += report._table(["call", "side", "calls/s", "p50 ms", "server CPU µs/call", "Triton CPU µs/call"], rows)
     same = ", ".join(f"{c['kind']} {'yes' if c['same_bytes'] else '**no**'}" for c in res.get("checks", []))
     return [*lines, "", f"The same answer bytes through both: {same}.", ""]
