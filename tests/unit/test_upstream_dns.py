@@ -12,7 +12,7 @@ import pytest
 
 from gateway.h2 import client as h2call
 from gateway.upstream import dns
-from tests.contract.test_triton_replicas import _DNS
+from tests.fakes import FakeDNS
 from tests.support import free_port
 from tests.unit.test_h2call import FakeServer
 from tests.unit.test_h2call_targets import _outcome, _unreachable
@@ -35,7 +35,7 @@ async def test_a_name_resolved_by_the_targets_own_dns_server_and_round_robin_ove
             srv.answer(sid, host.encode())
 
         servers.append(await asyncio.get_running_loop().create_server(lambda s=script: FakeServer(s), host, port))
-    server = _DNS("triton-headless.test", ["127.0.0.1", "127.0.0.2"])
+    server = FakeDNS("triton-headless.test", ["127.0.0.1", "127.0.0.2"])
     resolve = dns.resolver(("127.0.0.1", server.port), timeout=2.0)
     try:
         assert sorted(await resolve("triton-headless.test", port)) == ["127.0.0.1", "127.0.0.2"]
