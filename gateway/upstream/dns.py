@@ -12,10 +12,6 @@ import asyncio
 import ipaddress
 import socket
 
-import dns.asyncresolver
-import dns.exception
-import dns.resolver
-
 TIMEOUT_S = 5.0
 _KINDS = ("A", "AAAA")
 
@@ -45,7 +41,12 @@ def _literal(host: str) -> bool:
 
 def resolver(server: tuple[str, int], timeout: float = TIMEOUT_S):
     """``resolve(name, port)``: ``name``'s addresses (A, then AAAA) from ``server``; OSError when it
-    does not resolve or the server does not answer within ``timeout``."""
+    does not resolve or the server does not answer within ``timeout``. dnspython is imported here,
+    by a worker whose target names a DNS server, not by every process (about 0.1 s of its start)."""
+    import dns.asyncresolver
+    import dns.exception
+    import dns.resolver
+
     host, dns_port = server
     named = not _literal(host)  # a server named by a name: its address from the system, at every lookup
     ask = dns.asyncresolver.Resolver(configure=False)  # no resolv.conf: that server alone, no search list
