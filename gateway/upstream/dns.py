@@ -9,7 +9,6 @@ refused there); only the A/AAAA records of the name asked are taken."""
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import socket
 
 TIMEOUT_S = 5.0
@@ -31,24 +30,17 @@ def server_of(target: str) -> tuple[str, int] | None:
     return host, int(port) if port.isdigit() else 53
 
 
-def _literal(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
-
-
 def resolver(server: tuple[str, int], timeout: float = TIMEOUT_S):
     """``resolve(name, port)``: ``name``'s addresses (A, then AAAA) from ``server``; OSError when it
     does not resolve or the server does not answer within ``timeout``. dnspython is imported here,
     by a worker whose target names a DNS server, not by every process (about 0.1 s of its start)."""
     import dns.asyncresolver
     import dns.exception
+    import dns.inet
     import dns.resolver
 
     host, dns_port = server
-    named = not _literal(host)  # a server named by a name: its address from the system, at every lookup
+    named = not dns.inet.is_address(host)  # a server named by a name: its address from the system, at every lookup
     ask = dns.asyncresolver.Resolver(configure=False)  # no resolv.conf: that server alone, no search list
     ask.port, ask.lifetime = dns_port, timeout
     if not named:
