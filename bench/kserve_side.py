@@ -246,13 +246,6 @@ def _oneline(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace("`", "'")
 
 
-def _range_x(s: dict | None) -> str:
-    if not s:
-        return "–"
-    text = f"{s['median']:.2f}×"
-    return f"{text} ({s['min']:.2f}–{s['max']:.2f})" if s["n"] > 1 else text
-
-
 def _yes(v: bool | None) -> str:
     return "–" if v is None else ("yes" if v else "**no**")
 
@@ -294,7 +287,7 @@ def markdown(res: dict) -> str:
                              report.cell(s["triton_cpu_us"])])
             c = row["compare"]
             ratio_rows.append([row["title"], str(row["concurrency"]), report.times(c["throughput_x"]),
-                               _range_x(c.get("throughput_x_rounds")), _yes(c["meets_target"]),
+                               report.times_spread(c.get("throughput_x_rounds")), _yes(c["meets_target"]),
                                report.times(c["cpu_per_request_x"]), report.times(c["p50_x"])])
         lines += report._table(["request", "concurrency", "side", "req/s", "p50 ms", "p99 ms",
                                 "side CPU µs/req", "Triton CPU µs/req"], rows)

@@ -18,8 +18,8 @@ processes (the gateway's: its worker processes; nginx's: master and worker) from
 divided by the calls it completed (bench/procstat.py), Triton's the same, apart. Printed and kept:
 gateway ÷ nginx CPU per call round by round and their median.
 
-Run alone (``python -m bench.nginx_side``: its own Triton and gateway, ``make run``'s settings) or by
-bench/anchors.py beside the KServe transformer (``make bench-anchors``).
+Run by bench/anchors.py: alone (``python -m bench.anchors --only nginx``: its own Triton and gateway,
+``make run``'s settings) or beside the KServe transformer (``make bench-anchors``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import asyncio
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -256,20 +255,13 @@ def run(triton: str, gateway_target: str, gateway_pids: list[int], triton_pids, 
             s = stats.spread(ratios)
             row["ratio"] = s.as_dict() if s else None
             row["ratio_rounds"] = ratios
-            print(f"  {kind}: gateway ÷ nginx CPU per call {_ratio_text(row['ratio'])}", flush=True)
+            print(f"  {kind}: gateway ÷ nginx CPU per call {report.times_spread(row['ratio'], 'rounds ')}", flush=True)
     finally:
         nginx.stop()
     return out
 
 
 # -- the report ---------------------------------------------------------------------------------
-def _ratio_text(s: dict | None) -> str:
-    if not s:
-        return "–"
-    text = f"{s['median']:.2f}×"
-    return f"{text} (rounds {s['min']:.2f}–{s['max']:.2f})" if s["n"] > 1 else text
-
-
 def markdown(res: dict) -> list[str]:
     """The row's lines: a table of both sides per kind, and gateway ÷ nginx."""
     lines = ["## The V2 gRPC passthrough against nginx `grpc_pass` (bench/nginx_side.py)", ""]
@@ -285,19 +277,8 @@ def markdown(res: dict) -> list[str]:
             s = row[side].get("summary", {})
             rows.append([KINDS[kind][0], side, report.cell(s.get("per_s")), report.cell(s.get("p50_ms")),
                          report.cell(s.get("side_cpu_us")), report.cell(s.get("triton_cpu_us"))])
-        rows.append([KINDS[kind][0], "**gateway ÷ nginx**", "", "", f"**{_ratio_text(row.get('ratio'))}**", ""])
+        rows.append([KINDS[kind][0], "**gateway ÷ nginx**", "", "", f"**{report.times_spread(row.get('ratio'), 'rounds ')}**", ""])
     lines += report._table(["call", "side", "calls/s", "p50 ms", "server CPU µs/call", "Triton CPU µs/call"], rows)
     same = ", ".join(f"{c['kind']} {'yes' if c['same_bytes'] else '**no**'}" for c in res.get("checks", []))
     return [*lines, "", f"The same answer bytes through both: {same}.", ""]
 
-
-# -- alone --------------------------------------------------------------------------------------
-def main(argv: list[str] | None = None) -> int:
-    """This row alone, on a stack of its own (bench/anchors.py with ``--only nginx``)."""
-    from bench import anchors
-
-    return anchors.main(["--only", "nginx", *(argv if argv is not None else sys.argv[1:])])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

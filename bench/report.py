@@ -109,6 +109,15 @@ def times(r: float | None) -> str:
     return "–" if r is None else f"{r:.2f}×"
 
 
+def times_spread(s: dict | None, label: str = "") -> str:
+    """A ratio over rounds, ``median× (min–max)`` (``label`` before the range); the median alone
+    for one round."""
+    if not s:
+        return "–"
+    text = f"{s['median']:.2f}×"
+    return f"{text} ({label}{s['min']:.2f}–{s['max']:.2f})" if s["n"] > 1 else text
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]

@@ -4,16 +4,15 @@
                      settings, the upstream client, the in-flight bound, started / draining
     DialectContext   what a dialect's ``open`` receives: the worker's shared parts (read live) and
                      its own view of Triton: ``upstream`` is a ModelScope when
-                     ``dialects.<name>.triton_models`` restricts it (``scope``), and ``channel``
-                     is the raw gRPC channel, for a dialect that forwards bytes (the V2 passthrough)
+                     ``dialects.<name>.triton_models`` restricts it (``scope``), and ``unary``
+                     a unary RPC to Triton on the worker's transport, for a dialect that writes a V2
+                     call itself (V2 REST)
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-
-import grpc
 
 from gateway.access import ModelScope
 from gateway.call import Admission
@@ -66,11 +65,6 @@ class DialectContext:
     @property
     def draining(self) -> bool:
         return self.worker.draining
-
-    @property
-    def channel(self) -> grpc.aio.Channel:
-        """The raw channel to Triton (TritonUpstream.channel), for byte-level forwarding."""
-        return self.worker.upstream.channel
 
     def unary(self, method: str, serializer=None, deserializer=None, cancel: bool | None = None):
         """A unary RPC to Triton, made as the gateway's own calls are (``Upstream.unary``)."""

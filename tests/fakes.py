@@ -222,3 +222,49 @@ class FakeUpstream:
 
     async def model_ready(self, model, version=""):
         return model in self.metas
+
+
+class FakeDNS:
+    """A minimal authoritative DNS server on loopback UDP: `name` -> A records `addresses`; any
+    other question gets an empty NOERROR answer. Enough for grpc's c-ares resolver."""
+
+    def __init__(self, name: str, addresses: list[str]):
+        import socket
+        import threading
+
+        self.name, self.addresses, self.queries = name.lower(), addresses, []
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        import struct
+
+        while not self._stop.is_set():
+            try:
+                data, peer = self.sock.recvfrom(4096)
+            except TimeoutError:
+                continue
+            pos, labels = 12, []
+            while data[pos]:
+                labels.append(data[pos + 1:pos + 1 + data[pos]].decode())
+                pos += 1 + data[pos]
+            qtype = struct.unpack(">H", data[pos + 1:pos + 3])[0]
+            question = data[12:pos + 5]
+            name = ".".join(labels).lower()
+            self.queries.append((name, qtype))
+            answers = self.addresses if (name == self.name and qtype == 1) else []
+            flags = 0x8180 if name == self.name else 0x8183  # NOERROR, or NXDOMAIN for other names
+            out = struct.pack(">HHHHHH", struct.unpack(">H", data[:2])[0], flags, 1, len(answers), 0, 0) + question
+            for addr in answers:
+                out += struct.pack(">HHHIH", 0xC00C, 1, 1, 1, 4) + bytes(int(b) for b in addr.split("."))
+            self.sock.sendto(out, peer)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.sock.close()

@@ -58,14 +58,14 @@ LB_POLICIES = ("pick_first", "round_robin")
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 
 
-def methods(channel: grpc.aio.Channel, unary: Callable[..., UnaryCall], cancel_unary: bool = True) -> SimpleNamespace:
+def methods(channel: grpc.aio.Channel | None, unary: Callable[..., UnaryCall],
+            cancel_unary: bool = True) -> SimpleNamespace:
     """Triton's RPCs by name, with the serializers of its generated stub but not as registered
     methods, which cost every call more with grpcio 1.85 (gateway/ops/grpchealth.py,
     ``ServiceNames``). A unary RPC is made by ``unary(path, serializer, deserializer, cancel)``, the
     transport's (gateway/upstream/unary.py; ``cancel_unary``: a caller that goes away cancels it);
-    a streaming one is grpc.aio's multicallable on ``channel``."""
-    kinds = {(False, True): channel.unary_stream, (True, False): channel.stream_unary,
-             (True, True): channel.stream_stream}
+    a streaming one is grpc.aio's multicallable on ``channel`` (none without a channel: the HTTP/2
+    client makes its streams itself)."""
     rpcs = {}
     for m in SERVICE.methods:
         path = f"/{SERVICE.full_name}/{m.name}"
@@ -73,9 +73,10 @@ def methods(channel: grpc.aio.Channel, unary: Callable[..., UnaryCall], cancel_u
         deserializer = getattr(service_pb2, m.output_type.name).FromString
         if not (m.client_streaming or m.server_streaming):
             rpcs[m.name] = unary(path, serializer, deserializer, cancel_unary)
-        else:
-            rpcs[m.name] = kinds[m.client_streaming, m.server_streaming](
-                path, request_serializer=serializer, response_deserializer=deserializer)
+        elif channel is not None:
+            kind = {(False, True): channel.unary_stream, (True, False): channel.stream_unary,
+                    (True, True): channel.stream_stream}[m.client_streaming, m.server_streaming]
+            rpcs[m.name] = kind(path, request_serializer=serializer, response_deserializer=deserializer)
     return SimpleNamespace(**rpcs)
 
 
@@ -116,11 +117,6 @@ class Upstream(Protocol):
         ...
 
     def stream(self, req: InferRequest) -> AsyncIterator[InferResponse]: ...
-
-    @property
-    def channel(self) -> grpc.aio.Channel:
-        """The raw channel to Triton, for a dialect that forwards bytes (the V2 passthrough)."""
-        ...
 
     def unary(self, method: str, serializer: Callable[[Any], bytes] | None = None,
               deserializer: Callable[[bytes], Any] | None = None, cancel: bool | None = None) -> UnaryCall:
@@ -220,6 +216,11 @@ class _translate:  # noqa: N801 - used as a context manager, like contextlib's
                 metrics.observe_upstream(self.method, self.model, code, time.perf_counter() - self.start)
 
 
+async def _unconnected(*_args, **_kw):
+    """``infer_bytes``'s call before ``connect()`` (and after ``close()``)."""
+    raise GatewayError(ErrorKind.INTERNAL, "upstream used before connect()")
+
+
 def _is_unavailable(exc: BaseException) -> bool:
     return isinstance(exc, GatewayError) and exc.kind is ErrorKind.UNAVAILABLE
 
@@ -291,8 +292,9 @@ class TritonUpstream:
         self._cache = _TTLCache(cache_ttl)
         self._pending: dict[tuple, asyncio.Future] = {}
         self._ids = itertools.count(1)
-        self._channel: grpc.aio.Channel | None = None
-        self._stub: SimpleNamespace | None = None  # Triton's RPCs (``methods``)
+        self._channel: grpc.aio.Channel | None = None  # grpc.aio's, made by connect() under upstream.transport: grpc
+        self._stub: SimpleNamespace | None = None  # Triton's RPCs (``methods``): None until connect()
+        self._model_infer_bytes: UnaryCall = _unconnected
         self._shm_sizes = shared_memory  # (pool_bytes, min_bytes): large inputs through shm.Arena
         self.arena: shm.Arena | None = None
         self._arena_opening: asyncio.Task | None = None
@@ -305,14 +307,13 @@ class TritonUpstream:
 
     # -- lifecycle -------------------------------------------------------------------------
     async def connect(self) -> None:
-        """Create the channel in the running loop (call from a server-start hook)."""
-        if self._channel is None:
-            if self.credentials is not None:
-                self._channel = grpc.aio.secure_channel(self.target, self.credentials, options=self.options)
-            else:
-                self._channel = grpc.aio.insecure_channel(self.target, options=self.options)
-            # the one choice of transport for every unary call (the HTTP/2 client, else grpc.aio);
-            # grpc.aio's channel also carries the V2 passthrough's and V2 REST's streams
+        """Make the calls in the running loop (call from a server-start hook); grpc.aio's channel only
+        for ``upstream.transport: grpc``: on the HTTP/2 client nothing rides on it."""
+        if self._stub is None:
+            # the one choice of transport for every call (the HTTP/2 client, else grpc.aio's channel,
+            # which then also carries the streams: the V2 passthrough's, V2 REST's, ``stream``'s)
+            if self._h2 is None:
+                self._grpc_channel()
             self._unary_of = self._h2_unary if self._h2 is not None else self._grpc_unary
             self._stub = methods(self._channel, self._unary_of, self._cancel_unary)
             # ModelInfer with requests written as wire bytes (wire.serialize_request, wire.Planned),
@@ -323,6 +324,14 @@ class TritonUpstream:
                 self.arena = shm.Arena(*self._shm_sizes, register=self._shm_register,
                                        unregister=self._shm_unregister, transient=_is_unavailable)
                 self._arena_opening = asyncio.ensure_future(self._open_arena())
+
+    def _grpc_channel(self) -> grpc.aio.Channel:
+        if self._channel is None:
+            if self.credentials is not None:
+                self._channel = grpc.aio.secure_channel(self.target, self.credentials, options=self.options)
+            else:
+                self._channel = grpc.aio.insecure_channel(self.target, options=self.options)
+        return self._channel
 
     def _h2_unary(self, method: str, serializer, deserializer, cancel: bool) -> UnaryCall:
         return over_h2(self._h2, method, serializer, deserializer, cancel)
@@ -368,19 +377,21 @@ class TritonUpstream:
             await self._h2.close()
         if self._channel is not None:
             await self._channel.close(grace=None)
-            self._channel = self._stub = None
+            self._channel = None
+        self._stub, self._model_infer_bytes = None, _unconnected
 
     @property
     def channel(self) -> grpc.aio.Channel:
-        """The raw channel, for the byte-level V2 passthrough."""
-        if self._channel is None:
+        """grpc.aio's channel to Triton, for a call only grpc.aio makes (a streaming method other than
+        ModelStreamInfer on the HTTP/2 transport: made at its first use)."""
+        if self._stub is None:
             raise GatewayError(ErrorKind.INTERNAL, "upstream channel used before connect()")
-        return self._channel
+        return self._grpc_channel()
 
     def unary(self, method: str, serializer: Callable[[Any], bytes] | None = None,
               deserializer: Callable[[bytes], Any] | None = None, cancel: bool | None = None) -> UnaryCall:
         cancel = self._cancel_unary if cancel is None else cancel
-        if self._channel is None:
+        if self._stub is None:
             raise GatewayError(ErrorKind.INTERNAL, "upstream channel used before connect()")
         return self._unary_of(method, serializer, deserializer, cancel)
 
@@ -494,8 +505,6 @@ class TritonUpstream:
         wire bytes (``infer``'s): the answer's bytes as gRPC received them."""
         if type(data) is wire.Planned:
             data = self._planned(data)
-        if self._channel is None:
-            raise GatewayError(ErrorKind.INTERNAL, "upstream used before connect()")
         with _translate("ModelInfer", model), tracing.upstream("ModelInfer", model) as md:
             return await self._model_infer_bytes(data, timeout=self._timeout(), metadata=md)
 

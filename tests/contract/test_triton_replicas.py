@@ -19,6 +19,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from gateway.local import localtriton
 from gateway.settings import LocalTriton
+from tests.fakes import FakeDNS
 from tests.support import ROOT, free_port, gateway_config, start_gateway, stop_gateway
 
 MODEL = "saved_model_half_plus_three"
@@ -147,52 +148,6 @@ def test_tcp_forward_publishes_tritons_grpc_and_http_ports(replicas, tmp_path):
 # -- the Kubernetes path: one DNS name with an address per replica (a headless Service) -----------
 
 
-class _DNS:
-    """A minimal authoritative DNS server on loopback UDP: `name` -> A records `addresses`; any
-    other question gets an empty NOERROR answer. Enough for grpc's c-ares resolver."""
-
-    def __init__(self, name: str, addresses: list[str]):
-        import socket
-        import threading
-
-        self.name, self.addresses, self.queries = name.lower(), addresses, []
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        import struct
-
-        while not self._stop.is_set():
-            try:
-                data, peer = self.sock.recvfrom(4096)
-            except TimeoutError:
-                continue
-            pos, labels = 12, []
-            while data[pos]:
-                labels.append(data[pos + 1:pos + 1 + data[pos]].decode())
-                pos += 1 + data[pos]
-            qtype = struct.unpack(">H", data[pos + 1:pos + 3])[0]
-            question = data[12:pos + 5]
-            name = ".".join(labels).lower()
-            self.queries.append((name, qtype))
-            answers = self.addresses if (name == self.name and qtype == 1) else []
-            flags = 0x8180 if name == self.name else 0x8183  # NOERROR, or NXDOMAIN for other names
-            out = struct.pack(">HHHHHH", struct.unpack(">H", data[:2])[0], flags, 1, len(answers), 0, 0) + question
-            for addr in answers:
-                out += struct.pack(">HHHIH", 0xC00C, 1, 1, 1, 4) + bytes(int(b) for b in addr.split("."))
-            self.sock.sendto(out, peer)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self.sock.close()
-
-
 def test_a_dns_name_with_one_address_per_replica_spreads_calls(tmp_path, monkeypatch):
     """Like `dns:///triton-headless:8001` in Kubernetes: one name, one A record per Triton, the
     same port. Two Tritons on 127.0.0.1 and 127.0.0.2 (both loopback), a DNS server that answers
@@ -210,7 +165,7 @@ def test_a_dns_name_with_one_address_per_replica_spreads_calls(tmp_path, monkeyp
                 metrics_port=free_port(), startup_timeout_s=180,
             )
             started.append(localtriton.start(cfg, ROOT, log_path=tmp / f"triton-{host}.log"))
-        dns = _DNS("triton-headless.test", ["127.0.0.1", "127.0.0.2"])
+        dns = FakeDNS("triton-headless.test", ["127.0.0.1", "127.0.0.2"])
         monkeypatch.setenv("GRPC_DNS_RESOLVER", "ares")  # the resolver that honours a DNS server in the target
         ports = {"admin_http": free_port(), "v2_grpc": free_port(), "tfserving_rest": free_port()}
         cfg = gateway_config(f"dns://127.0.0.1:{dns.port}/triton-headless.test:{grpc_port}", ports)

@@ -310,3 +310,15 @@ async def test_a_metadata_wait_ends_at_the_requests_deadline_without_failing_the
     assert err.value.kind is ErrorKind.DEADLINE_EXCEEDED
     meta = await up.model_metadata("slow_meta")  # the fetch went on for the callers without a deadline
     assert meta.name == "slow_meta"
+
+
+async def test_grpc_aio_channel_only_under_the_grpc_transport(upstream):
+    """On the HTTP/2 client nothing rides on grpc.aio: no channel is made for it; every call fails
+    the same before connect() and after close()."""
+    up, _ = upstream
+    assert (up._channel is None) == (up._h2 is not None)
+    assert await up.server_ready()
+    await up.close()
+    for call in (up.infer_bytes("m", b""), up.model_metadata("m")):
+        with pytest.raises(GatewayError, match="before connect"):
+            await call

@@ -12,7 +12,7 @@ import pytest
 
 from gateway.h2 import client as h2call
 from gateway.upstream import dns
-from tests.contract.test_triton_replicas import _DNS
+from tests.fakes import FakeDNS
 from tests.support import free_port
 from tests.unit.test_h2call import FakeServer
 from tests.unit.test_h2call_targets import _outcome, _unreachable
@@ -35,7 +35,7 @@ async def test_a_name_resolved_by_the_targets_own_dns_server_and_round_robin_ove
             srv.answer(sid, host.encode())
 
         servers.append(await asyncio.get_running_loop().create_server(lambda s=script: FakeServer(s), host, port))
-    server = _DNS("triton-headless.test", ["127.0.0.1", "127.0.0.2"])
+    server = FakeDNS("triton-headless.test", ["127.0.0.1", "127.0.0.2"])
     resolve = dns.resolver(("127.0.0.1", server.port), timeout=2.0)
     try:
         assert sorted(await resolve("triton-headless.test", port)) == ["127.0.0.1", "127.0.0.2"]
@@ -61,25 +61,81 @@ async def test_a_name_resolved_by_the_targets_own_dns_server_and_round_robin_ove
         await silent("triton.test", port)
 
 
-def _answer(qid: int, records: bytes, count: int, flags: int = 0x8180) -> bytes:
-    question = dns._query(qid, "t.test", 1)[12:]
-    return struct.pack(">HHHHHH", qid, flags, 1, count, 0, 0) + question + records
+class _Scripted(asyncio.DatagramProtocol):
+    """A DNS server on loopback UDP that answers every query with ``answer(qid, question)``'s bytes."""
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def datagram_received(self, data: bytes, addr) -> None:
+        end = data.index(b"\x00", 12) + 5  # the question: the name's labels, its type and class
+        self.transport.sendto(self.answer(struct.unpack(">H", data[:2])[0], data[12:end]), addr)
 
 
-def test_a_hostile_answer_is_refused():
+async def _resolved_by(answer, timeout: float = 0.3) -> list[str]:
+    transport, _ = await asyncio.get_running_loop().create_datagram_endpoint(
+        lambda: _Scripted(answer), local_addr=("127.0.0.1", 0))
+    try:
+        return await dns.resolver(transport.get_extra_info("sockname"), timeout=timeout)("t.test", 8001)
+    finally:
+        transport.close()
+
+
+def _answer(records: bytes, count: int, flags: int = 0x8180, qid_off: int = 0):
+    """The answer with ``records`` to an A question (an AAAA one: none)."""
+
+    def answer(qid: int, question: bytes) -> bytes:
+        n, rr = (count, records) if question[-4:-2] == b"\x00\x01" else (0, b"")
+        return struct.pack(">HHHHHH", qid ^ qid_off, flags, 1, n, 0, 0) + question + rr
+
+    return answer
+
+
+async def test_a_hostile_answer_is_refused():
     a = struct.pack(">HHHIH", 0xC00C, 1, 1, 60, 4) + bytes([10, 0, 0, 1])
-    assert dns.parse(_answer(7, a, 1), 7) == ["10.0.0.1"]
-    assert dns.parse(_answer(7, b"", 0, flags=0x8183), 7) == []  # NXDOMAIN
+    assert await _resolved_by(_answer(a, 1)) == ["10.0.0.1"]
+    with pytest.raises(OSError, match="has no address"):
+        await _resolved_by(_answer(b"", 0, flags=0x8183))  # NXDOMAIN
     bad = [
-        _answer(8, a, 1),  # not our id
-        _answer(7, a[:-2], 1),  # the record cut short
-        _answer(7, struct.pack(">HHHIH", 0xC00C, 1, 1, 60, 400) + b"\x00" * 4, 1),  # a length past the end
-        _answer(7, a, 3),  # more records announced than sent
-        _answer(7, b"", 0, flags=0x8182),  # SERVFAIL
-        b"\x00\x07",
+        _answer(a, 1, qid_off=1),  # not our id
+        _answer(a[:-2], 1),  # the record cut short
+        _answer(struct.pack(">HHHIH", 0xC00C, 1, 1, 60, 400) + b"\x00" * 4, 1),  # a length past the end
+        _answer(a, 3),  # more records announced than sent
+        _answer(b"", 0, flags=0x8182),  # SERVFAIL
+        lambda qid, question: struct.pack(">H", qid),
+        _answer(struct.pack(">HHHIH", 0xC00C, 1, 1, 60, 3) + b"\x01\x02\x03", 1),  # an A record of the wrong size
     ]
-    for data in bad:
-        with pytest.raises((ValueError, IndexError, struct.error)):
-            dns.parse(data, 7)
-    odd = struct.pack(">HHHIH", 0xC00C, 1, 1, 60, 3) + b"\x01\x02\x03"  # an A record of the wrong size: not taken
-    assert dns.parse(_answer(7, odd, 1), 7) == []
+    for answer in bad:
+        with pytest.raises(OSError):
+            await _resolved_by(answer)
+
+
+async def test_a_truncated_answer_is_asked_again_over_tcp():
+    """A headless Service with more replicas than a UDP answer holds: the server sets TC and the
+    name is asked again over TCP (as c-ares does), every address taken."""
+    addresses = [f"10.0.{i // 250}.{i % 250 + 1}" for i in range(40)]
+    records = b"".join(struct.pack(">HHHIH", 0xC00C, 1, 1, 60, 4) + bytes(int(b) for b in a.split("."))
+                       for a in addresses)
+
+    async def over_tcp(reader, writer):
+        size = struct.unpack(">H", await reader.readexactly(2))[0]
+        query = await reader.readexactly(size)
+        end = query.index(b"\x00", 12) + 5
+        out = _answer(records, len(addresses))(struct.unpack(">H", query[:2])[0], query[12:end])
+        writer.write(struct.pack(">H", len(out)) + out)
+        await writer.drain()
+        writer.close()
+
+    loop = asyncio.get_running_loop()
+    udp, _ = await loop.create_datagram_endpoint(lambda: _Scripted(_answer(b"", 0, flags=0x8380)),
+                                                 local_addr=("127.0.0.1", 0))
+    port = udp.get_extra_info("sockname")[1]
+    tcp = await asyncio.start_server(over_tcp, "127.0.0.1", port)
+    try:
+        assert sorted(await dns.resolver(("127.0.0.1", port), timeout=2.0)("t.test", 8001)) == sorted(addresses)
+    finally:
+        udp.close()
+        tcp.close()
