@@ -118,7 +118,8 @@ class Worker:
             if not lst.enabled:
                 continue
             edge = Edge(dialect.name, lst.name, state.errors, ctx.admission, lst.timeout_s, lst.stream_timeout_s,
-                        keys=access.listener_keys(lst), bodies=ctx.upstream.body_buffer)
+                        keys=access.listener_keys(lst), bodies=ctx.upstream.body_buffer,
+                        generated_id_back=spec.generated_id_back)
             attach = load(spec.attach)
             if lst.transport == "grpc":
                 await self._start_grpc(lst, attach, edge, state)

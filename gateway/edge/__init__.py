@@ -65,7 +65,8 @@ class Edge:
 
     def __init__(self, dialect: str, listener: str, errors: ErrorRendering, admission: Admission,
                  timeout_s: float, stream_timeout_s: float, keys: ApiKeys | None = None,
-                 bodies: Callable[[int], tuple[memoryview, Callable[[], None]] | None] | None = None):
+                 bodies: Callable[[int], tuple[memoryview, Callable[[], None]] | None] | None = None,
+                 generated_id_back: bool = True):
         self.keys = keys  # the listener's API keys (None: open)
         self.dialect = dialect
         self.listener = listener
@@ -82,8 +83,8 @@ class Edge:
         # away (upstream.cancel streams or none; gateway/h2/server.py): their upstream calls need no shield
         self.unary_outlives_client = False
         # False: a gRPC call's trailing metadata carries its request id only when the client sent one
-        # (a listener that answers as its upstream said it, the V2 passthrough: Triton stamps none)
-        self.generated_id_back = True
+        # (a listener that answers as its upstream said it, the V2 passthrough: its ListenerSpec says so)
+        self.generated_id_back = generated_id_back
 
     # -- shared steps ------------------------------------------------------------------------
     def begin(self, route: str, given_id: str | None, client_timeout: float | None = None) -> Call:

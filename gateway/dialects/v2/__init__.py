@@ -8,7 +8,7 @@ DIALECT = Dialect(
     name="v2",
     listeners=(
         ListenerSpec("v2_grpc", 8001, "grpc", "KServe V2 gRPC passthrough",
-                     "gateway.dialects.v2.passthrough:attach"),
+                     "gateway.dialects.v2.passthrough:attach", generated_id_back=False),  # Triton stamps none
         ListenerSpec("v2_http", 8000, "http", "KServe V2 HTTP/REST (Triton's HTTP API)",
                      "gateway.dialects.v2.http:attach"),
     ),

@@ -362,5 +362,4 @@ def _scoped_stream(upstream, drop: frozenset[str], scope: ModelScope, name: str 
 
 
 def attach(server: grpc.aio.Server, edge: Edge, state: State) -> None:
-    edge.generated_id_back = False  # as Triton said it: no request id in the trailers the client did not send
     server.add_generic_rpc_handlers((Passthrough(edge, state),))
