@@ -368,23 +368,11 @@ class Connection(Core):
             self.closed.add(sid, LOCAL | REMOTE if end else LOCAL)
             return self.stream_error(sid, PROTOCOL_ERROR)
         if self.going_away:
-            self.transport.write(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
-            self.closed.add(sid, LOCAL)
-            return
+            return self._refused(sid)
         if len(self.calls) >= self.server.max_streams:
-            refused("max_streams")
-            if self.flood(RESETS):
-                return
-            self.transport.write(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
-            self.closed.add(sid, LOCAL)
-            return
+            return self._refused(sid, "max_streams")
         if self.queued > SEND_CAP:  # a client that does not take its answers gets no new calls
-            refused("send_queue")
-            if self.flood(RESETS):
-                return
-            self.transport.write(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
-            self.closed.add(sid, LOCAL)
-            return
+            return self._refused(sid, "send_queue")
         method = own.get(":path", "")
         handler = self.server.lookup(method, metadata) or UNIMPLEMENTED
         encoding = own.get("grpc-encoding")
@@ -400,6 +388,17 @@ class Connection(Core):
             rpc.timer = loop.call_at(loop.time() + (deadline - time.monotonic()), self._expire, rpc)
         if end:
             self._half_close(rpc)
+
+    def _refused(self, sid: int, reason: str = "") -> None:
+        """A new stream refused before it began (RST_STREAM REFUSED_STREAM: the client may send it
+        again elsewhere); with a ``reason``, counted (``gateway_h2_refused_total``) and as a reset
+        against the Rapid Reset budget (past it: GOAWAY, nothing more written for this one)."""
+        if reason:
+            refused(reason)
+            if self.flood(RESETS):
+                return
+        self.transport.write(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
+        self.closed.add(sid, LOCAL)
 
     def _refuse(self, sid: int, code: grpc.StatusCode, details: str, end: int) -> None:
         """A call answered before it began (trailers-only). What the client still sends on it is

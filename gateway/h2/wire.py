@@ -182,7 +182,8 @@ class Joined:
     end: the frames of calls answered in the same turn (HEADERS, DATA, trailers, WINDOW_UPDATE,
     acks) share a syscall, as grpc core and nginx write what a read made in one go. One
     ``call_soon`` per turn that writes; ``close`` and ``abort`` write what waits first, in order.
-    The rest is the transport's. (No ``__slots__``: a test may wrap ``write`` on the instance.)"""
+    The rest is the transport's (``get_write_buffer_size`` leaves out what waits for the turn's end;
+    the connection core counts its own queue, ``Core.queued``). (No ``__slots__``: a test may wrap ``write`` on the instance.)"""
 
     def __init__(self, transport: asyncio.Transport):
         self._transport = transport
