@@ -54,7 +54,7 @@ from urllib.parse import unquote
 
 import grpc
 
-from gateway.h2.core import Core
+from gateway.h2.core import CLOSED, LOCAL, OPEN, REMOTE, Closed, Core
 from gateway.h2.rpc import metadata_fields
 from gateway.h2.wire import (
     ACK,
@@ -73,6 +73,7 @@ from gateway.h2.wire import (
     PROTOCOL_ERROR,
     RST_STREAM,
     SETTINGS,
+    STREAM_CLOSED,
     WINDOW_UPDATE,
     Decoder,
     HeaderListTooLarge,
@@ -199,8 +200,11 @@ class Unprocessed(grpc.aio.AioRpcError):
     ``Channel.call`` sends it once more on a new connection, as grpc's transparent retry does."""
 
 
+RESET = 4  # a _Stream's state bit: we sent RST_STREAM (what Triton still sends on it is ignored, RFC 9113 5.1)
+
+
 class _Stream:
-    __slots__ = ("future", "chunks", "headers", "unacked", "window", "out", "streaming", "end", "inwin", "fin",
+    __slots__ = ("future", "chunks", "headers", "unacked", "window", "out", "streaming", "end", "inwin", "state",
                  "sent", "sid", "got", "check")
 
     def __init__(self, future: asyncio.Future, window: int, streaming: bool = False):
@@ -213,10 +217,17 @@ class _Stream:
         self.window = window  # what we may still send
         self.out: collections.deque[memoryview] | None = None  # request bytes waiting for a window
         self.inwin = STREAM_WINDOW  # what Triton may still send on it (our window)
-        self.fin = True  # END_STREAM goes with the last bytes of ``out`` (a bidi stream: once done_writing)
+        self.state = OPEN  # RFC 9113 5.1 (gateway/h2/core.py): LOCAL once our END_STREAM is written or
+        #                  queued (a unary call's with its request, a bidi stream's at done_writing), REMOTE
+        #                  once Triton's came (or its RST_STREAM); RESET (with LOCAL) once we sent RST_STREAM
         self.sent: asyncio.Future | None = None  # a bidi stream's writer, waiting for ``out`` to go
         self.got = 0  # a unary answer's bytes read so far
         self.check = 4  # past this many, the answer's size is checked (``Connection._too_large``)
+
+    @property
+    def fin(self) -> bool:
+        """END_STREAM goes with the last bytes of ``out`` (gateway/h2/core.py's ``_pump``): we have half-closed."""
+        return bool(self.state & LOCAL)
 
 
 class Started:
@@ -312,6 +323,7 @@ class Connection(Core):
         self.waiting: collections.deque[asyncio.Future] = collections.deque()  # calls waiting for a stream slot
         self.ready: asyncio.Future | None = None  # Triton's preface (its SETTINGS) read: None; else why it never came
         self.pending: collections.deque[_Stream] = collections.deque()  # streams with request bytes to send
+        self.past = Closed()  # the streams closed lately, and how (a frame late on one told from one on an idle stream)
         self._headers_in = Headers(_fields)
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
@@ -351,15 +363,14 @@ class Connection(Core):
         if not self.lost:
             self.transport.write(frame(RST_STREAM, 0, sid, _U32.pack(code)))
         if st is not None:
+            st.state |= LOCAL | RESET
             st.chunks.clear()  # nothing of it is to be believed
             self._finish(sid, st, error(grpc.StatusCode.INTERNAL, f"HTTP/2 stream error {code} from the server"))
 
     def on_data(self, sid: int, flags: int, payload: bytes, length: int) -> None:
         st = self.streams.get(sid)
         if st is None:
-            if self.idle(sid):
-                self.on_error(PROTOCOL_ERROR)
-            return
+            return self._late(sid, flags, False)
         st.inwin -= length
         if st.inwin < 0:
             return self.stream_error(sid, FLOW_CONTROL_ERROR)
@@ -415,6 +426,7 @@ class Connection(Core):
     def on_reset(self, sid: int, code: int) -> None:
         st = self.streams.get(sid)
         if st is not None:
+            st.state |= REMOTE
             details = f"Received RST_STREAM with error code {code}"
             self._finish(sid, st, Unprocessed(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
                                               grpc.aio.Metadata(), details) if code == 7 else
@@ -462,9 +474,7 @@ class Connection(Core):
             return self.on_error(COMPRESSION_ERROR)
         st = self.streams.get(sid)
         if st is None:
-            if self.idle(sid):
-                self.on_error(PROTOCOL_ERROR)
-            return
+            return self._late(sid, flags, True)
         if st.headers is None and not flags & END_STREAM:
             st.headers = fields
             return
@@ -472,10 +482,24 @@ class Connection(Core):
             st.headers = fields
         self._end(sid, st, fields)
 
+    def _late(self, sid: int, flags: int, headers: bool) -> None:
+        """DATA or HEADERS on a stream that is not open: on an idle one, a connection error; on one
+        both ends closed, STREAM_CLOSED (RFC 9113 5.1: HEADERS after Triton's END_STREAM ends the
+        connection, DATA the stream, as the server has it); on one we reset, dropped (grpc core's
+        server may still send its trailers twice: the RFC has them ignored); on one long forgotten, dropped."""
+        if self.idle(sid):
+            return self.on_error(PROTOCOL_ERROR)
+        if self.past.get(sid) == CLOSED:
+            if headers:
+                return self.on_error(STREAM_CLOSED)
+            return self.stream_error(sid, STREAM_CLOSED)
+
     # -- a stream's end -----------------------------------------------------------------------
     def _end(self, sid: int, st: _Stream, trailers: tuple[dict[str, str], list] | None) -> None:
-        if not st.fin and not self.lost:  # a bidi stream Triton ended before its half-close: closed here too
+        st.state |= REMOTE  # Triton's END_STREAM
+        if not st.state & LOCAL and not self.lost:  # a bidi stream Triton ended before its half-close: closed here too
             self.transport.write(frame(RST_STREAM, 0, sid, _U32.pack(0)))
+            st.state |= LOCAL | RESET
         head = st.headers[0] if st.headers is not None else {}
         status = head.get(":status", "200")
         if status != "200":
@@ -515,6 +539,7 @@ class Connection(Core):
         """The stream forgotten: its place given to a call waiting for one; a closing connection
         with nothing left in flight closed."""
         del self.streams[sid]
+        self.past.add(sid, LOCAL if st.state & RESET else st.state)
         self.unqueue(st)
         if st.sent is not None:  # a bidi stream's writer: its stream has ended
             st.sent.set_result(None)
@@ -583,9 +608,9 @@ class Connection(Core):
         n = len(block)
         head = _FRAME.pack(n >> 8, n & 0xFF, HEADERS, END_HEADERS, sid) + block
         if data is None:  # a bidi stream: its messages follow (``send``)
-            st.fin = False
             self.transport.write(head)
             return sid, st
+        st.state = LOCAL  # our END_STREAM with the request (written now, or queued with it)
         size = len(data) + 5
         prefix = b"\x00" + _U32.pack(len(data))
         if size <= self.send_window and size <= st.window and size <= self.peer_frame and not self.pending:
@@ -607,9 +632,11 @@ class Connection(Core):
             self.transport.write(_FRAME.pack(size >> 8, size & 0xFF, DATA, END_STREAM if fin else 0, sid) + data)
             st.window -= size
             self.send_window -= size
-            st.fin = fin
+            if fin:
+                st.state |= LOCAL
             return None
-        st.fin = fin
+        if fin:
+            st.state |= LOCAL
         if st.out is None and not size:  # the half-close alone, nothing of the stream's waiting: no window needed
             self.transport.write(_FRAME.pack(0, 0, DATA, END_STREAM, sid))
             return None
@@ -670,6 +697,7 @@ class Connection(Core):
         """RST_STREAM(CANCEL): Triton stops the call; the stream is forgotten here."""
         if not self.lost:
             self.transport.write(frame(RST_STREAM, 0, sid, _U32.pack(CANCEL)))
+        st.state |= LOCAL | RESET
         self._drop(sid, st)
 
     # -- keepalive ------------------------------------------------------------------------------
@@ -1128,7 +1156,8 @@ class StreamCall:
             if waiting is None:
                 waiting = self.conn.send(self.sid, st, data[0], fin)
             else:
-                st.fin = fin
+                if fin:
+                    st.state |= LOCAL
                 self.conn.queue(st, memoryview(data[0]))  # (counted in what waits, as every queued byte)
         else:
             waiting = self.conn.send(self.sid, st, data, fin)

@@ -1,6 +1,6 @@
 """One HTTP/2 connection's core, under the gRPC server (gateway/h2/server.py) and the client of
-Triton (gateway/h2/client.py, its send queue): what a connection does with its streams whatever
-the calls on them mean.
+Triton (gateway/h2/client.py): what a connection does with its streams whatever the calls on them
+mean.
 
     states        each stream's state as RFC 9113 5.1 names it, two bits of who has ended it:
                   OPEN, HALF_CLOSED_REMOTE (the peer's END_STREAM came), HALF_CLOSED_LOCAL (ours

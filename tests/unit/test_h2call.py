@@ -545,3 +545,50 @@ async def test_a_call_begun_at_once_hands_its_end_to_a_function():
             handle.cancel()
         await chan.close()
         server.close()
+
+
+async def test_frames_late_on_a_closed_stream():
+    """RFC 9113 5.1 on the client (gateway/h2/core.py's Closed): DATA on a stream Triton ended is a
+    stream error STREAM_CLOSED (RST_STREAM), HEADERS on one a connection error (GOAWAY
+    STREAM_CLOSED); what Triton still sends on a stream we reset is dropped, its trailers twice
+    included (grpc core's server does that)."""
+    def script(srv: FakeServer, sid: int):
+        sent = _sent(srv, sid)
+        if sent == b"hold":
+            return
+        srv.answer(sid, b"ans:" + sent)
+        srv.flush()
+        if sent == b"data-late":
+            srv.transport.write(h2call.frame(h2call.DATA, 0, sid, b"\x00\x00\x00\x00\x01x"))
+        elif sent == b"headers-late":
+            srv.transport.write(h2call.frame(h2call.HEADERS, h2call.END_HEADERS, sid, b"\x88"))
+
+    server, servers, chan = await _fake(script)
+    written: list[bytes] = []
+    try:
+        assert await chan.call(b"x", 5) == b"ans:x"
+        conn = chan._conns[0]
+        write = conn.transport.write
+        conn.transport.write = lambda data: (written.append(bytes(data)), write(data))[1]
+        resets = lambda: [(int.from_bytes(w[5:9], "big"), int.from_bytes(w[9:13], "big"))  # noqa: E731
+                          for w in written if len(w) == 13 and w[3] == h2call.RST_STREAM]
+        assert await chan.call(b"data-late", 5) == b"ans:data-late"
+        sid = conn.next_sid - 2
+        await _until(lambda: resets(), "the RST_STREAM")
+        assert resets() == [(sid, h2call.STREAM_CLOSED)] and not conn.closed
+        held = asyncio.ensure_future(chan.call(b"hold", 5, cancel=True))
+        await asyncio.sleep(0.05)
+        held.cancel()  # reset by us: what Triton still sends on it is dropped
+        await _until(lambda: len(resets()) == 2, "the cancel")
+        sid = conn.next_sid - 2
+        trailers = h2call.frame(h2call.HEADERS, h2call.END_HEADERS | h2call.END_STREAM, sid, b"\x88")
+        servers[0].transport.write(h2call.frame(h2call.DATA, 0, sid, b"\x00\x00\x00\x00\x01y") + trailers + trailers)
+        assert await chan.call(b"after", 5) == b"ans:after"
+        assert len(resets()) == 2 and not conn.closed and conn.past.get(sid) == h2call.LOCAL
+        assert await chan.call(b"headers-late", 5) == b"ans:headers-late"
+        await _until(lambda: conn.closed, "the GOAWAY")
+        goaway = [w for w in written if w[3] == h2call.GOAWAY]
+        assert goaway and int.from_bytes(goaway[0][13:17], "big") == h2call.STREAM_CLOSED
+    finally:
+        await chan.close()
+        server.close()
