@@ -370,7 +370,7 @@ class Connection(Core):
     def on_data(self, sid: int, flags: int, payload: bytes, length: int) -> None:
         st = self.streams.get(sid)
         if st is None:
-            return self._late(sid, flags, False)
+            return self._late(sid)
         st.inwin -= length
         if st.inwin < 0:
             return self.stream_error(sid, FLOW_CONTROL_ERROR)
@@ -474,7 +474,7 @@ class Connection(Core):
             return self.on_error(COMPRESSION_ERROR)
         st = self.streams.get(sid)
         if st is None:
-            return self._late(sid, flags, True)
+            return self._late(sid)
         if st.headers is None and not flags & END_STREAM:
             st.headers = fields
             return
@@ -482,17 +482,16 @@ class Connection(Core):
             st.headers = fields
         self._end(sid, st, fields)
 
-    def _late(self, sid: int, flags: int, headers: bool) -> None:
-        """DATA or HEADERS on a stream that is not open: on an idle one, a connection error; on one
-        both ends closed, STREAM_CLOSED (RFC 9113 5.1: HEADERS after Triton's END_STREAM ends the
-        connection, DATA the stream, as the server has it); on one we reset, dropped (grpc core's
-        server may still send its trailers twice: the RFC has them ignored); on one long forgotten, dropped."""
+    def _late(self, sid: int) -> None:
+        """DATA or HEADERS (decoded already: the HPACK table holds) on a stream that is not open: on
+        an idle one, a connection error; on one both ends closed, RST_STREAM STREAM_CLOSED (RFC 9113
+        5.1 allows ending the connection for it; a stream error costs no other call); on one we
+        reset, dropped (grpc core's server may still send its trailers twice: the RFC has them
+        ignored); on one long forgotten, dropped (as grpc core's client drops them all)."""
         if self.idle(sid):
             return self.on_error(PROTOCOL_ERROR)
         if self.past.get(sid) == CLOSED:
-            if headers:
-                return self.on_error(STREAM_CLOSED)
-            return self.stream_error(sid, STREAM_CLOSED)
+            self.stream_error(sid, STREAM_CLOSED)
 
     # -- a stream's end -----------------------------------------------------------------------
     def _end(self, sid: int, st: _Stream, trailers: tuple[dict[str, str], list] | None) -> None:
