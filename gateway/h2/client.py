@@ -238,22 +238,14 @@ class Started:
     caller went away, as an awaiting caller's task is cancelled: the stream reset (``cancel`` True),
     or left to finish at its deadline, its answer dropped."""
 
-    __slots__ = ("channel", "fn", "data", "deadline", "blocks", "metadata", "resets", "conn", "sid", "st", "timer",
-                 "settled", "ended", "retry")
+    __slots__ = ("channel", "fn", "again", "resets", "conn", "sid", "st", "timer", "settled", "ended", "retry")
 
-    def __init__(self, channel: Channel, fn: Callable[[bytes | grpc.aio.AioRpcError], None], data: bytes,
-                 deadline: float, blocks: list[bytes], metadata, resets: bool):
-        self.channel = channel
-        self.fn = fn
-        self.data = data
-        self.deadline = deadline
-        self.blocks = blocks
-        self.metadata = metadata
-        self.resets = resets
-        self.conn: Connection | None = None
-        self.sid = 0
-        self.st: _Stream | None = None
-        self.timer: asyncio.TimerHandle | None = None
+    def __init__(self, channel: Channel, fn: Callable[[bytes | grpc.aio.AioRpcError], None], again: tuple,
+                 resets: bool):
+        self.channel, self.fn, self.resets = channel, fn, resets
+        self.again = again  # ``Channel._again``'s arguments (data, deadline, blocks, extra), should it be sent again
+        self.conn: Connection | None = None  # its connection, stream id and stream (``Connection.start``)
+        self.sid, self.st, self.timer = 0, None, None
         self.settled = False  # the stream's end came
         self.ended = False  # ``fn`` called, or the caller gone
         self.retry: asyncio.Task | None = None
@@ -269,9 +261,7 @@ class Started:
         if self.ended:  # the caller went away: the answer dropped
             return
         if isinstance(result, Unprocessed):  # Triton never started it: once more, on a new connection
-            extra = request_metadata(self.metadata) if self.metadata else b""
-            self.retry = asyncio.ensure_future(self.channel._again(self.data, self.deadline, self.blocks, extra,
-                                                                   self.resets, 1))
+            self.retry = asyncio.ensure_future(self.channel._again(*self.again, self.resets, 1))
             self.retry.add_done_callback(self._retried)
             return
         self._end(result)
@@ -953,11 +943,17 @@ class Channel:
         conn = conns[0]
         if conn is None or conn.closed or len(conn.streams) >= conn.peer_streams:
             return None
-        started = Started(self, done, data, time.monotonic() + timeout, blocks, metadata,
-                          self.cancel_unary if cancel is None else cancel)
+        resets = self.cancel_unary if cancel is None else cancel
         try:
-            conn.start(blocks[0], data, timeout, request_metadata(metadata) if metadata else b"", started)
-        except grpc.aio.AioRpcError as err:  # metadata that cannot be sent, a deadline already spent
+            extra = request_metadata(metadata) if metadata else b""
+        except grpc.aio.AioRpcError as err:  # metadata that cannot be sent
+            started = Started(self, done, (), resets)
+            started.set_exception(err)
+            return started
+        started = Started(self, done, (data, time.monotonic() + timeout, blocks, extra), resets)
+        try:
+            conn.start(blocks[0], data, timeout, extra, started)
+        except grpc.aio.AioRpcError as err:  # a deadline already spent
             started.set_exception(err)
         return started
 
