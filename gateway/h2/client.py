@@ -634,7 +634,7 @@ class Connection(Core):
         if st.out is None:
             return None
         if st.sent is None:  # (a half-close behind a message still waiting shares its writer's wait)
-            st.sent = asyncio.get_running_loop().create_future()
+            st.sent = self.loop.create_future()
         return st.sent
 
     async def call(self, block: bytes, data: bytes, timeout: float, cancel: bool = True, extra: bytes = b"") -> bytes:
@@ -1231,7 +1231,7 @@ class StreamCall:
                     st.unacked = 0
             if st.end is not None:
                 return await self._ended(st.end)
-            st.future = asyncio.get_running_loop().create_future()
+            st.future = self.conn.loop.create_future()
             try:
                 await st.future
             except asyncio.CancelledError:

@@ -161,7 +161,7 @@ class Rpc:
         while not self.messages:
             if self.state:  # the client's last came, or the call is over
                 return grpc.aio.EOF
-            self.reader = asyncio.get_running_loop().create_future()
+            self.reader = self.conn.loop.create_future()
             await self.reader
         data = self.messages.popleft()
         self.conn.consumed(self, len(data) + 5)
@@ -183,7 +183,7 @@ class Rpc:
         data = message if serialize is None else serialize(message)
         self.conn.send_message(self, data)
         if self.out:  # the client's window is spent: wait until it takes them
-            self.drained = asyncio.get_running_loop().create_future()
+            self.drained = self.conn.loop.create_future()
             await self.drained
 
     async def send_initial_metadata(self, metadata) -> None:
