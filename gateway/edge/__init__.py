@@ -388,13 +388,17 @@ class _Answering:
         if self.over:
             return
         self.edge.admission.release()
-        if result.__class__ is bytes:
-            self.over = True
-            call = self.call
-            self.rpc.reply(result, call.trailing + self.trailing if call.trailing else self.trailing)
-            self.edge.finish(call, call.failed or "ok", "OK", self.size, len(result))
-        else:
-            self.fail(self.upstream_error(result))
+        try:
+            if result.__class__ is bytes:
+                self.over = True
+                call = self.call
+                self.rpc.reply(result, call.trailing + self.trailing if call.trailing else self.trailing)
+                self.edge.finish(call, call.failed or "ok", "OK", self.size, len(result))
+                return
+            result = self.upstream_error(result)
+        except Exception as exc:  # noqa: BLE001 - a bug: as the task path's, logged and answered INTERNAL
+            result = exc
+        self.fail(result)
 
     def fail(self, exc: Exception) -> None:
         self.over = True
