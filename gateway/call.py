@@ -57,7 +57,7 @@ class Call:
     """One request as the edge sees it."""
 
     __slots__ = ("request_id", "route", "model", "start", "deadline", "stream_deadline", "failed", "trace",
-                 "metadata", "trailing")
+                 "metadata", "trailing", "id_back")
 
     def __init__(self, request_id: str, route: str, timeout: float, stream_timeout: float,
                  client_timeout: float | None = None):
@@ -68,6 +68,8 @@ class Call:
         self.trace = None  # the request's server span, a gateway.observe.tracing.Traced (tracing on)
         self.metadata = ()  # a gRPC call's invocation metadata, read once by the edge (grpc builds it anew per read)
         self.trailing = ()  # a gRPC answer's trailing metadata before the edge's own (a relayed legacy answer's)
+        self.id_back = True  # the answer carries the request id (False: none was given, and the listener answers
+        #                      as its upstream said it: Edge.generated_id_back)
         self.start = now = time.monotonic()
         if client_timeout is not None:
             timeout, stream_timeout = min(timeout, client_timeout), min(stream_timeout, client_timeout)
@@ -89,10 +91,10 @@ class Call:
 
 
 def stream_headers(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Headers for an answer a handler streams itself (``request.respond``): the request id."""
+    """Headers for an answer a handler streams itself (``request.respond``): the request id (``Call.id_back``)."""
     call = _current.get()
     headers = dict(extra or {})
-    if call is not None:
+    if call is not None and call.id_back:
         headers[REQUEST_ID] = call.request_id
     return headers
 

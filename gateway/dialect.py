@@ -96,8 +96,8 @@ class ListenerSpec:
     description: str
     attach: str  # "module:function", loaded when the listener starts
     timeout_s: float | None = None  # default deadline of a unary call; None: upstream.timeout_s
-    # a gRPC answer's trailers carry the request id the edge generated when the client sent none
-    # (False: only the client's own, a listener that answers as its upstream said it: Edge.generated_id_back)
+    # an answer (HTTP header, gRPC trailers) carries the request id the edge generated when the client sent
+    # none (False: only the client's own, a listener that answers as its upstream said it: Edge.generated_id_back)
     generated_id_back: bool = True
 
 

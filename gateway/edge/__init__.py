@@ -82,13 +82,16 @@ class Edge:
         # True on an h2 listener whose unary-unary handlers are left to finish when their client goes
         # away (upstream.cancel streams or none; gateway/h2/server.py): their upstream calls need no shield
         self.unary_outlives_client = False
-        # False: a gRPC call's trailing metadata carries its request id only when the client sent one
-        # (a listener that answers as its upstream said it, the V2 passthrough: its ListenerSpec says so)
+        # False: an answer (HTTP header, gRPC trailing metadata) carries the request id only when the client
+        # sent one (a listener that answers as its upstream said it, KServe V2: its ListenerSpec says so)
         self.generated_id_back = generated_id_back
 
     # -- shared steps ------------------------------------------------------------------------
     def begin(self, route: str, given_id: str | None, client_timeout: float | None = None) -> Call:
-        return Call(request_id(given_id), route, self.timeout_s, self.stream_timeout_s, client_timeout)
+        call = Call(request_id(given_id), route, self.timeout_s, self.stream_timeout_s, client_timeout)
+        if not given_id and not self.generated_id_back:
+            call.id_back = False
+        return call
 
     def finish(self, call: Call, outcome: str, status: int | str = "", bytes_in: int = 0, bytes_out: int = 0) -> None:
         """Metrics and the access line of one answered request (``status``: HTTP status or gRPC code name)."""
@@ -191,7 +194,7 @@ class Edge:
                 self.finish(call, outcome, *_http_answer(request, resp, outcome))
                 for release in held:  # the body's buffer, once nothing reads it any more
                     release()
-            if resp is not None:  # None: the handler streamed its answer (see call.stream_headers)
+            if resp is not None and call.id_back:  # None: the handler streamed its answer (call.stream_headers)
                 resp.headers[REQUEST_ID] = call.request_id
             return resp
 
@@ -215,7 +218,8 @@ class Edge:
             call.trace = self.tracer.http(call, request)
         resp = self.render_http(err, None if status >= 500 else status)
         self.finish(call, err.kind.value, resp.status, 0, len(resp.body or b""))
-        resp.headers[REQUEST_ID] = call.request_id
+        if call.id_back:
+            resp.headers[REQUEST_ID] = call.request_id
         return resp
 
     # -- gRPC ----------------------------------------------------------------------------------
@@ -230,7 +234,7 @@ class Edge:
             call.model = model_of(request)
         if self.tracer is not None:
             call.trace = self.tracer.grpc(call, context)
-        return call, enter(call), ((REQUEST_ID, call.request_id),) if given or self.generated_id_back else ()
+        return call, enter(call), ((REQUEST_ID, call.request_id),) if call.id_back else ()
 
     def _grpc_admit(self, call: Call) -> None:
         """The API key (listeners with ``api_keys``), then admission: refused requests raise."""
@@ -288,8 +292,8 @@ class Edge:
             call.metadata = md
             if model_of is not None:
                 call.model = model_of(request)
-            answering = _Answering(self, rpc, call, ((REQUEST_ID, call.request_id),) if given or self.generated_id_back
-                                   else (), len(request), upstream_error)
+            answering = _Answering(self, rpc, call, ((REQUEST_ID, call.request_id),) if call.id_back else (),
+                                   len(request), upstream_error)
             try:
                 self._grpc_admit(call)
             except Exception as exc:  # noqa: BLE001 - the edge: every failure takes Edge.failure

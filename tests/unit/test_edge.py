@@ -192,6 +192,24 @@ async def test_request_ids_are_echoed_or_generated_on_every_http_answer(worker):
         assert r.status == 404 and orjson.loads(await r.read())["error_type"] == "NotFoundError"
 
 
+async def test_kserve_v2_rest_answers_as_triton_said_it_no_request_id_made_up(worker):
+    """Triton's HTTP answers carry no X-Request-Id: the V2 REST listener's carry only the client's
+    own (plain answers, errors, sanic's own errors, streamed answers), as the V2 gRPC passthrough."""
+    _, ports, http = worker
+    base = f"http://127.0.0.1:{ports['v2_http']}"
+    for method, path in (("GET", "/v2"), ("GET", "/v2/health/ready"), ("GET", "/v2/models/nope"),
+                         ("GET", "/no/such/path"), ("POST", "/v2/models/nope/generate_stream")):
+        async with http.request(method, base + path, data=b"{}" if method == "POST" else None) as r:
+            await r.read()
+            assert "x-request-id" not in r.headers, (path, r.status, dict(r.headers))
+        async with http.request(method, base + path, data=b"{}" if method == "POST" else None,
+                                headers={"X-Request-Id": "v2-7"}) as r:
+            await r.read()
+            assert r.headers["x-request-id"] == "v2-7", (path, r.status)
+    async with http.get(f"http://127.0.0.1:{ports['tfserving_rest']}/v1/models/m") as r:  # the other dialects: made up
+        assert r.headers["x-request-id"]
+
+
 async def test_status_and_metadata_calls_are_counted(worker):
     _, ports, http = worker
     before = _count("tfserving_rest", "invalid_argument"), _count("grps_grpc", "ok")

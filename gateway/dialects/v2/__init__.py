@@ -8,9 +8,9 @@ DIALECT = Dialect(
     name="v2",
     listeners=(
         ListenerSpec("v2_grpc", 8001, "grpc", "KServe V2 gRPC passthrough",
-                     "gateway.dialects.v2.passthrough:attach", generated_id_back=False),  # Triton stamps none
+                     "gateway.dialects.v2.passthrough:attach", generated_id_back=False),  # Triton stamps no id
         ListenerSpec("v2_http", 8000, "http", "KServe V2 HTTP/REST (Triton's HTTP API)",
-                     "gateway.dialects.v2.http:attach"),
+                     "gateway.dialects.v2.http:attach", generated_id_back=False),
     ),
     open="gateway.dialects.v2.state:open",
     config=V2Config,
