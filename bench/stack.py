@@ -270,8 +270,9 @@ class Stack:
         log_path = self.tmp / "floor.log"
         with open(log_path, "wb") as log:
             self.floor = subprocess.Popen(
-                [sys.executable, "-m", "bench.floor", self.triton.grpc_target, str(http_port), str(grpc_port)],
-                cwd=ROOT, env=floor_env(), stdout=log, stderr=subprocess.STDOUT, preexec_fn=parent.ends_with_us())
+                parent.ending_with_us([sys.executable, "-m", "bench.floor", self.triton.grpc_target, str(http_port),
+                                       str(grpc_port)]),
+                cwd=ROOT, env=floor_env(), stdout=log, stderr=subprocess.STDOUT)
         self.floor_http, self.floor_grpc = f"http://127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}"
         try:
             wait_http(f"{self.floor_http}/ready", timeout=60, proc=self.floor)

@@ -84,66 +84,6 @@ class DResultReader:
         self.resp.close()
 
 
-class TcpProxy:
-    """A loopback TCP forwarder that a test can cut (to make an instance lose its Triton)."""
-
-    def __init__(self, target_port: int):
-        import socket
-
-        self.target = target_port
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.conns: list = []
-        self.closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        import socket
-
-        while not self.closed:
-            try:
-                client, _ = self.sock.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.target))
-            self.conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src, dst):
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.close()
-                except OSError:
-                    pass
-
-    def cut(self):
-        import socket
-
-        self.closed = True
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accept() of the other thread
-        except OSError:
-            pass
-        self.sock.close()
-        for c in self.conns:
-            try:
-                c.shutdown(socket.SHUT_RDWR)
-                c.close()
-            except OSError:
-                pass
-
-
 _VOLATILE = [(re.compile(rb'"id":"\d+"'), b'"id":"<id>"'), (re.compile(rb'"created":\d+'), b'"created":<created>'),
              (re.compile(rb'"seed":\d+'), b'"seed":<seed>'),
              (re.compile(rb'"(prefill_time|decode_time|queue_wait_time)":(\d+|\[[\d,]*\])'), rb'"\1":<time>')]

@@ -160,8 +160,8 @@ def start_gateway(config: dict, tmp: Path) -> GatewayProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "serve", "--config", str(path)],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=parent.ends_with_us(),
+            parent.ending_with_us([sys.executable, "-m", "gateway", "serve", "--config", str(path)]),
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )
     ports = {name: lst["port"] for name, lst in config["listeners"].items() if "port" in lst}
     listening = {lst["port"] for lst in config["listeners"].values() if "port" in lst and lst.get("enabled", True)}

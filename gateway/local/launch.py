@@ -45,7 +45,7 @@ PARENT_GONE = ("the process that started it exited, so it stops too (on purpose:
 
 
 def exit_with_parent() -> int:
-    """Get SIGTERM when the starting process dies (Linux PR_SET_PDEATHSIG); also a ``preexec_fn``.
+    """Get SIGTERM when the starting process dies (Linux PR_SET_PDEATHSIG), for this process itself.
     Returns the parent's pid, for ``say_if_parent_gone`` at the end."""
     import os
 
@@ -124,7 +124,7 @@ def pd_plan(triton: str, ports: list[int], admin_base: int) -> list[tuple[str, d
 def run_pd(settings: Settings, ports: list[int], admin_base: int) -> int:
     """Triton, then each instance of ``pd_plan`` as a ``gateway serve`` process; until Ctrl-C/SIGTERM."""
     signal.signal(signal.SIGTERM, raise_exit)
-    parent = exit_with_parent()
+    ppid = exit_with_parent()
     workdir = Path(".run/pd").resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     procs: list[subprocess.Popen] = []
@@ -142,8 +142,8 @@ def run_pd(settings: Settings, ports: list[int], admin_base: int) -> int:
             path = workdir / f"{name}.yaml"
             path.write_text(yaml.safe_dump(cfg))
             log = open(workdir / f"{name}.log", "wb")  # noqa: SIM115 - kept open for the child's life
-            proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(path)],
-                                    stdout=log, stderr=subprocess.STDOUT, preexec_fn=exit_with_parent)
+            proc = subprocess.Popen(parent.ending_with_us([sys.executable, "-m", "gateway", "serve", "--config", str(path)]),
+                                    stdout=log, stderr=subprocess.STDOUT)
             procs.append(proc)
             port = cfg["listeners"]["mindie_http"]["port"]
             wait_health(f"http://127.0.0.1:{port}/health", proc, stop=stop)
@@ -172,4 +172,4 @@ def run_pd(settings: Settings, ports: list[int], admin_base: int) -> int:
         if tp is not None:
             tp.stop()
         print("stopped the PD instances and Triton", file=sys.stderr, flush=True)
-        say_if_parent_gone(parent)
+        say_if_parent_gone(ppid)

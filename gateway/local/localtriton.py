@@ -313,8 +313,8 @@ def start(cfg: LocalTriton, root: Path | None = None, log_path: Path | None = No
     stubregions.forget(workdir, ())  # a run that could not clean up (SIGKILLed) left its list here
     before = frozenset(stubregions.present())
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=parent.ends_with_us())
+        proc = subprocess.Popen(parent.ending_with_us(cmd), env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     tp = TritonProcess(cfg, proc, log_path, workdir, before)
     try:
         _wait_ready(tp, progress, on_progress or (lambda _line: None))

@@ -12,13 +12,15 @@ loops and listeners".
 
 grpcio also turns on gRPC's fork support by default: pthread_atfork handlers that, in a child of
 ``fork()``, restart the EventEngine's threads and close the inherited epoll fd under them. No
-gateway process forks to use gRPC in the child (workers are spawned); it only forks to exec (a
-``subprocess`` with a ``preexec_fn``: Triton, a test's or a bench's gateway). There a restarted
-poller thread can reach ``epoll_wait`` on the closed fd before the exec: gRPC aborts the child
-("Epoll1Poller ... encountered epoll_wait error: Bad file descriptor", SIGABRT), a few children in a
-hundred while gRPC is busy in the parent; and until the exec those threads share the parent's
-sockets and epoll set, so that the parent's own calls fail ("Socket closed", a corrupt HTTP/2 frame,
-a connection that never sees its SETTINGS). So ``GRPC_ENABLE_FORK_SUPPORT=false`` too.
+gateway process forks to use gRPC in the child (workers are spawned); it starts children only to
+exec them, without a ``preexec_fn`` (gateway/local/parent.py), so ``subprocess`` vforks: no atfork
+handler and no Python code run in the child. A real ``fork()`` with the handlers on (a
+``preexec_fn``, or code outside the gateway) let a restarted poller thread reach ``epoll_wait`` on
+the closed fd before the exec: gRPC aborted the child ("Epoll1Poller ... encountered epoll_wait
+error: Bad file descriptor", SIGABRT), a few children in a hundred while gRPC was busy in the
+parent; and until the exec those threads shared the parent's sockets and epoll set, so that the
+parent's own calls failed ("Socket closed", a corrupt HTTP/2 frame, a connection that never sees
+its SETTINGS). So ``GRPC_ENABLE_FORK_SUPPORT=false`` too, for any fork that remains.
 
 gRPC reads both variables once, when ``grpc`` is imported, so ``configure`` runs from
 ``gateway/__init__.py``; an operator's own value of either wins. A name gRPC no longer knows

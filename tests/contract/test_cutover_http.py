@@ -328,8 +328,8 @@ def _start_without_triton(cfg: dict, tmp):
     log_path = tmp / "gateway.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(path)], cwd=ROOT, env=env,
-                                stdout=log, stderr=subprocess.STDOUT, preexec_fn=parent.ends_with_us())
+        proc = subprocess.Popen(parent.ending_with_us([sys.executable, "-m", "gateway", "serve", "--config", str(path)]),
+                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     from tests.support import GatewayProcess
 
     ports = {n: lst["port"] for n, lst in cfg["listeners"].items() if "port" in lst}

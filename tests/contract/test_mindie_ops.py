@@ -18,6 +18,7 @@ import requests
 from gateway.dialects import LISTENERS
 from tests.pd_support import MINDIE
 from tests.support import free_port, gateway_config, start_gateway, stop_gateway
+from tests.triton_proxy import TcpProxy
 
 FRESH = {"Connection": "close"}  # a new connection each: the kernel spreads them over the workers
 LIMIT = 64  # limits.max_inflight per worker
@@ -32,13 +33,18 @@ def long_prompts(n: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def two(triton, tmp_path_factory):
+    """Two workers whose generations hold after their first token (tests/triton_proxy.py): Triton
+    generates on, the gateway sees no more, so only a stop ends them, however loaded the machine."""
+    proxy = TcpProxy(int(triton.grpc_target.rpartition(":")[2]))
+    proxy.hold("/ModelStreamInfer", 1)
     ports = {name: free_port() for name in LISTENERS}
-    cfg = gateway_config(triton.grpc_target, ports, {"workers": 2, "limits": {"max_inflight": LIMIT},
-                                                     "dialects": {"mindie": MINDIE}})
+    cfg = gateway_config(f"127.0.0.1:{proxy.port}", ports, {"workers": 2, "limits": {"max_inflight": LIMIT},
+                                                            "dialects": {"mindie": MINDIE}})
     gw = start_gateway(cfg, tmp_path_factory.mktemp("mindie-two"))
     yield gw
     if gw.proc.poll() is None:
         stop_gateway(gw)
+    proxy.cut()
 
 
 class Stream(threading.Thread):
@@ -77,7 +83,7 @@ def test_ten_stopinfers_from_new_connections_stop_ten_generations(two):
         r = s.stopped
         assert r is not None and (r.status_code, r.content) == (200, b'{"id":"%s"}' % s.rid.encode())
         workers.add(r.headers["X-Request-Id"].split("-")[0])
-        assert s.events < LONGEST  # it ended where it was, before its last token
+        assert s.events < LONGEST  # it ended where it was (held after its first token: only the stop ends it)
     assert len(workers) == 2  # the stops landed on both workers, and each found its generation
     r = requests.post(base + "/v2/models/tiny_llm/stopInfer", json={"id": "stop-0"}, headers=FRESH, timeout=10)
     assert (r.status_code, r.content) == (

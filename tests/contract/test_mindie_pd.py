@@ -12,8 +12,9 @@ import pytest
 import requests
 from text_generation import Client
 
-from tests.pd_support import DResultReader, TcpProxy, normalise, p_answer, start_role
+from tests.pd_support import DResultReader, normalise, p_answer, start_role
 from tests.support import stop_gateway
+from tests.triton_proxy import TcpProxy
 
 SEED_BODY = {"model": "llama2_7b", "messages": [{"role": "system", "content": "You are a helpful assistant."}],
              "max_tokens": 20, "presence_penalty": 1.03, "frequency_penalty": 1.0, "seed": None,
@@ -403,7 +404,13 @@ def test_a_taken_over_d_leaves_the_rotation_and_the_coordinator_does_not_fight(i
 # -- failures: a D that goes away, a D that asks for a recompute ------------------------------------
 
 def test_d_killed_mid_stream_is_a_clean_error_and_non_stream_is_retried(triton, tmp_path_factory, instances, gateway):
-    ds = [start_role(triton.grpc_target, tmp_path_factory.mktemp(f"dk{i}"), {"role": "decode"}) for i in range(3)]
+    """ds[0] and ds[1] reach Triton through proxies that hold each generation after a few tokens, so
+    each is killed mid-generation whatever the machine's load (tiny_llm would end in ~360 ms)."""
+    port = int(triton.grpc_target.rpartition(":")[2])
+    proxies = [TcpProxy(port), TcpProxy(port)]
+    ds = [start_role(triton.grpc_target, tmp_path_factory.mktemp(f"dk{i}"), {"role": "decode"},
+                     triton=f"127.0.0.1:{proxy.port}") for i, proxy in enumerate(proxies)]
+    ds.append(start_role(triton.grpc_target, tmp_path_factory.mktemp("dk2"), {"role": "decode"}))
     coord = None
     try:
         p = f"127.0.0.1:{instances['p1'].port('mindie_http')}"
@@ -411,11 +418,16 @@ def test_d_killed_mid_stream_is_a_clean_error_and_non_stream_is_retried(triton, 
             "role": "coordinator", "prefill": [p], "decode": [f"127.0.0.1:{d.port('mindie_http')}" for d in ds]})
         url = coord.url("mindie_http")
         wait_ready(url)
-        # stream: goes to ds[0] (least loaded, first); killed after the first chunks
+        proxies[0].hold("/ModelStreamInfer", 3)
+        proxies[1].hold("/ModelStreamInfer", 0)  # non-stream: one answer, the whole text
+        # stream: goes to ds[0] (least loaded, first); killed once D's tokens reach the user, D held
         with requests.post(url + "/v1/completions", json={"model": "tiny_llm", "prompt": "a long story",
                                                           "max_tokens": 24, "stream": True}, stream=True, timeout=30) as r:
             chunks = r.iter_content(None)
-            got = next(chunks) + next(chunks)
+            got = b""
+            while got.count(b"\n\n") < 3:  # P's two events (role, first token), then one of D's
+                got += next(chunks)
+            assert proxies[0].held.wait(20)
             ds[0].proc.kill()
             started = time.monotonic()
             for c in chunks:
@@ -425,20 +437,22 @@ def test_d_killed_mid_stream_is_a_clean_error_and_non_stream_is_retried(triton, 
         last = orjson.loads(events[-1][len(b"data: "):])
         assert last["error_type"] == "Incomplete Generation" and "went away" in last["error"]
         assert b"[DONE]" not in got
-        # non-stream: goes to ds[1]; killed mid-generation, sent again to ds[2], same answer
+        # non-stream: goes to ds[1]; killed mid-generation (held), sent again to ds[2], same answer
         body = {"model": "tiny_llm", "prompt": "a long story", "max_tokens": 24}
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             fut = pool.submit(requests.post, url + "/v1/completions", json=body, timeout=30)
-            time.sleep(0.15)
+            assert proxies[1].held.wait(20)
             ds[1].proc.kill()
             r = fut.result()
         want = requests.post(gateway.url("mindie_http") + "/v1/completions", json=body)
         assert r.status_code == 200 and normalise(r.content) == normalise(want.content)
         metrics = requests.get(coord.url("admin_http") + "/metrics").text
-        assert 'pd_retries_total{reason="d_lost"}' in metrics
+        assert 'pd_retries_total{reason="d_lost"} 2.0' in metrics  # one per kill: the stream's, the retry's
     finally:
         for g in ds + ([coord] if coord else []):
             stop_gateway(g)
+        for proxy in proxies:
+            proxy.cut()
 
 
 def test_d_that_loses_triton_asks_for_a_recompute_and_another_d_finishes(triton, tmp_path_factory, instances,

@@ -44,8 +44,7 @@ def test_triton_does_not_inherit_the_gateways_value():
     assert grpcruntime.for_child({"GRPC_EXPERIMENTS": "-x"}) == {"GRPC_EXPERIMENTS": "-x"}  # the operator's
 
 
-# A gateway process (the gateway imported first) with gRPC busy (a server, two clients calling it in
-# threads) starts children through fork + preexec_fn + exec, as Triton, a test's gateway and a
-# bench's are started. With gRPC's fork support on, each fork while a call is under way logs
-# "skipping fork() handlers" and a few children in a hundred abort before their exec ("Epoll1Poller
-# ... epoll_wait error: Bad file descriptor", SIGABRT): the PD fixtures' "gateway did not start".
+# Fork support off was measured with children started through fork + preexec_fn + exec (6c97aeb):
+# on, a few children in a hundred aborted before their exec ("Epoll1Poller ... epoll_wait error: Bad
+# file descriptor", SIGABRT). Children now start without a preexec_fn (vfork: no atfork handler
+# runs), tests/unit/test_local_parent.py.
