@@ -486,7 +486,9 @@ class Connection(Core):
     # -- a stream's end -----------------------------------------------------------------------
     def _end(self, sid: int, st: _Stream, trailers: tuple[dict[str, str], list] | None) -> None:
         st.state |= REMOTE  # Triton's END_STREAM
-        if not st.state & LOCAL and not self.lost:  # a bidi stream Triton ended before its half-close: closed here too
+        # ended before our END_STREAM went (a bidi stream before its half-close, a request still waiting
+        # for a window: what waits is dropped): our half closed too, or Triton's stream would stay open
+        if (not st.state & LOCAL or st.out is not None) and not self.lost:
             self.transport.write(frame(RST_STREAM, 0, sid, _U32.pack(0)))
             st.state |= LOCAL | RESET
         head = st.headers[0] if st.headers is not None else {}

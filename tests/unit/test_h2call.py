@@ -108,6 +108,7 @@ class FakeServer(asyncio.Protocol):
         self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
         self.max_streams = max_streams
         self.script = script
+        self.early = False  # the script runs at a request's headers, not at its end
         self.events: list = []
         self.deaf = False  # read nothing, answer nothing: a host gone without closing the socket
 
@@ -123,7 +124,7 @@ class FakeServer(asyncio.Protocol):
             return
         for ev in self.conn.receive_data(data):
             self.events.append(ev)
-            if isinstance(ev, h2.events.StreamEnded):
+            if isinstance(ev, h2.events.RequestReceived if self.early else h2.events.StreamEnded):
                 self.script(self, ev.stream_id)
         self.flush()
 
@@ -590,6 +591,32 @@ async def test_frames_late_on_a_closed_stream():
         await _until(lambda: len(resets()) == 3, "the RST_STREAM")
         assert resets()[2] == (sid, h2call.STREAM_CLOSED)
         assert await chan.call(b"more", 5) == b"ans:more" and not conn.closed
+    finally:
+        await chan.close()
+        server.close()
+
+
+async def test_an_answer_before_the_whole_request_closes_our_half():
+    """Triton answering (END_STREAM) while the request's bytes still wait for its window: what
+    waits is dropped and the stream reset (NO_ERROR), so Triton's half does not stay open."""
+    def script(srv: FakeServer, sid: int):
+        srv.answer(sid, b"early", status=8 if srv.early else 0)  # (early: at the headers, as a size check would)
+
+    server, servers, chan = await _fake(script)
+    try:
+        assert await chan.call(b"x" * 10, 5) == b"early"  # (its DATA came after the answer: the connection made)
+        servers[0].early = True
+        conn = chan._conns[0]
+        written: list[bytes] = []
+        write = conn.transport.write
+        conn.transport.write = lambda data: (written.append(bytes(data)), write(data))[1]
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await chan.call(b"y" * (1 << 20), 5)  # past the 64 KiB the h2 library's window allows
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        sid = conn.next_sid - 2
+        assert h2call.frame(h2call.RST_STREAM, 0, sid, bytes(4)) in written and not conn.pending
+        await _until(lambda: any(isinstance(e, h2.events.StreamReset) and e.stream_id == sid
+                                 for e in servers[0].events), "the reset read")
     finally:
         await chan.close()
         server.close()
