@@ -124,12 +124,11 @@ class Client:
         cmd = [sys.executable, "-m", module, "client", target, mode, str(conc)]
         if callgrind is not None:
             cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={callgrind}", *cmd]
-        from bench.stack import cpu_list
+        from bench.stack import pin
 
-        cpus = os.environ.get("TASKSET_CLIENT")
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=floor_env(), text=True, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE,
-                                     preexec_fn=(lambda: os.sched_setaffinity(0, cpu_list(cpus))) if cpus else None)
+                                     stdout=subprocess.PIPE)
+        pin([self.proc.pid], "TASKSET_CLIENT")  # (not a preexec_fn: no Python between fork and exec; its threads inherit it)
         if self.proc.stdout.readline().strip() != "ready":
             raise RuntimeError("client did not start")
 
