@@ -223,18 +223,22 @@ class Edge:
         return resp
 
     # -- gRPC ----------------------------------------------------------------------------------
-    def _grpc_begin(self, route: str, request, context, model_of):
-        """The request's Call (id and deadline from the metadata, kept as ``call.metadata``), made
-        current; its trailing metadata."""
+    def _grpc_call(self, route: str, request, context, model_of) -> tuple[Call, tuple]:
+        """The request's Call (id and deadline from the metadata, kept as ``call.metadata``); its
+        trailing metadata."""
         md = context.invocation_metadata()
-        given = _metadata_value(md, REQUEST_ID)
-        call = self.begin(route, given, _grpc_timeout(context))
+        call = self.begin(route, _metadata_value(md, REQUEST_ID), _grpc_timeout(context))
         call.metadata = md
         if model_of is not None:
             call.model = model_of(request)
         if self.tracer is not None:
             call.trace = self.tracer.grpc(call, context)
-        return call, enter(call), ((REQUEST_ID, call.request_id),) if call.id_back else ()
+        return call, ((REQUEST_ID, call.request_id),) if call.id_back else ()
+
+    def _grpc_begin(self, route: str, request, context, model_of):
+        """``_grpc_call``'s Call made current: (call, its token, its trailing metadata)."""
+        call, trailing = self._grpc_call(route, request, context, model_of)
+        return call, enter(call), trailing
 
     def _grpc_admit(self, call: Call) -> None:
         """The API key (listeners with ``api_keys``), then admission: refused requests raise."""
@@ -286,14 +290,8 @@ class Edge:
 
         def now(rpc) -> bool:
             request = rpc.messages[0]
-            md = rpc.metadata
-            given = _metadata_value(md, REQUEST_ID)
-            call = self.begin(route, given, _grpc_timeout(rpc))
-            call.metadata = md
-            if model_of is not None:
-                call.model = model_of(request)
-            answering = _Answering(self, rpc, call, ((REQUEST_ID, call.request_id),) if call.id_back else (),
-                                   len(request), upstream_error)
+            call, trailing = self._grpc_call(route, request, rpc, model_of)  # (not made current: no task)
+            answering = _Answering(self, rpc, call, trailing, len(request), upstream_error)
             try:
                 self._grpc_admit(call)
             except Exception as exc:  # noqa: BLE001 - the edge: every failure takes Edge.failure
@@ -408,7 +406,7 @@ class _Answering:
         self.over = True
         outcome, failure = self.edge._grpc_failure(exc)
         self.rpc.end(failure.code, failure.message, failure.trailing + self.trailing)
-        self.edge.finish(self.call, outcome, failure.code.name, self.size, 0)
+        self.edge.finish(self.call, outcome, _grpc_code(failure, outcome), self.size, 0)
 
     def cancel(self) -> None:
         if self.over:
@@ -420,7 +418,7 @@ class _Answering:
             self.rpc.end(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
         else:  # the server stopping (a client that went away hears nothing more)
             self.rpc.end(grpc.StatusCode.CANCELLED, "Cancelled")
-        self.edge.finish(self.call, "cancelled", "CANCELLED", self.size, 0)
+        self.edge.finish(self.call, "cancelled", _grpc_code(None, "cancelled"), self.size, 0)
 
 
 _access_enabled = logs.ACCESS.isEnabledFor

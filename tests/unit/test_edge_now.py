@@ -32,6 +32,9 @@ class FakeRpc:
     def time_remaining(self):
         return self.remaining
 
+    def invocation_metadata(self):
+        return self.metadata
+
     def reply(self, answer: bytes, trailing=()):
         assert self.answer is None
         self.answer = ("reply", answer, tuple(trailing))
