@@ -400,23 +400,24 @@ class TritonUpstream:
         request's and the answer's bytes as they are, or AioRpcError with Triton's code, details and
         trailing metadata; on the h2 channel where there is one (``upstream.transport: h2``), else
         ``unary``'s grpc.aio call. ``cancel``: as ``unary``'s."""
-        cancel = self._cancel_unary if cancel is None else cancel
-        h2 = self._h2
-        if h2 is None:
+        if self._h2 is None:
             call = self.unary(method, cancel=cancel)
             return lambda request, timeout, metadata: call(request, timeout=timeout, metadata=metadata)
-        blocks, send = h2.blocks(method, method in _PATHS), h2.call
+        blocks, cancel, send = *self._on_h2(method, cancel), self._h2.call
         return lambda request, timeout, metadata: send(request, timeout, blocks, metadata, cancel)
 
     def relay_now(self, method: str, cancel: bool | None = None) -> Callable[..., Any] | None:
         """``relay``'s call begun at once on the h2 channel (``Channel.start``: the answer handed to a
         callback in the turn it is read, no task); None under ``upstream.transport: grpc``."""
-        h2 = self._h2
-        if h2 is None:
+        if self._h2 is None:
             return None
-        cancel = self._cancel_unary if cancel is None else cancel
-        blocks, start = h2.blocks(method, method in _PATHS), h2.start
+        blocks, cancel, start = *self._on_h2(method, cancel), self._h2.start
         return lambda request, timeout, metadata, done: start(request, timeout, blocks, metadata, cancel, done)
+
+    def _on_h2(self, method: str, cancel: bool | None) -> tuple[list[bytes], bool]:
+        """A relayed method's header blocks on the h2 channel (kept for Triton's own methods only: a
+        client's made-up name must not grow the map) and its cancel setting."""
+        return self._h2.blocks(method, method in _PATHS), self._cancel_unary if cancel is None else cancel
 
     async def stream_one(self, request: bytes, deserialize: Callable[[bytes], Any], timeout: float, metadata=None):
         """ModelStreamInfer of one request's wire bytes, sent with the half-close (Triton answers on, a
