@@ -190,12 +190,14 @@ class Rpc:
         self.conn.send_headers(self, metadata_fields(metadata))
 
     async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata=()) -> None:
-        if code is grpc.StatusCode.OK:
-            code = grpc.StatusCode.UNKNOWN  # as grpc.aio: abort ends a call in error
-        self.status, self.message = code, details
-        if trailing_metadata:
-            self.trailing = tuple(trailing_metadata)
+        self._status(code, details, trailing_metadata)
         raise grpc.aio.AbortError()
+
+    def _status(self, code: grpc.StatusCode, details: str, trailing) -> None:
+        """The status a call ends with, as grpc.aio's ``abort`` sets it (OK: UNKNOWN, abort ends a call in error)."""
+        self.status, self.message = grpc.StatusCode.UNKNOWN if code is grpc.StatusCode.OK else code, details
+        if trailing:
+            self.trailing = tuple(trailing)
 
     # -- answering from a callback (a handler's ``now``: no task) --------------------------------
     def reply(self, answer: bytes, trailing=()) -> None:
@@ -207,10 +209,7 @@ class Rpc:
     def end(self, code: grpc.StatusCode, details: str, trailing=()) -> None:
         """The call ended with ``code`` as ``abort`` ends it (nothing once the call is over)."""
         if not self.state & LOCAL:
-            self.status = grpc.StatusCode.UNKNOWN if code is grpc.StatusCode.OK else code
-            self.message = details
-            if trailing:
-                self.trailing = tuple(trailing)
+            self._status(code, details, trailing)
             self.conn.finish(self)
 
     # -- grpc.aio.ServicerContext ------------------------------------------------------------

@@ -185,10 +185,10 @@ class Joined:
     The rest is the transport's (``get_write_buffer_size`` leaves out what waits for the turn's end;
     the connection core counts its own queue, ``Core.queued``). (No ``__slots__``: a test may wrap ``write`` on the instance.)"""
 
-    def __init__(self, transport: asyncio.Transport):
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
         self._transport = transport
         self._parts: list | None = None  # written this turn, not yet given to the transport
-        self._loop = asyncio.get_running_loop()
+        self._loop = loop
 
     def write(self, data) -> None:
         parts = self._parts
@@ -256,7 +256,7 @@ class Framing(asyncio.Protocol):
         self.loop = asyncio.get_running_loop()
         sock = transport.get_extra_info("socket")
         if sock is not None:  # a socket's: its writes joined per turn of the loop (``Joined``)
-            transport = Joined(transport)
+            transport = Joined(transport, self.loop)
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:  # pragma: no cover - not TCP
