@@ -110,6 +110,8 @@ class Core(Framing):
                     continue
                 if st.window <= 0 or self.send_window <= 0:
                     break
+                if self._paused & 1:  # the last frame filled the transport's buffer
+                    return
                 n = min(len(piece), st.window, self.send_window, self.peer_frame)
                 last = st.fin and n == len(piece) and len(out) == 1  # the stream's last DATA: END_STREAM on it
                 write(FRAME.pack(n >> 8, n & 0xFF, DATA, END_STREAM if last else 0, st.sid))

@@ -182,21 +182,39 @@ class Joined:
     end: the frames of calls answered in the same turn (HEADERS, DATA, trailers, WINDOW_UPDATE,
     acks) share a syscall, as grpc core and nginx write what a read made in one go. One
     ``call_soon`` per turn that writes; ``close`` and ``abort`` write what waits first, in order.
-    The rest is the transport's (``get_write_buffer_size`` leaves out what waits for the turn's end;
-    the connection core counts its own queue, ``Core.queued``). (No ``__slots__``: a test may wrap ``write`` on the instance.)"""
+    Once the turn's bytes reach the transport's high-water mark they go at once, so that the
+    transport pauses its protocol (``pause_writing``) in the write that fills it, as without
+    joining: a handler writing answers in one turn to a client that reads slowly is stopped by it,
+    not left to pile them up till the turn ends. The rest is the transport's
+    (``get_write_buffer_size`` leaves out what waits for the turn's end, under the high-water mark;
+    the connection core counts its own queue, ``Core.queued``). (No ``__slots__``: a test may wrap
+    ``write`` on the instance.)"""
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
         self._transport = transport
         self._parts: list | None = None  # written this turn, not yet given to the transport
+        self._size = 0  # their bytes
+        self._due = False  # the turn's end flush is scheduled
         self._loop = loop
+        self._high = transport.get_write_buffer_limits()[1]
 
     def write(self, data) -> None:
         parts = self._parts
         if parts is None:
             self._parts = [data]
-            self._loop.call_soon(self._flush)
+            self._size = len(data)
+            if not self._due:
+                self._due = True
+                self._loop.call_soon(self._turn_end)
         else:
             parts.append(data)
+            self._size += len(data)
+        if self._size >= self._high:
+            self._flush()
+
+    def _turn_end(self) -> None:
+        self._due = False
+        self._flush()
 
     def _flush(self) -> None:
         parts, self._parts = self._parts, None

@@ -457,6 +457,50 @@ async def test_a_client_that_takes_no_answers_holds_at_most_the_send_cap():
         await srv.stop(0)
 
 
+async def test_a_slow_reader_with_every_window_open_stops_the_handlers_writing_to_it():
+    """Issue 52's slow_reader flood: windows of 2^31 - 1 granted, 4 calls each asking 64 answers of
+    1 MiB, nothing read. Written in one turn, the answers piled up in the joined writes and then the
+    transport's buffer (one handler never waits when no window is spent: 256 MiB held here, 2.6 GB
+    in the flood); the transport's pause must stop each handler at its next answer and the sending
+    at its next frame, so that the worker holds a message per call and about twice the transport's
+    high-water mark, whatever the kernel took."""
+    made = []
+
+    async def big(request: bytes, context):
+        for _ in range(64):
+            made.append(1)
+            yield b"b" * (1 << 20)
+
+    srv = h2serve.Server(64 << 20, 100)
+    srv.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {
+        "Big": grpc.unary_stream_rpc_method_handler(big),
+        "Echo": grpc.unary_unary_rpc_method_handler(Sink().echo)}),))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    await srv.start(sock)
+    raw = await Raw.open(srv.port)
+    try:
+        raw.send(wire.settings((wire.INITIAL_WINDOW_SIZE, (1 << 31) - 1)),
+                 frame(WINDOW_UPDATE, 0, 0, ((1 << 31) - 1 - 65535).to_bytes(4, "big")),
+                 *[headers(sid, block("Big")) + frame(DATA, END_STREAM, sid, message(b"go")) for sid in range(1, 9, 2)])
+        seen = -1
+        for _ in range(100):  # until the handlers stop making answers (or made them all)
+            await asyncio.sleep(0.05)
+            if len(made) == seen:
+                break
+            seen = len(made)
+        conn = next(iter(srv.connections))
+        held = conn.transport.get_write_buffer_size() + _queued(conn)
+        # a message per call, and the transport's buffer: under its high-water mark (64 KiB) before a
+        # last flush of up to that and a frame; a message more went on after the pause before
+        assert held <= 4 * ((1 << 20) + 5) + (256 << 10), f"{held} bytes held for a client that reads nothing"
+        assert len(made) < 4 * 64
+        await echo_works(srv.port)
+    finally:
+        raw.close()
+        await srv.stop(0)
+
+
 class _Quiet:
     """A transport for a ``Connection`` driven by hand: what it is given, kept as frames."""
 
