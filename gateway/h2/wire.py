@@ -182,19 +182,19 @@ class Joined:
     end: the frames of calls answered in the same turn (HEADERS, DATA, trailers, WINDOW_UPDATE,
     acks) share a syscall, as grpc core and nginx write what a read made in one go. One
     ``call_soon`` per turn that writes; ``close`` and ``abort`` write what waits first, in order.
-    Once the turn's bytes reach the transport's high-water mark they go at once, so that the
+    Once the turn's bytes reach the transport's high-water mark (its first part left out of the
+    count, a write that is alone in its turn costing nothing more) they go at once, so that the
     transport pauses its protocol (``pause_writing``) in the write that fills it, as without
     joining: a handler writing answers in one turn to a client that reads slowly is stopped by it,
     not left to pile them up till the turn ends. The rest is the transport's
-    (``get_write_buffer_size`` leaves out what waits for the turn's end, under the high-water mark;
+    (``get_write_buffer_size`` leaves out what waits for the turn's end: the mark and two parts at most;
     the connection core counts its own queue, ``Core.queued``). (No ``__slots__``: a test may wrap
     ``write`` on the instance.)"""
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
         self._transport = transport
         self._parts: list | None = None  # written this turn, not yet given to the transport
-        self._size = 0  # their bytes
-        self._due = False  # the turn's end flush is scheduled
+        self._size = 0  # the bytes of its parts after the first (the first costs no count)
         self._loop = loop
         self._high = transport.get_write_buffer_limits()[1]
 
@@ -202,22 +202,16 @@ class Joined:
         parts = self._parts
         if parts is None:
             self._parts = [data]
-            self._size = len(data)
-            if not self._due:
-                self._due = True
-                self._loop.call_soon(self._turn_end)
+            self._loop.call_soon(self._flush)  # after a flush at the mark: one more, finding nothing
         else:
             parts.append(data)
             self._size += len(data)
-        if self._size >= self._high:
-            self._flush()
-
-    def _turn_end(self) -> None:
-        self._due = False
-        self._flush()
+            if self._size >= self._high:
+                self._flush()
 
     def _flush(self) -> None:
         parts, self._parts = self._parts, None
+        self._size = 0
         if parts and not self._transport.is_closing():
             self._transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
 
