@@ -413,6 +413,18 @@ def _queued(conn) -> int:
     return sum(len(p) for r in conn.calls.values() if r.out for p in r.out if type(p) is not bytes)
 
 
+async def _big_answers_server(big) -> h2serve.Server:
+    """A server (64 MiB messages, 100 streams) with ``Big``, the unary-stream handler ``big``, and Echo."""
+    srv = h2serve.Server(64 << 20, 100)
+    srv.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {
+        "Big": grpc.unary_stream_rpc_method_handler(big),
+        "Echo": grpc.unary_unary_rpc_method_handler(Sink().echo)}),))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    await srv.start(sock)
+    return srv
+
+
 async def test_a_client_that_takes_no_answers_holds_at_most_the_send_cap():
     """INITIAL_WINDOW_SIZE 0, 60 calls each asking 1 MiB answers, none read (issue 52's zero_window
     flood: the old code started every handler and queued one answer each, 60 MiB here): the
@@ -425,13 +437,7 @@ async def test_a_client_that_takes_no_answers_holds_at_most_the_send_cap():
         for _ in range(3):
             yield b"b" * (1 << 20)
 
-    srv = h2serve.Server(64 << 20, 100)
-    srv.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {
-        "Big": grpc.unary_stream_rpc_method_handler(big),
-        "Echo": grpc.unary_unary_rpc_method_handler(Sink().echo)}),))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    await srv.start(sock)
+    srv = await _big_answers_server(big)
     before = refused("send_queue")
     raw = await Raw.open(srv.port)
     try:
@@ -471,13 +477,7 @@ async def test_a_slow_reader_with_every_window_open_stops_the_handlers_writing_t
             made.append(1)
             yield b"b" * (1 << 20)
 
-    srv = h2serve.Server(64 << 20, 100)
-    srv.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {
-        "Big": grpc.unary_stream_rpc_method_handler(big),
-        "Echo": grpc.unary_unary_rpc_method_handler(Sink().echo)}),))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    await srv.start(sock)
+    srv = await _big_answers_server(big)
     raw = await Raw.open(srv.port)
     try:
         raw.send(wire.settings((wire.INITIAL_WINDOW_SIZE, (1 << 31) - 1)),
