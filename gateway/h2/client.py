@@ -324,7 +324,7 @@ class Connection(Core):
         self.recv_window = CONN_WINDOW
         transport.write(PREFACE + frame(SETTINGS, 0, 0, settings)
                         + frame(WINDOW_UPDATE, 0, 0, _U32.pack(CONN_WINDOW - 65535)))
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         self.ready = loop.create_future()
         if self.keepalive_time < math.inf:
             self._ticker = loop.call_later(self.keepalive.time / 4, self._tick)
@@ -571,7 +571,7 @@ class Connection(Core):
         call's metadata as header fields (``request_metadata``), ``data`` the message, sent with
         END_STREAM (a streaming call's half-close too) once a stream slot is free; ``data`` None: the
         header block alone, the stream left open for ``send``."""
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         while len(self.streams) >= self.peer_streams and not self.closed:
             w = loop.create_future()
             self.waiting.append(w)
@@ -1176,7 +1176,7 @@ class StreamCall:
                 raise error(err.code(), err.details()) from None
             return await self._start()
         self.conn = conn
-        loop = asyncio.get_running_loop()
+        loop = conn.loop
         self.timer = loop.call_at(loop.time() + (self.deadline - time.monotonic()), conn._expire, self.sid, self.st)
 
     async def done_writing(self) -> None:
@@ -1271,7 +1271,7 @@ class StreamCall:
         elif not answered:
             self.cancel()
         else:  # woken by the trailers (or by DATA after the final response: not read, reset)
-            st.future = asyncio.get_running_loop().create_future()
+            st.future = self.conn.loop.create_future()
             st.future.add_done_callback(self._settled)
 
     def _settled(self, _future) -> None:

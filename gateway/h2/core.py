@@ -23,7 +23,6 @@ The frames themselves are read and checked by gateway/h2/wire.py's ``Framing``.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 
 from gateway.h2.wire import DATA, END_STREAM, FRAME, GOAWAY, U32, WINDOW_UPDATE, Framing, frame
@@ -159,7 +158,7 @@ class Core(Framing):
     async def room(self) -> None:
         """Waits while more than SEND_CAP bytes are queued for the peer (or until the connection is gone)."""
         while self.queued > self.SEND_CAP and not self.lost:
-            fut = asyncio.get_running_loop().create_future()
+            fut = self.loop.create_future()
             if self._room is None:
                 self._room = []
             self._room.append(fut)

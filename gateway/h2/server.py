@@ -228,7 +228,7 @@ class Connection(Core):
             self.peer = f"ipv6:[{peer[0]}]:{peer[1]}" if ":" in peer[0] else f"ipv4:{peer[0]}:{peer[1]}"
         self.server.connections.add(self)
         self.recv_window = self.CONN_WINDOW
-        self._preface_timer = asyncio.get_running_loop().call_later(PREFACE_TIMEOUT, self._preface_late)
+        self._preface_timer = self.loop.call_later(PREFACE_TIMEOUT, self._preface_late)
         transport.write(settings((MAX_CONCURRENT_STREAMS, self.server.max_streams),
                                  (INITIAL_WINDOW_SIZE, STREAM_WINDOW), (MAX_FRAME_SIZE, self.MAX_FRAME))
                         + frame(WINDOW_UPDATE, 0, 0, U32.pack(self.CONN_WINDOW - DEFAULT_WINDOW)))

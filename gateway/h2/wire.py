@@ -331,7 +331,7 @@ class Framing(asyncio.Protocol):
                     self._buf = data[off:]
                     if not self._paused & 2:
                         self._pause(2)
-                        asyncio.get_running_loop().call_soon(self._next_turn)
+                        self.loop.call_soon(self._next_turn)
                     return
         except Exception:  # noqa: BLE001 - the last guard: nothing leaves data_received
             log.exception("HTTP/2 connection ended on an internal error")
@@ -381,7 +381,7 @@ class Framing(asyncio.Protocol):
                 if not payload and self.flood(EMPTY):
                     return
                 self._block = [sid, flags, [payload], len(payload), 0]
-                self._block_timer = asyncio.get_running_loop().call_later(self.HEADER_BLOCK_TIMEOUT,
+                self._block_timer = self.loop.call_later(self.HEADER_BLOCK_TIMEOUT,
                                                                          self._block_late)
         elif kind == CONTINUATION:
             block = self._block
