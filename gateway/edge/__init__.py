@@ -414,10 +414,7 @@ class _Answering:
         self.over = True
         self.handle.cancel()
         self.edge.admission.release()
-        if self.rpc.expired:
-            self.rpc.end(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
-        else:  # the server stopping (a client that went away hears nothing more)
-            self.rpc.end(grpc.StatusCode.CANCELLED, "Cancelled")
+        self.rpc.end_cancelled()
         self.edge.finish(self.call, "cancelled", _grpc_code(None, "cancelled"), self.size, 0)
 
 

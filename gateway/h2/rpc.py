@@ -212,6 +212,15 @@ class Rpc:
             self._status(code, details, trailing)
             self.conn.finish(self)
 
+    def end_cancelled(self) -> None:
+        """The call's task (or ``now``'s stand-in) cancelled: DEADLINE_EXCEEDED once its deadline
+        passed, else CANCELLED (the server stopping); nothing once the call is over (the client reset
+        the stream, or the connection is gone)."""
+        if self.expired:
+            self.end(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        else:
+            self.end(grpc.StatusCode.CANCELLED, "Cancelled")
+
     # -- grpc.aio.ServicerContext ------------------------------------------------------------
     def invocation_metadata(self):
         return self.metadata
@@ -312,12 +321,7 @@ async def serve(rpc: Rpc) -> None:
     except grpc.aio.AbortError:
         pass
     except asyncio.CancelledError:
-        if rpc.expired:
-            rpc.status, rpc.message = grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"
-        elif rpc.state & LOCAL:
-            return  # the client reset the stream, or the connection is gone
-        else:
-            rpc.status, rpc.message = grpc.StatusCode.CANCELLED, "Cancelled"  # the server stopping
+        return rpc.end_cancelled()
     except Exception as exc:  # noqa: BLE001 - as grpc.aio: the client hears UNKNOWN
         rpc.status, rpc.message = grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc)}: {exc}"
     if not rpc.state & LOCAL:

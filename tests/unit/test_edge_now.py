@@ -15,6 +15,7 @@ from gateway.call import Admission
 from gateway.core.errors import ErrorKind, GatewayError
 from gateway.dialect import DefaultRendering
 from gateway.edge import Edge
+from gateway.h2.rpc import Rpc
 from gateway.observe import metrics
 
 
@@ -42,6 +43,8 @@ class FakeRpc:
     def end(self, code, details, trailing=()):
         assert self.answer is None
         self.answer = ("end", code, details, tuple(trailing))
+
+    end_cancelled = Rpc.end_cancelled  # the h2 call's own, on this one's ``expired`` and ``end``
 
 
 class Handle:
